@@ -1,0 +1,411 @@
+//! The partition log: an ordered run of segments in `{data_dir}/{topic}-{partition}/`.
+//!
+//! Invariants: segments are contiguous (each one's base offset is the previous one's
+//! next offset); only the last (active) segment is written; offsets are assigned here,
+//! densely, from the log end offset. Batches are stored byte for byte as validated,
+//! with only base offset and partition leader epoch patched.
+//!
+//! # Crash consistency
+//! A segment is fsynced (log and both indexes) before the next one is created, and the
+//! directory is fsynced after creating it, so after any crash only the active segment
+//! can hold a torn or unsynced tail. On open, the active segment is scanned and CRC
+//! checked batch by batch and truncated at the first bad batch; sealed segments are
+//! trusted and scanned only when an index file is missing or malformed. What reached
+//! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
+
+mod index;
+mod segment;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shale_proto::batch::{self, BatchHeader, BatchIter, Compression};
+
+use segment::{ChunkReader, LOG_SUFFIX, Segment};
+
+/// The subset of topic configuration the log itself obeys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll the active segment before it would exceed this many bytes.
+    pub segment_bytes: u64,
+    /// Roll the active segment once its first batch is this old.
+    pub segment_ms: i64,
+    /// Bytes of log between two offset-index entries.
+    pub index_interval_bytes: u64,
+    /// Delete sealed segments whose newest timestamp is older than this; -1: never.
+    pub retention_ms: i64,
+    /// Delete the oldest sealed segments while the log is larger than this; -1: never.
+    pub retention_bytes: i64,
+    /// Fsync after this many messages; `u64::MAX`: leave it to the OS.
+    pub flush_messages: u64,
+    /// Fsync when this long has passed since the last fsync; `i64::MAX`: leave it to the OS.
+    pub flush_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            flush_messages: u64::MAX,
+            flush_ms: i64::MAX,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("log I/O failed")]
+    Io(#[from] io::Error),
+}
+
+/// Offsets given to one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What retention removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments: usize,
+    pub bytes: u64,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the log in `dir` and recovers it.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, LogError> {
+        std::fs::create_dir_all(dir)?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(base) = name
+                .strip_suffix(&format!(".{LOG_SUFFIX}"))
+                .and_then(|b| b.parse::<i64>().ok())
+            {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = BTreeMap::new();
+        for (i, base) in bases.iter().enumerate() {
+            let next = bases.get(i + 1).copied();
+            let seg = Segment::open(dir, *base, next, config.index_interval_bytes)?;
+            segments.insert(*base, seg);
+        }
+        if segments.is_empty() {
+            segments.insert(0, Segment::create(dir, 0)?);
+            sync_dir(dir)?;
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.segments.first_key_value().map_or(0, |(b, _)| *b)
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last_key_value()
+            .map(|(_, s)| s)
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_entry()
+            .expect("a log always has an active segment")
+            .into_mut()
+    }
+
+    /// Appends batches that the caller validated (`headers[i]` describes the i-th batch
+    /// of `records`), assigning offsets from the log end and stamping `leader_epoch`.
+    pub fn append(
+        &mut self,
+        records: &mut [u8],
+        headers: &mut [BatchHeader],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let first_offset = self.log_end_offset();
+        let mut next = first_offset;
+        let mut pos = 0usize;
+        for h in headers.iter_mut() {
+            let bytes = &mut records[pos..pos + h.total_size()];
+            batch::set_base_offset(bytes, next);
+            batch::set_partition_leader_epoch(bytes, leader_epoch);
+            h.base_offset = next;
+            h.partition_leader_epoch = leader_epoch;
+            next = h.last_offset() + 1;
+            pos += h.total_size();
+        }
+        // Write runs of batches that fit the active segment, rolling between runs.
+        let (mut start, mut run_start, mut run_bytes) = (0usize, 0usize, 0u64);
+        for i in 0..headers.len() {
+            let size = headers[i].total_size() as u64;
+            let active = self.active();
+            let pending_size = active.size() + run_bytes;
+            let roll = (pending_size > 0 && pending_size + size > self.config.segment_bytes)
+                || (run_bytes == 0
+                    && active
+                        .rolling_timestamp
+                        .is_some_and(|t| now_ms - t > self.config.segment_ms))
+                || headers[i].last_offset() - active.base_offset > i64::from(u32::MAX);
+            if roll && i > run_start {
+                let end = start + run_bytes as usize;
+                let interval = self.config.index_interval_bytes;
+                self.active_mut().append(
+                    &records[start..end],
+                    &headers[run_start..i],
+                    now_ms,
+                    interval,
+                )?;
+                (start, run_start, run_bytes) = (end, i, 0);
+            }
+            if roll && !self.active().is_empty() {
+                self.roll(headers[i].base_offset)?;
+            }
+            run_bytes += size;
+        }
+        if run_start < headers.len() {
+            let interval = self.config.index_interval_bytes;
+            self.active_mut()
+                .append(&records[start..], &headers[run_start..], now_ms, interval)?;
+        }
+        self.unflushed_messages += headers
+            .iter()
+            .map(|h| h.record_count.max(0) as u64)
+            .sum::<u64>();
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(AppendInfo {
+            first_offset,
+            last_offset: next - 1,
+        })
+    }
+
+    /// Seals the active segment and starts a new one at `next_offset`.
+    fn roll(&mut self, next_offset: i64) -> Result<(), LogError> {
+        self.active_mut().seal()?;
+        let seg = Segment::create(&self.dir, next_offset)?;
+        sync_dir(&self.dir)?;
+        self.segments.insert(next_offset, seg);
+        tracing::debug!(dir = %self.dir.display(), base_offset = next_offset, "rolled segment");
+        Ok(())
+    }
+
+    /// Seals the active segment now if it holds anything (e.g. before it is tiered).
+    pub fn force_roll(&mut self) -> Result<(), LogError> {
+        if !self.active().is_empty() {
+            let next = self.log_end_offset();
+            self.roll(next)?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the active segment and its indexes.
+    pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.active().sync()?;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Fsyncs if `flush.ms` has passed since the last fsync and anything is unflushed.
+    pub fn flush_if_due(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        let due = self.unflushed_messages > 0
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms;
+        if due {
+            self.flush(now_ms)?;
+        }
+        Ok(due)
+    }
+
+    /// Prepares a read of the batches from `offset`, stopping before `max_offset`
+    /// (exclusive: the high watermark). The returned plan reads without the log.
+    pub fn plan_read(&self, offset: i64, max_offset: i64) -> Result<ReadPlan, LogError> {
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < log_start || offset > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end,
+            });
+        }
+        let (_, seg) = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .expect("offset >= log start");
+        Ok(ReadPlan {
+            file: seg.file(),
+            start: seg.lookup_position(offset),
+            end: seg.size(),
+            offset,
+            max_offset: max_offset.min(log_end),
+        })
+    }
+
+    /// The first offset whose record timestamp is >= `ts`, with that timestamp, or
+    /// `None` if every record is older. Within a compressed batch it answers the
+    /// batch's base offset (records are not decompressed on the broker).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let Some(seg) = self.segments.values().find(|s| s.max_timestamp >= ts) else {
+            return Ok(None);
+        };
+        let file = seg.file();
+        let mut reader = ChunkReader::new(&file, seg.size());
+        let Some(found) = reader.seek_timestamp(seg.lookup_time_position(ts), ts)? else {
+            return Ok(None);
+        };
+        let h = found.header;
+        if h.compression().ok() == Some(Compression::None) && !h.is_log_append_time() {
+            let bytes = reader.read(found.position, h.total_size())?;
+            if let Ok(records) = shale_proto::record::decode_records(&bytes) {
+                if let Some(r) = records.iter().find(|r| r.timestamp >= ts) {
+                    return Ok(Some((r.offset, r.timestamp)));
+                }
+            }
+        }
+        Ok(Some((h.base_offset, h.max_timestamp)))
+    }
+
+    /// Deletes sealed segments past `retention.ms` / `retention.bytes` (oldest first,
+    /// never the active segment; an expired active segment is rolled first so that
+    /// time retention can empty an idle log).
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<RetentionOutcome, LogError> {
+        let expired =
+            |s: &Segment, ms: i64| ms >= 0 && s.max_timestamp >= 0 && s.max_timestamp < now_ms - ms;
+        if expired(self.active(), self.config.retention_ms) {
+            self.force_roll()?;
+        }
+        let mut out = RetentionOutcome::default();
+        let mut total = self.size_bytes();
+        while self.segments.len() > 1 {
+            let (_, oldest) = self.segments.first_key_value().expect("len > 1");
+            let by_time = expired(oldest, self.config.retention_ms);
+            let by_size = self.config.retention_bytes >= 0
+                && total.saturating_sub(oldest.size()) >= self.config.retention_bytes as u64;
+            if !(by_time || by_size) {
+                break;
+            }
+            let (_, seg) = self.segments.pop_first().expect("len > 1");
+            out.segments += 1;
+            out.bytes += seg.size();
+            total -= seg.size();
+            seg.delete()?;
+        }
+        if out.segments > 0 {
+            tracing::info!(dir = %self.dir.display(), segments = out.segments, bytes = out.bytes,
+                log_start_offset = self.log_start_offset(), "retention deleted segments");
+        }
+        Ok(out)
+    }
+
+    /// Fsyncs everything before a clean shutdown.
+    pub fn close(mut self, now_ms: i64) -> Result<(), LogError> {
+        self.flush(now_ms)
+    }
+}
+
+/// A read prepared under the partition lock and carried out without it.
+pub struct ReadPlan {
+    file: Arc<File>,
+    start: u64,
+    /// Segment size when planned: bytes past it may be half written.
+    end: u64,
+    offset: i64,
+    max_offset: i64,
+}
+
+impl ReadPlan {
+    /// Whole batches from the one holding `offset`, up to `max_bytes` (but always the
+    /// first batch, however large) and never a batch reaching `max_offset`.
+    pub fn read(self, max_bytes: usize) -> io::Result<Bytes> {
+        if self.offset >= self.max_offset {
+            return Ok(Bytes::new());
+        }
+        let mut reader = ChunkReader::new(&self.file, self.end);
+        let Some(first) = reader.seek_offset(self.start, self.offset)? else {
+            return Ok(Bytes::new());
+        };
+        if first.header.last_offset() >= self.max_offset {
+            return Ok(Bytes::new());
+        }
+        let available = (self.end - first.position) as usize;
+        let len = available.min(max_bytes.max(first.header.total_size()));
+        let buf = reader.read(first.position, len)?;
+        let mut keep = 0;
+        for item in BatchIter::new(&buf) {
+            let Ok((h, range)) = item else { break };
+            if h.last_offset() >= self.max_offset {
+                break;
+            }
+            keep = range.end;
+        }
+        let mut buf = Bytes::from(buf);
+        buf.truncate(keep);
+        Ok(buf)
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,395 @@
+//! One segment: `{base_offset:020}.log` with its `.index` and `.timeindex`.
+//!
+//! A segment owns the byte range of its log file up to `size`; everything past it is
+//! garbage from a torn write and is truncated away on recovery. Readers get an
+//! `Arc<File>` and a size snapshot, so they read without holding the partition lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use shale_proto::batch::{BatchError, BatchHeader, HEADER_LEN};
+
+use super::index::{IndexFile, OffsetEntry, TimeEntry};
+
+pub(crate) const LOG_SUFFIX: &str = "log";
+const INDEX_SUFFIX: &str = "index";
+const TIME_INDEX_SUFFIX: &str = "timeindex";
+
+pub(crate) fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}.{suffix}"))
+}
+
+/// Header of one stored batch and where it lies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoredBatch {
+    pub header: BatchHeader,
+    pub position: u64,
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    dir: PathBuf,
+    file: Arc<File>,
+    /// Valid bytes in the log file.
+    size: u64,
+    /// One past the last offset stored here (== base_offset while empty).
+    pub next_offset: i64,
+    /// Largest batch max-timestamp in the segment, -1 while empty.
+    pub max_timestamp: i64,
+    /// Wall-clock ms of the first append (or the first batch's timestamp after a
+    /// restart), for `segment.ms`.
+    pub rolling_timestamp: Option<i64>,
+    index: IndexFile<OffsetEntry>,
+    time_index: IndexFile<TimeEntry>,
+    bytes_since_index_entry: u64,
+    /// Max timestamp noted in the time index so far.
+    time_indexed_max: i64,
+}
+
+impl Segment {
+    /// Creates a new, empty segment.
+    pub fn create(dir: &Path, base_offset: i64) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .append(true)
+            .open(segment_path(dir, base_offset, LOG_SUFFIX))?;
+        Ok(Self {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            rolling_timestamp: None,
+            index: IndexFile::create(&segment_path(dir, base_offset, INDEX_SUFFIX))?,
+            time_index: IndexFile::create(&segment_path(dir, base_offset, TIME_INDEX_SUFFIX))?,
+            bytes_since_index_entry: 0,
+            time_indexed_max: -1,
+        })
+    }
+
+    /// Opens an existing segment. `next_offset` is known for a sealed segment (the next
+    /// segment's base offset) and `None` for the active one, which is always scanned
+    /// and CRC-checked. A sealed segment is scanned only if an index file is missing or
+    /// malformed.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: Option<i64>,
+        index_interval: u64,
+    ) -> io::Result<Self> {
+        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        let size = file.metadata()?.len();
+        let index_path = segment_path(dir, base_offset, INDEX_SUFFIX);
+        let time_path = segment_path(dir, base_offset, TIME_INDEX_SUFFIX);
+        if let Some(next) = next_offset {
+            let span = (next - base_offset) as u64;
+            let index = IndexFile::<OffsetEntry>::load(&index_path, |e| {
+                u64::from(e.position) < size && u64::from(e.relative_offset) < span
+            })?;
+            let time_index =
+                IndexFile::<TimeEntry>::load(&time_path, |e| u64::from(e.relative_offset) < span)?;
+            if let (Some(index), Some(time_index)) = (index, time_index) {
+                let max_timestamp = time_index.last().map_or(-1, |e| e.timestamp);
+                return Ok(Self {
+                    base_offset,
+                    dir: dir.to_path_buf(),
+                    file: Arc::new(file),
+                    size,
+                    next_offset: next,
+                    max_timestamp,
+                    rolling_timestamp: None,
+                    index,
+                    time_index,
+                    bytes_since_index_entry: 0,
+                    time_indexed_max: max_timestamp,
+                });
+            }
+            tracing::warn!(segment = %path.display(), "index files missing or malformed, rebuilding");
+        }
+        let mut seg = Self {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            size,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            rolling_timestamp: None,
+            index: IndexFile::create(&index_path)?,
+            time_index: IndexFile::create(&time_path)?,
+            bytes_since_index_entry: 0,
+            time_indexed_max: -1,
+        };
+        seg.recover(index_interval, next_offset.is_none())?;
+        Ok(seg)
+    }
+
+    /// Scans the log batch by batch from the start, truncating at the first torn,
+    /// corrupt (CRC, when `check_crc`) or out-of-sequence batch, and rebuilds both indexes.
+    fn recover(&mut self, index_interval: u64, check_crc: bool) -> io::Result<()> {
+        let file = self.file.clone();
+        let mut reader = ChunkReader::new(&file, self.size);
+        let mut pos = 0u64;
+        while let Some(batch) = reader.next_batch(pos, check_crc) {
+            let h = match batch {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(segment = self.base_offset, position = pos, error = %e, "truncating corrupt log tail");
+                    break;
+                }
+            };
+            let in_sequence = if pos == 0 {
+                h.base_offset >= self.base_offset
+            } else {
+                h.base_offset == self.next_offset
+            };
+            if !in_sequence || h.last_offset() - self.base_offset > i64::from(u32::MAX) {
+                tracing::warn!(
+                    segment = self.base_offset,
+                    position = pos,
+                    "truncating log tail with out-of-sequence offsets"
+                );
+                break;
+            }
+            self.rolling_timestamp.get_or_insert(h.max_timestamp);
+            self.index_batch(&h, pos, index_interval);
+            pos += h.total_size() as u64;
+        }
+        if pos < self.size {
+            self.file.set_len(pos)?;
+            self.file.sync_all()?;
+        }
+        self.size = pos;
+        self.index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Accounts for one batch stored at `pos`: index entries every `index_interval`
+    /// bytes, and a time entry with them whenever the running max timestamp grew.
+    fn index_batch(&mut self, h: &BatchHeader, pos: u64, index_interval: u64) {
+        let rel = (h.base_offset - self.base_offset) as u32;
+        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+        if self.index.last().is_none() || self.bytes_since_index_entry >= index_interval {
+            self.index.push(OffsetEntry {
+                relative_offset: rel,
+                position: pos as u32,
+            });
+            self.bytes_since_index_entry = 0;
+            if self.max_timestamp > self.time_indexed_max {
+                self.time_index.push(TimeEntry {
+                    timestamp: self.max_timestamp,
+                    relative_offset: rel,
+                });
+                self.time_indexed_max = self.max_timestamp;
+            }
+        }
+        self.bytes_since_index_entry += h.total_size() as u64;
+        self.next_offset = h.last_offset() + 1;
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// Appends validated batches that already carry their final offsets.
+    /// `batches` are back to back; `headers` describes each, in order.
+    pub fn append(
+        &mut self,
+        batches: &[u8],
+        headers: &[BatchHeader],
+        now_ms: i64,
+        index_interval: u64,
+    ) -> io::Result<()> {
+        (&*self.file).write_all(batches)?;
+        let mut pos = self.size;
+        for h in headers {
+            self.index_batch(h, pos, index_interval);
+            pos += h.total_size() as u64;
+        }
+        self.size = pos;
+        self.rolling_timestamp.get_or_insert(now_ms);
+        self.index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Seals the segment: records its max timestamp in the time index and fsyncs all
+    /// three files, so a sealed segment never needs recovery.
+    pub fn seal(&mut self) -> io::Result<()> {
+        if self.max_timestamp > self.time_indexed_max && self.next_offset > self.base_offset {
+            let rel = (self.next_offset - 1 - self.base_offset) as u32;
+            self.time_index.push(TimeEntry {
+                timestamp: self.max_timestamp,
+                relative_offset: rel,
+            });
+            self.time_indexed_max = self.max_timestamp;
+            self.time_index.flush()?;
+        }
+        self.sync()
+    }
+
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        self.index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// File position from which to scan for `offset`: the last indexed batch at or before it.
+    pub fn lookup_position(&self, offset: i64) -> u64 {
+        let rel = offset
+            .saturating_sub(self.base_offset)
+            .clamp(0, i64::from(u32::MAX)) as u32;
+        self.index
+            .floor(|e| e.relative_offset <= rel)
+            .map_or(0, |e| u64::from(e.position))
+    }
+
+    /// File position from which to scan for the first batch whose timestamps reach `ts`.
+    pub fn lookup_time_position(&self, ts: i64) -> u64 {
+        match self.time_index.floor(|e| e.timestamp < ts) {
+            Some(e) => self.lookup_position(self.base_offset + i64::from(e.relative_offset)),
+            None => 0,
+        }
+    }
+
+    /// Deletes the segment's files.
+    pub fn delete(self) -> io::Result<()> {
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            match std::fs::remove_file(segment_path(&self.dir, self.base_offset, suffix)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads batch headers sequentially through a buffer, so a scan costs one `pread` per
+/// chunk instead of one per batch.
+pub(crate) struct ChunkReader<'a> {
+    file: &'a File,
+    end: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+const SCAN_CHUNK: usize = 256 * 1024;
+
+impl<'a> ChunkReader<'a> {
+    pub fn new(file: &'a File, end: u64) -> Self {
+        Self {
+            file,
+            end,
+            buf: Vec::new(),
+            buf_start: 0,
+        }
+    }
+
+    /// Makes `[pos, pos + len)` available in the buffer; false if it lies past `end`.
+    fn fill(&mut self, pos: u64, len: usize) -> io::Result<bool> {
+        if pos + len as u64 > self.end {
+            return Ok(false);
+        }
+        let have =
+            pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
+        if !have {
+            let want = len.max(SCAN_CHUNK).min((self.end - pos) as usize);
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, pos)?;
+            self.buf_start = pos;
+        }
+        Ok(true)
+    }
+
+    fn slice(&self, pos: u64, len: usize) -> &[u8] {
+        let at = (pos - self.buf_start) as usize;
+        &self.buf[at..at + len]
+    }
+
+    /// The batch header at `pos`: `None` at the clean end of the data, an error for a
+    /// torn or corrupt batch (checking the CRC, which reads the whole batch, if asked).
+    pub fn next_batch(
+        &mut self,
+        pos: u64,
+        check_crc: bool,
+    ) -> Option<Result<BatchHeader, BatchError>> {
+        if pos >= self.end {
+            return None;
+        }
+        let available = (self.end - pos) as usize;
+        let io_err = |_| BatchError::Invalid("read error");
+        match self.fill(pos, HEADER_LEN.min(available)).map_err(io_err) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        let header = match BatchHeader::parse(self.slice(pos, HEADER_LEN.min(available))) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
+        if header.total_size() > available {
+            return Some(Err(BatchError::Truncated {
+                needed: header.total_size(),
+                available,
+            }));
+        }
+        if check_crc {
+            if let Err(e) = self.fill(pos, header.total_size()).map_err(io_err) {
+                return Some(Err(e));
+            }
+            if let Err(e) = header.validate(self.slice(pos, header.total_size())) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(header))
+    }
+
+    /// Scans from `pos` to the first batch whose last offset is >= `target`.
+    pub fn seek_offset(&mut self, mut pos: u64, target: i64) -> io::Result<Option<StoredBatch>> {
+        while let Some(batch) = self.next_batch(pos, false) {
+            let header = batch.map_err(io::Error::other)?;
+            if header.last_offset() >= target {
+                return Ok(Some(StoredBatch {
+                    header,
+                    position: pos,
+                }));
+            }
+            pos += header.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Scans from `pos` to the first batch whose max timestamp is >= `ts`.
+    pub fn seek_timestamp(&mut self, mut pos: u64, ts: i64) -> io::Result<Option<StoredBatch>> {
+        while let Some(batch) = self.next_batch(pos, false) {
+            let header = batch.map_err(io::Error::other)?;
+            if header.max_timestamp >= ts {
+                return Ok(Some(StoredBatch {
+                    header,
+                    position: pos,
+                }));
+            }
+            pos += header.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads `[pos, pos + len)`.
+    pub fn read(&mut self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        self.file.read_exact_at(&mut out, pos)?;
+        Ok(out)
+    }
+}

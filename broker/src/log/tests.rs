@@ -1,0 +1,402 @@
+use super::*;
+use proptest::prelude::*;
+use shale_proto::record::{BatchBuilder, Record, decode_records};
+
+fn batch(first_value: u64, n: usize, ts: i64, value_len: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new(ts);
+    for i in 0..n {
+        let mut v = format!("v{}-", first_value + i as u64).into_bytes();
+        v.resize(value_len.max(v.len()), b'x');
+        b.push(Record::new(None, Some(&v), ts + i as i64));
+    }
+    b.build().to_vec()
+}
+
+fn append(log: &mut PartitionLog, mut bytes: Vec<u8>, now: i64) -> AppendInfo {
+    let mut headers: Vec<_> = BatchIter::new(&bytes).map(|r| r.unwrap().0).collect();
+    log.append(&mut bytes, &mut headers, 0, now).unwrap()
+}
+
+/// Every record from `from` to the end, decoded, following fetch semantics.
+fn read_all(log: &PartitionLog, from: i64, max_bytes: usize) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while offset < log.log_end_offset() {
+        let bytes = log
+            .plan_read(offset, i64::MAX)
+            .unwrap()
+            .read(max_bytes)
+            .unwrap();
+        assert!(!bytes.is_empty(), "no progress at {offset}");
+        for item in BatchIter::new(&bytes) {
+            let (h, r) = item.unwrap();
+            h.validate(&bytes[r.clone()]).unwrap();
+            for rec in decode_records(&bytes[r]).unwrap() {
+                if rec.offset >= offset {
+                    assert_eq!(rec.offset, offset, "gap or reorder");
+                    offset += 1;
+                    out.push(rec);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+#[test]
+fn segments_roll_and_every_offset_is_found_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..100u64 {
+        let info = append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+        assert_eq!(info.first_offset, i as i64 * 3);
+        assert_eq!(info.last_offset, i as i64 * 3 + 2);
+    }
+    assert!(log.segment_count() > 5, "segments: {}", log.segment_count());
+    assert!(log.segments.values().all(|s| s.size() <= 2048));
+    for offset in 0..300 {
+        let bytes = log.plan_read(offset, i64::MAX).unwrap().read(1).unwrap();
+        let (h, _) = BatchIter::new(&bytes).next().unwrap().unwrap();
+        assert!(
+            h.base_offset <= offset && offset <= h.last_offset(),
+            "offset {offset} got {h:?}"
+        );
+        assert_eq!(
+            h.total_size(),
+            bytes.len(),
+            "max_bytes 1 still yields exactly one whole batch"
+        );
+    }
+    let records = read_all(&log, 0, 700);
+    assert_eq!(records.len(), 300);
+    assert_eq!(records[299].value.as_deref().unwrap()[..5], *b"v299-");
+    // Reopen: sealed segments load their indexes, the active one is recovered.
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 300);
+    assert_eq!(read_all(&log, 123, 10_000).len(), 177);
+}
+
+#[test]
+fn read_stops_before_max_offset_and_at_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    for i in 0..10 {
+        append(&mut log, batch(i * 2, 2, 1000, 10), 0);
+    }
+    let bytes = log.plan_read(4, 8).unwrap().read(1 << 20).unwrap();
+    let offsets: Vec<_> = BatchIter::new(&bytes)
+        .map(|b| b.unwrap().0.base_offset)
+        .collect();
+    assert_eq!(offsets, [4, 6]);
+    assert!(
+        log.plan_read(20, i64::MAX)
+            .unwrap()
+            .read(1 << 20)
+            .unwrap()
+            .is_empty()
+    );
+    for bad in [-1, 21] {
+        assert!(matches!(
+            log.plan_read(bad, i64::MAX),
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+    }
+}
+
+#[test]
+fn time_index_finds_first_record_at_or_after_a_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    // Batch i holds offsets 4i..4i+3 with timestamps 10_000 + 100i + (0..4).
+    for i in 0..60 {
+        append(&mut log, batch(i * 4, 4, 10_000 + 100 * i as i64, 30), 0);
+    }
+    assert!(log.segment_count() > 3);
+    for i in 0..60i64 {
+        for j in 0..4 {
+            let ts = 10_000 + 100 * i + j;
+            assert_eq!(
+                log.offset_for_timestamp(ts).unwrap(),
+                Some((4 * i + j, ts)),
+                "ts {ts}"
+            );
+        }
+        // Between batches: the next batch's first record.
+        if i < 59 {
+            assert_eq!(
+                log.offset_for_timestamp(10_000 + 100 * i + 50)
+                    .unwrap()
+                    .unwrap()
+                    .0,
+                4 * (i + 1)
+            );
+        }
+    }
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 10_000)));
+    assert_eq!(log.offset_for_timestamp(20_000).unwrap(), None);
+    // The same answers after a restart, from loaded (not rebuilt) time indexes.
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(
+        log.offset_for_timestamp(10_000 + 100 * 37 + 2).unwrap(),
+        Some((37 * 4 + 2, 13_702))
+    );
+}
+
+#[test]
+fn retention_by_time_deletes_old_segments_and_advances_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_ms: 10_000,
+        ..small_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    for i in 0..40 {
+        append(&mut log, batch(i * 3, 3, 1_000 + i as i64, 40), 0); // old
+    }
+    let old_end = log.log_end_offset();
+    for i in 0..20 {
+        append(&mut log, batch(0, 3, 100_000 + i as i64, 40), 0); // recent
+    }
+    let before = log.segment_count();
+    let out = log.apply_retention(105_000).unwrap();
+    assert!(out.segments > 0 && log.segment_count() < before);
+    assert!(log.log_start_offset() > 0 && log.log_start_offset() <= old_end);
+    assert!(
+        log.segments
+            .values()
+            .all(|s| s.max_timestamp >= 95_000 || s.base_offset == log.log_start_offset())
+    );
+    assert!(
+        read_all(&log, log.log_start_offset(), 4096).len() as i64
+            == log.log_end_offset() - log.log_start_offset()
+    );
+    assert!(matches!(
+        log.plan_read(0, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // Far in the future everything expires, the active segment included.
+    log.apply_retention(10_000_000).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), log.log_end_offset());
+    // The log start offset survives a restart (it is the first segment's base offset).
+    let end = log.log_end_offset();
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (end, end));
+}
+
+#[test]
+fn retention_by_size_keeps_the_newest_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 5000,
+        ..small_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    for i in 0..100 {
+        append(&mut log, batch(i * 3, 3, 1_000, 40), 0);
+    }
+    let before = log.size_bytes();
+    assert!(before > 10_000);
+    let out = log.apply_retention(2_000).unwrap();
+    assert_eq!(before - out.bytes, log.size_bytes());
+    assert!(log.size_bytes() >= 5000, "never below retention.bytes");
+    let oldest = log.segments.values().next().unwrap().size();
+    assert!(
+        log.size_bytes() - oldest < 5000,
+        "deleting one more would go below"
+    );
+    assert_eq!(log.log_end_offset(), 300);
+}
+
+fn active_log_file(log: &PartitionLog) -> PathBuf {
+    segment::segment_path(log.dir(), log.active().base_offset, LOG_SUFFIX)
+}
+
+#[test]
+fn torn_tail_is_truncated_on_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..30 {
+        append(&mut log, batch(i * 2, 2, 1_000, 50), 0);
+    }
+    let path = active_log_file(&log);
+    let good_len = std::fs::metadata(&path).unwrap().len();
+    drop(log);
+    // A batch whose write was cut off half way.
+    let partial = batch(60, 2, 1_000, 50);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &partial[..partial.len() / 2]).unwrap();
+    drop(f);
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 60);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len);
+    assert_eq!(read_all(&log, 0, 4096).len(), 60);
+    // Appends continue densely after the recovered tail.
+    assert_eq!(
+        append(&mut log, batch(60, 2, 1_000, 50), 0).first_offset,
+        60
+    );
+}
+
+#[test]
+fn corrupt_batch_and_everything_after_it_are_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let sizes: Vec<_> = (0..10)
+        .map(|i| {
+            let b = batch(i * 2, 2, 1_000, 50);
+            let n = b.len();
+            append(&mut log, b, 0);
+            n
+        })
+        .collect();
+    let path = active_log_file(&log);
+    drop(log);
+    // Flip a payload byte of batch 6: batches 0..=5 survive.
+    let mut raw = std::fs::read(&path).unwrap();
+    let at: usize = sizes[..6].iter().sum::<usize>() + 70;
+    raw[at] ^= 0xff;
+    std::fs::write(&path, &raw).unwrap();
+    let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 12);
+    let records = read_all(&log, 0, 1 << 20);
+    assert_eq!(records.len(), 12);
+    assert_eq!(&records[11].value.as_deref().unwrap()[..4], b"v11-");
+}
+
+#[test]
+fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..60 {
+        append(&mut log, batch(i * 3, 3, 5_000 + i as i64, 40), 0);
+    }
+    let sealed: Vec<i64> = log.segments.keys().copied().take(3).collect();
+    drop(log);
+    std::fs::remove_file(segment::segment_path(dir.path(), sealed[0], "index")).unwrap();
+    std::fs::write(
+        segment::segment_path(dir.path(), sealed[1], "index"),
+        [0xffu8; 16],
+    )
+    .unwrap();
+    std::fs::write(
+        segment::segment_path(dir.path(), sealed[2], "timeindex"),
+        [1u8; 7],
+    )
+    .unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(read_all(&log, 0, 300).len(), 180);
+    for offset in [sealed[1] + 1, sealed[2] + 2] {
+        let bytes = log.plan_read(offset, i64::MAX).unwrap().read(1).unwrap();
+        let (h, _) = BatchIter::new(&bytes).next().unwrap().unwrap();
+        assert!(h.base_offset <= offset && offset <= h.last_offset());
+    }
+    let ts = 5_000 + (sealed[2] / 3) + 1;
+    assert_eq!(log.offset_for_timestamp(ts).unwrap().unwrap().1, ts);
+}
+
+#[test]
+fn segment_ms_rolls_an_old_active_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_ms: 1_000,
+        ..LogConfig::default()
+    };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    append(&mut log, batch(0, 1, 1, 10), 10_000);
+    append(&mut log, batch(1, 1, 1, 10), 10_500);
+    assert_eq!(log.segment_count(), 1);
+    append(&mut log, batch(2, 1, 1, 10), 11_001);
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.active().base_offset, 2);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append {
+        batches: usize,
+        records: usize,
+        value_len: usize,
+    },
+    Roll,
+    Reopen,
+    /// Reopen after garbage was left past the last complete batch (a torn write).
+    TornReopen(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1usize..4, 1usize..6, 0usize..300).prop_map(|(batches, records, value_len)| Op::Append { batches, records, value_len }),
+        1 => Just(Op::Roll),
+        1 => Just(Op::Reopen),
+        1 => (1usize..100).prop_map(Op::TornReopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any sequence of appends, rolls, restarts and torn tails reads back exactly
+    /// what was appended, in order, with dense offsets, from every starting offset.
+    #[test]
+    fn appends_rolls_and_restarts_read_back_exactly(ops in proptest::collection::vec(op(), 1..40), interval in 1u64..2000) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { segment_bytes: 3000, index_interval_bytes: interval, ..LogConfig::default() };
+        let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Append { batches, records, value_len } => {
+                    let mut bytes = Vec::new();
+                    for _ in 0..batches {
+                        let first = model.len() as u64;
+                        bytes.extend(batch(first, records, 7, value_len));
+                        for i in 0..records {
+                            let mut v = format!("v{}-", first + i as u64).into_bytes();
+                            v.resize(value_len.max(v.len()), b'x');
+                            model.push(v);
+                        }
+                    }
+                    let info = append(&mut log, bytes, 0);
+                    prop_assert_eq!(info.last_offset + 1, model.len() as i64);
+                }
+                Op::Roll => log.force_roll().unwrap(),
+                Op::Reopen => {
+                    drop(log);
+                    log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+                }
+                Op::TornReopen(n) => {
+                    let path = active_log_file(&log);
+                    drop(log);
+                    let junk = batch(0, 3, 7, 50);
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+                    std::io::Write::write_all(&mut f, &junk[..n.min(junk.len() - 1)]).unwrap();
+                    drop(f);
+                    log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+                }
+            }
+            prop_assert_eq!(log.log_end_offset(), model.len() as i64);
+        }
+        let got: Vec<_> = read_all(&log, 0, 1000).into_iter().map(|r| r.value.unwrap().to_vec()).collect();
+        prop_assert_eq!(&got, &model);
+        if !model.is_empty() {
+            let mid = model.len() / 2;
+            let tail: Vec<_> = read_all(&log, mid as i64, 1).into_iter().map(|r| r.value.unwrap().to_vec()).collect();
+            prop_assert_eq!(&tail[..], &model[mid..]);
+        }
+    }
+}

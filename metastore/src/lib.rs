@@ -1,0 +1,101 @@
+//! The metastore: where topics, partitions, configs (and later replica sets, leases,
+//! remote segments and group offsets) live. One [`Metastore`] trait, implemented for
+//! PostgreSQL (clusters) and SQLite (the embedded single-node default) by the same SQL,
+//! and checked by one conformance suite run against both (`tests/conformance.rs`).
+
+mod sql;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use sql::{PostgresMetastore, SqliteMetastore};
+
+/// A topic as the metastore records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// Topic-level config overrides only (Kafka names); defaults are the broker's business.
+    pub configs: BTreeMap<String, String>,
+    pub created_at_ms: i64,
+}
+
+/// What a caller asks for when creating a topic. Validation of names and configs is the
+/// broker's job; the metastore only enforces uniqueness and positive counts.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("topic '{0}' already exists")]
+    TopicAlreadyExists(String),
+    #[error("topic '{0}' does not exist")]
+    TopicNotFound(String),
+    #[error("topic '{topic}' has {current} partitions; the new count {requested} must be larger")]
+    PartitionCountNotIncreased {
+        topic: String,
+        current: i32,
+        requested: i32,
+    },
+    #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
+    UnsupportedUrl(String),
+    #[error("metastore database error")]
+    Database(#[from] sqlx::Error),
+    #[error("metastore migration failed")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+}
+
+impl Error {
+    /// Whether trying the same call again may succeed (connection trouble, not a verdict).
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Error::Database(
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+            )
+        )
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[async_trait]
+pub trait Metastore: Send + Sync + 'static {
+    /// Creates a topic with a fresh id; fails with `TopicAlreadyExists` on a taken name.
+    async fn create_topic(&self, topic: NewTopic) -> Result<Topic>;
+    async fn get_topic(&self, name: &str) -> Result<Option<Topic>>;
+    /// All topics, ordered by name.
+    async fn list_topics(&self) -> Result<Vec<Topic>>;
+    /// Deletes a topic and its configs, returning what was deleted.
+    async fn delete_topic(&self, name: &str) -> Result<Topic>;
+    /// Sets and removes config overrides in one transaction.
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<Topic>;
+    /// Raises the partition count; never lowers it or leaves it equal.
+    async fn add_partitions(&self, name: &str, total: i32) -> Result<Topic>;
+}
+
+/// Opens the metastore a URL names and brings its schema up to date.
+pub async fn open(url: &str) -> Result<Arc<dyn Metastore>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresMetastore::connect(url).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteMetastore::connect(url).await?))
+    } else {
+        Err(Error::UnsupportedUrl(url.to_string()))
+    }
+}

@@ -1,0 +1,239 @@
+//! The SQL implementations. PostgreSQL and SQLite run the very same statements (both
+//! accept `$n` parameters and `ON CONFLICT … DO UPDATE`), so one macro body serves both
+//! and the two cannot drift apart; only connection setup and migrations differ.
+//!
+//! Every multi-statement change runs in one transaction, so a crash leaves either the
+//! old or the new state.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use uuid::Uuid;
+
+use crate::{Error, Metastore, NewTopic, Result, Topic};
+
+pub struct PostgresMetastore {
+    pool: PgPool,
+}
+
+impl PostgresMetastore {
+    pub async fn connect(url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+pub struct SqliteMetastore {
+    pool: SqlitePool,
+}
+
+impl SqliteMetastore {
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // Metadata changes are rare and must survive power loss.
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
+}
+
+type TopicRow = (Uuid, String, i32, i32, i64);
+
+const SELECT_TOPIC: &str =
+    "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics WHERE name = $1";
+
+macro_rules! sql_metastore {
+    ($ty:ty, $db:ty) => {
+        impl $ty {
+            async fn load<'e, E>(exec: E, row: TopicRow) -> Result<Topic>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let (id, name, partitions, replication_factor, created_at_ms) = row;
+                let configs: Vec<(String, String)> =
+                    sqlx::query_as("SELECT key, value FROM topic_configs WHERE topic_id = $1")
+                        .bind(id)
+                        .fetch_all(exec)
+                        .await?;
+                Ok(Topic {
+                    id,
+                    name,
+                    partitions,
+                    replication_factor,
+                    configs: configs.into_iter().collect(),
+                    created_at_ms,
+                })
+            }
+        }
+
+        #[async_trait]
+        impl Metastore for $ty {
+            async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
+                let id = Uuid::new_v4();
+                let created_at_ms = now_ms();
+                let mut tx = self.pool.begin().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO topics (id, name, partitions, replication_factor, created_at_ms) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(id)
+                .bind(&t.name)
+                .bind(t.partitions)
+                .bind(t.replication_factor)
+                .bind(created_at_ms)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Err(e) if is_unique_violation(&e) => return Err(Error::TopicAlreadyExists(t.name)),
+                    other => other?,
+                };
+                for (k, v) in &t.configs {
+                    sqlx::query("INSERT INTO topic_configs (topic_id, key, value) VALUES ($1, $2, $3)")
+                        .bind(id)
+                        .bind(k)
+                        .bind(v)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Topic {
+                    id,
+                    name: t.name,
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t.configs,
+                    created_at_ms,
+                })
+            }
+
+            async fn get_topic(&self, name: &str) -> Result<Option<Topic>> {
+                let mut conn = self.pool.acquire().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *conn).await?;
+                match row {
+                    Some(row) => Ok(Some(Self::load(&mut *conn, row).await?)),
+                    None => Ok(None),
+                }
+            }
+
+            async fn list_topics(&self) -> Result<Vec<Topic>> {
+                let mut conn = self.pool.acquire().await?;
+                let rows: Vec<TopicRow> = sqlx::query_as(
+                    "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics ORDER BY name",
+                )
+                .fetch_all(&mut *conn)
+                .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for row in rows {
+                    out.push(Self::load(&mut *conn, row).await?);
+                }
+                Ok(out)
+            }
+
+            async fn delete_topic(&self, name: &str) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                let topic = Self::load(&mut *tx, row).await?;
+                sqlx::query("DELETE FROM topic_configs WHERE topic_id = $1")
+                    .bind(topic.id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM topics WHERE id = $1").bind(topic.id).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+
+            async fn alter_topic_configs(
+                &self,
+                name: &str,
+                set: &BTreeMap<String, String>,
+                delete: &[String],
+            ) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                let id = row.0;
+                for k in delete {
+                    sqlx::query("DELETE FROM topic_configs WHERE topic_id = $1 AND key = $2")
+                        .bind(id)
+                        .bind(k)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                for (k, v) in set {
+                    sqlx::query(
+                        "INSERT INTO topic_configs (topic_id, key, value) VALUES ($1, $2, $3) \
+                         ON CONFLICT (topic_id, key) DO UPDATE SET value = excluded.value",
+                    )
+                    .bind(id)
+                    .bind(k)
+                    .bind(v)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let topic = Self::load(&mut *tx, row).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+
+            async fn add_partitions(&self, name: &str, total: i32) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                // One conditional UPDATE: concurrent callers cannot lower the count.
+                let updated = sqlx::query("UPDATE topics SET partitions = $2 WHERE name = $1 AND partitions < $2")
+                    .bind(name)
+                    .bind(total)
+                    .execute(&mut *tx)
+                    .await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                if updated.rows_affected() == 0 {
+                    return Err(Error::PartitionCountNotIncreased {
+                        topic: name.to_string(),
+                        current: row.2,
+                        requested: total,
+                    });
+                }
+                let topic = Self::load(&mut *tx, row).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+        }
+    };
+}
+
+sql_metastore!(PostgresMetastore, sqlx::Postgres);
+sql_metastore!(SqliteMetastore, sqlx::Sqlite);

@@ -1,0 +1,271 @@
+//! One conformance suite for every `Metastore` implementation, run against a real
+//! SQLite file and a real PostgreSQL server.
+//!
+//! PostgreSQL: `SHALE_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`)
+//! must reach a server where the user may create databases; each test gets a fresh
+//! database and drops it afterwards. Start one with `infra/test-services.sh`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use shale_metastore::{Error, Metastore, NewTopic};
+
+/// A metastore under test plus whatever must be cleaned up after it.
+struct Fixture {
+    store: Arc<dyn Metastore>,
+    cleanup: Option<(String, String)>, // (admin url, database name)
+    _dir: Option<tempfile_dir::Dir>,
+}
+
+mod tempfile_dir {
+    /// A scratch directory removed on drop (kept tiny to avoid a dev-dependency).
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+async fn sqlite() -> Fixture {
+    let dir = std::env::temp_dir().join(format!("shale-ms-{}", uuid_like()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}/meta.db", dir.display());
+    let store = shale_metastore::open(&url).await.unwrap();
+    Fixture {
+        store,
+        cleanup: None,
+        _dir: Some(tempfile_dir::Dir(dir)),
+    }
+}
+
+async fn postgres() -> Fixture {
+    let admin = std::env::var("SHALE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
+    let db = format!("shale_test_{}", uuid_like());
+    let pool = sqlx_admin(&admin).await;
+    sqlx_exec(&pool, &format!("CREATE DATABASE {db}")).await;
+    pool.close().await;
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+    let store = shale_metastore::open(&format!("{base}/{db}"))
+        .await
+        .unwrap();
+    Fixture {
+        store,
+        cleanup: Some((admin, db)),
+        _dir: None,
+    }
+}
+
+impl Fixture {
+    async fn finish(self) {
+        drop(self.store);
+        if let Some((admin, db)) = self.cleanup {
+            let pool = sqlx_admin(&admin).await;
+            sqlx_exec(&pool, &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+        }
+    }
+}
+
+async fn sqlx_admin(url: &str) -> sqlx::PgPool {
+    sqlx::PgPool::connect(url).await.unwrap_or_else(|e| {
+        panic!(
+            "cannot reach PostgreSQL at {url} ({e}); start it with `infra/test-services.sh` \
+             or point SHALE_TEST_POSTGRES_URL at a server where this user may create databases"
+        )
+    })
+}
+
+async fn sqlx_exec(pool: &sqlx::PgPool, sql: &str) {
+    sqlx::query(sql)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn uuid_like() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn new_topic(name: &str, partitions: i32) -> NewTopic {
+    NewTopic {
+        name: name.to_string(),
+        partitions,
+        replication_factor: 1,
+        configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+    }
+}
+
+async fn create_get_list(m: &dyn Metastore) {
+    let a = m.create_topic(new_topic("beta", 3)).await.unwrap();
+    let b = m.create_topic(new_topic("alpha", 1)).await.unwrap();
+    assert_ne!(a.id, b.id);
+    let got = m.get_topic("beta").await.unwrap().unwrap();
+    assert_eq!(got, a);
+    assert_eq!(
+        got.configs.get("retention.ms").map(String::as_str),
+        Some("1000")
+    );
+    let names: Vec<_> = m
+        .list_topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert!(m.get_topic("gamma").await.unwrap().is_none());
+}
+
+async fn duplicate_name_is_refused_and_keeps_original(m: &dyn Metastore) {
+    let first = m.create_topic(new_topic("dup", 2)).await.unwrap();
+    let err = m.create_topic(new_topic("dup", 5)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::TopicAlreadyExists(ref n) if n == "dup"),
+        "{err:?}"
+    );
+    assert_eq!(m.get_topic("dup").await.unwrap().unwrap(), first);
+}
+
+async fn delete_removes_topic_and_configs(m: &dyn Metastore) {
+    let t = m.create_topic(new_topic("gone", 1)).await.unwrap();
+    assert_eq!(m.delete_topic("gone").await.unwrap().id, t.id);
+    assert!(m.get_topic("gone").await.unwrap().is_none());
+    assert!(matches!(
+        m.delete_topic("gone").await,
+        Err(Error::TopicNotFound(_))
+    ));
+    // A re-created topic gets a new id and none of the old configs.
+    let mut fresh = new_topic("gone", 1);
+    fresh.configs.clear();
+    let again = m.create_topic(fresh).await.unwrap();
+    assert_ne!(again.id, t.id);
+    assert!(again.configs.is_empty());
+    assert!(
+        m.get_topic("gone")
+            .await
+            .unwrap()
+            .unwrap()
+            .configs
+            .is_empty()
+    );
+}
+
+async fn alter_configs_sets_and_deletes(m: &dyn Metastore) {
+    m.create_topic(new_topic("cfg", 1)).await.unwrap();
+    let set = BTreeMap::from([
+        ("segment.bytes".to_string(), "1048576".to_string()),
+        ("retention.ms".to_string(), "5000".to_string()),
+    ]);
+    let t = m.alter_topic_configs("cfg", &set, &[]).await.unwrap();
+    assert_eq!(t.configs, set);
+    let t = m
+        .alter_topic_configs("cfg", &BTreeMap::new(), &["retention.ms".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(t.configs.len(), 1);
+    assert_eq!(
+        m.get_topic("cfg").await.unwrap().unwrap().configs,
+        t.configs
+    );
+    let err = m.alter_topic_configs("nope", &set, &[]).await.unwrap_err();
+    assert!(matches!(err, Error::TopicNotFound(_)));
+}
+
+async fn partitions_only_grow(m: &dyn Metastore) {
+    m.create_topic(new_topic("grow", 2)).await.unwrap();
+    assert_eq!(m.add_partitions("grow", 5).await.unwrap().partitions, 5);
+    for bad in [5, 3] {
+        let err = m.add_partitions("grow", bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::PartitionCountNotIncreased { current: 5, requested, .. } if requested == bad),
+            "{err:?}"
+        );
+    }
+    assert_eq!(m.get_topic("grow").await.unwrap().unwrap().partitions, 5);
+    assert!(matches!(
+        m.add_partitions("nope", 9).await,
+        Err(Error::TopicNotFound(_))
+    ));
+}
+
+async fn survives_reopen(url_of: &str, m: &dyn Metastore) {
+    m.create_topic(new_topic("durable", 4)).await.unwrap();
+    let reopened = shale_metastore::open(url_of).await.unwrap();
+    assert_eq!(
+        reopened
+            .get_topic("durable")
+            .await
+            .unwrap()
+            .unwrap()
+            .partitions,
+        4
+    );
+}
+
+macro_rules! metastore_suite {
+    ($backend:ident) => {
+        mod $backend {
+            use super::*;
+
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test]
+                    async fn $name() {
+                        let f = super::$backend().await;
+                        super::$name(f.store.as_ref()).await;
+                        f.finish().await;
+                    }
+                };
+            }
+
+            case!(create_get_list);
+            case!(duplicate_name_is_refused_and_keeps_original);
+            case!(delete_removes_topic_and_configs);
+            case!(alter_configs_sets_and_deletes);
+            case!(partitions_only_grow);
+        }
+    };
+}
+
+metastore_suite!(sqlite);
+metastore_suite!(postgres);
+
+#[tokio::test]
+async fn sqlite_survives_reopen() {
+    let f = sqlite().await;
+    let dir = f._dir.as_ref().unwrap().0.clone();
+    survives_reopen(
+        &format!("sqlite://{}/meta.db", dir.display()),
+        f.store.as_ref(),
+    )
+    .await;
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_creates_of_one_name_yield_exactly_one_topic_postgres() {
+    let f = postgres().await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let m = f.store.clone();
+            tokio::spawn(async move { m.create_topic(new_topic("race", 1)).await })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(Error::TopicAlreadyExists(_)) => {}
+            Err(e) => panic!("unexpected error {e:?}"),
+        }
+    }
+    assert_eq!(ok, 1);
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn unsupported_url_is_a_clear_error() {
+    let err = shale_metastore::open("mysql://x").await.err().unwrap();
+    assert!(matches!(err, Error::UnsupportedUrl(_)));
+}

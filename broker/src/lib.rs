@@ -1,4 +1,15 @@
-//! The Shale broker: partition logs on local disk, the metastore for truth about
-//! topics, and gRPC adapters in `api/`.
+//! The Shale broker: partition logs on local disk (`log/`), one partition's state
+//! (`partition.rs`), the topic registry and background work (`broker.rs`), the
+//! produce / fetch / admin domain (`produce.rs`, `fetch.rs`, `topics.rs`), and the
+//! gRPC adapters (`api/`).
 
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod error;
+pub mod fetch;
 pub mod log;
+pub mod partition;
+pub mod produce;
+pub mod topic_config;
+pub mod topics;

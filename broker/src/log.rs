@@ -373,9 +373,10 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// Whole batches from the one holding `offset`, up to `max_bytes` (but always the
-    /// first batch, however large) and never a batch reaching `max_offset`.
-    pub fn read(self, max_bytes: usize) -> io::Result<Bytes> {
+    /// Whole batches from the one holding `offset`, up to `max_bytes`, never a batch
+    /// reaching `max_offset`. With `whole_first`, the first batch comes even if it alone
+    /// is larger than `max_bytes` (so a consumer never stalls on a large batch).
+    pub fn read(self, max_bytes: usize, whole_first: bool) -> io::Result<Bytes> {
         if self.offset >= self.max_offset {
             return Ok(Bytes::new());
         }
@@ -383,7 +384,8 @@ impl ReadPlan {
         let Some(first) = reader.seek_offset(self.start, self.offset)? else {
             return Ok(Bytes::new());
         };
-        if first.header.last_offset() >= self.max_offset {
+        let too_big = !whole_first && first.header.total_size() > max_bytes;
+        if first.header.last_offset() >= self.max_offset || too_big {
             return Ok(Bytes::new());
         }
         let available = (self.end - first.position) as usize;

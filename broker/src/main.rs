@@ -1,1 +1,109 @@
-fn main() {}
+//! `shale-broker`: with no configuration at all it runs the embedded default
+//! (data and SQLite metastore in ./shale-data, objects in ./shale-data/objects,
+//! gRPC on 127.0.0.1:9093).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use shale_broker::broker::Broker;
+use shale_broker::config::{Args, BrokerConfig};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = match BrokerConfig::load(Args::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shale-broker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shale-broker: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shale-broker: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let cancel = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let shutdown_timeout = Duration::from_millis(config.log.shutdown_timeout_ms);
+    let broker = Broker::start(config, cancel.clone()).await?;
+    let mut tasks = JoinSet::new();
+    broker.spawn_background(&mut tasks);
+    tracing::info!(
+        listen = %broker.config.listen,
+        data_dir = %broker.config.data_dir.display(),
+        metastore = %broker.config.metastore_url,
+        object_store = %broker.config.object_store_url,
+        "shale-broker ready"
+    );
+    let signal = {
+        let cancel = cancel.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            cancel.cancel();
+        }
+    };
+    shale_broker::api::serve(broker.clone(), listener, signal)
+        .await
+        .context("gRPC server failed")?;
+    cancel.cancel();
+    if tokio::time::timeout(shutdown_timeout, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!("background tasks did not stop in time, aborting them");
+        tasks.abort_all();
+    }
+    broker.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -59,3 +59,6 @@ mod tests {
         assert!(open("memory://").is_ok());
     }
 }
+
+/// The object store as the rest of Shale holds it.
+pub type ObjectStoreRef = Arc<dyn ObjectStore>;

@@ -144,6 +144,7 @@ impl<E: IndexEntry> IndexFile<E> {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn entries(&self) -> &[E] {
         &self.entries
     }

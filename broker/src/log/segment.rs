@@ -213,7 +213,14 @@ impl Segment {
         now_ms: i64,
         index_interval: u64,
     ) -> io::Result<()> {
-        (&*self.file).write_all(batches)?;
+        if let Err(e) = (&*self.file).write_all(batches) {
+            // Cut off whatever part reached the file, so the next append starts at `size`
+            // and no half batch sits between two good ones.
+            if let Err(trunc) = self.file.set_len(self.size) {
+                tracing::error!(segment = self.base_offset, error = %trunc, "cannot cut off a failed append");
+            }
+            return Err(e);
+        }
         let mut pos = self.size;
         for h in headers {
             self.index_batch(h, pos, index_interval);

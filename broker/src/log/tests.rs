@@ -25,7 +25,7 @@ fn read_all(log: &PartitionLog, from: i64, max_bytes: usize) -> Vec<Record> {
         let bytes = log
             .plan_read(offset, i64::MAX)
             .unwrap()
-            .read(max_bytes)
+            .read(max_bytes, true)
             .unwrap();
         assert!(!bytes.is_empty(), "no progress at {offset}");
         for item in BatchIter::new(&bytes) {
@@ -63,7 +63,11 @@ fn segments_roll_and_every_offset_is_found_through_the_index() {
     assert!(log.segment_count() > 5, "segments: {}", log.segment_count());
     assert!(log.segments.values().all(|s| s.size() <= 2048));
     for offset in 0..300 {
-        let bytes = log.plan_read(offset, i64::MAX).unwrap().read(1).unwrap();
+        let bytes = log
+            .plan_read(offset, i64::MAX)
+            .unwrap()
+            .read(1, true)
+            .unwrap();
         let (h, _) = BatchIter::new(&bytes).next().unwrap().unwrap();
         assert!(
             h.base_offset <= offset && offset <= h.last_offset(),
@@ -92,7 +96,7 @@ fn read_stops_before_max_offset_and_at_log_end() {
     for i in 0..10 {
         append(&mut log, batch(i * 2, 2, 1000, 10), 0);
     }
-    let bytes = log.plan_read(4, 8).unwrap().read(1 << 20).unwrap();
+    let bytes = log.plan_read(4, 8).unwrap().read(1 << 20, true).unwrap();
     let offsets: Vec<_> = BatchIter::new(&bytes)
         .map(|b| b.unwrap().0.base_offset)
         .collect();
@@ -100,7 +104,7 @@ fn read_stops_before_max_offset_and_at_log_end() {
     assert!(
         log.plan_read(20, i64::MAX)
             .unwrap()
-            .read(1 << 20)
+            .read(1 << 20, true)
             .unwrap()
             .is_empty()
     );
@@ -301,7 +305,11 @@ fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
     let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
     assert_eq!(read_all(&log, 0, 300).len(), 180);
     for offset in [sealed[1] + 1, sealed[2] + 2] {
-        let bytes = log.plan_read(offset, i64::MAX).unwrap().read(1).unwrap();
+        let bytes = log
+            .plan_read(offset, i64::MAX)
+            .unwrap()
+            .read(1, true)
+            .unwrap();
         let (h, _) = BatchIter::new(&bytes).next().unwrap().unwrap();
         assert!(h.base_offset <= offset && offset <= h.last_offset());
     }

@@ -1,1 +1,398 @@
-fn main() {}
+//! `shale`: the command-line client. Errors are one line on stderr and a non-zero exit.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use shale_client::format::Format;
+use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
+
+#[derive(Parser)]
+#[command(
+    name = "shale",
+    version,
+    about = "Command-line client for the Shale broker"
+)]
+struct Cli {
+    /// Broker address.
+    #[arg(
+        long,
+        global = true,
+        env = "SHALE_BOOTSTRAP",
+        default_value = "127.0.0.1:9093"
+    )]
+    bootstrap: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Produce records read from stdin, one per line.
+    Produce(ProduceArgs),
+    /// Consume records and print them.
+    Consume(ConsumeArgs),
+    /// Print partition offsets: `topic:partition:offset` per line.
+    Offsets {
+        topic: String,
+        /// earliest, latest, or an RFC 3339 time (first offset at or after it; -1 if none).
+        #[arg(long, default_value = "latest")]
+        time: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopicCommand {
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        #[arg(long, default_value_t = 1)]
+        replication_factor: i32,
+        /// Topic config override, `key=value` (repeatable).
+        #[arg(long = "config", value_parser = parse_kv)]
+        configs: Vec<(String, String)>,
+    },
+    List,
+    Describe {
+        name: String,
+    },
+    /// Raise the partition count and/or change config overrides.
+    Alter {
+        name: String,
+        /// New, larger partition count.
+        #[arg(long)]
+        partitions: Option<i32>,
+        #[arg(long = "config", value_parser = parse_kv)]
+        configs: Vec<(String, String)>,
+        /// Remove an override, returning the key to the broker default (repeatable).
+        #[arg(long = "delete-config")]
+        delete_configs: Vec<String>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct ProduceArgs {
+    topic: String,
+    /// Split each line at the first SEP into key and value.
+    #[arg(long)]
+    key_separator: Option<String>,
+    /// Send every record to this partition.
+    #[arg(long)]
+    partition: Option<i32>,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "1")]
+    acks: Acks,
+    /// Print `partition:offset` for each record once acknowledged, in input order.
+    #[arg(long)]
+    print_offsets: bool,
+    /// Largest batch in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    batch_size: usize,
+}
+
+#[derive(Args)]
+struct ConsumeArgs {
+    topic: String,
+    #[arg(long, conflicts_with_all = ["offset", "from_time"])]
+    from_beginning: bool,
+    /// Start at this offset in every consumed partition.
+    #[arg(long, conflicts_with = "from_time")]
+    offset: Option<i64>,
+    /// Start at the first record at or after this RFC 3339 time.
+    #[arg(long)]
+    from_time: Option<String>,
+    /// Consume only this partition (default: all).
+    #[arg(long)]
+    partition: Option<i32>,
+    /// Exit after this many records.
+    #[arg(long)]
+    max_messages: Option<u64>,
+    /// Exit when nothing arrives for this long.
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    /// kcat-style format: %t %p %o %k %s %T %h %K %S.
+    #[arg(long, default_value = "%s\\n")]
+    format: Format,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got '{s}'"))
+}
+
+fn parse_time(s: &str) -> anyhow::Result<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|e| {
+        anyhow::anyhow!("'{s}' is not an RFC 3339 time ({e}), e.g. 2026-01-31T12:00:00Z")
+    })?;
+    Ok(t.timestamp_millis())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shale: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("shale: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let client = Client::connect(&cli.bootstrap).await?;
+    match cli.command {
+        Command::Topic(cmd) => topic(client, cmd).await,
+        Command::Produce(args) => produce(client, args).await,
+        Command::Consume(args) => consume(client, args).await,
+        Command::Offsets { topic, time } => {
+            let ts = match time.as_str() {
+                "earliest" => -2,
+                "latest" => -1,
+                other => parse_time(other)?,
+            };
+            let mut out = String::new();
+            for p in 0..client.partition_count(&topic).await? {
+                let offset = client.list_offset(&topic, p, ts).await?.unwrap_or(-1);
+                out.push_str(&format!("{topic}:{p}:{offset}\n"));
+            }
+            print!("{out}");
+            Ok(())
+        }
+    }
+}
+
+async fn topic(client: Client, cmd: TopicCommand) -> anyhow::Result<()> {
+    match cmd {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+        } => {
+            let id = client
+                .create_topic(
+                    &name,
+                    partitions,
+                    replication_factor,
+                    configs.into_iter().collect(),
+                )
+                .await?;
+            println!("created topic {name} ({id})");
+        }
+        TopicCommand::List => {
+            for t in client.list_topics().await? {
+                println!("{}", t.name);
+            }
+        }
+        TopicCommand::Describe { name } => {
+            let d = client.describe_topic(&name).await?;
+            let t = d.topic.unwrap_or_default();
+            println!(
+                "Topic: {}\tTopicId: {}\tPartitions: {}\tReplicationFactor: {}",
+                t.name, t.topic_id, t.partitions, t.replication_factor
+            );
+            let overrides: BTreeMap<_, _> = d.config_overrides.into_iter().collect();
+            let list: Vec<String> = overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("Configs: {}", list.join(","));
+            for p in d.partitions {
+                let ids = |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+                println!(
+                    "\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLocalLogStartOffset: {}\tHighWatermark: {}\tLogEndOffset: {}\tSizeBytes: {}\tSegments: {}",
+                    p.partition,
+                    p.leader,
+                    ids(&p.replicas),
+                    ids(&p.isr),
+                    p.log_start_offset,
+                    p.local_log_start_offset,
+                    p.high_watermark,
+                    p.log_end_offset,
+                    p.size_bytes,
+                    p.segments
+                );
+            }
+        }
+        TopicCommand::Alter {
+            name,
+            partitions,
+            configs,
+            delete_configs,
+        } => {
+            if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
+                anyhow::bail!("nothing to alter: give --partitions, --config or --delete-config");
+            }
+            if !configs.is_empty() || !delete_configs.is_empty() {
+                client
+                    .alter_configs(&name, configs.into_iter().collect(), delete_configs)
+                    .await?;
+            }
+            if let Some(n) = partitions {
+                client.create_partitions(&name, n).await?;
+            }
+            println!("altered topic {name}");
+        }
+        TopicCommand::Delete { name } => {
+            client.delete_topic(&name).await?;
+            println!("deleted topic {name}");
+        }
+    }
+    Ok(())
+}
+
+/// Lines per request: large enough to amortize a round trip, small enough to pipeline
+/// reading stdin with sending.
+const PRODUCE_CHUNK_LINES: usize = 20_000;
+const PRODUCE_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+
+async fn produce(client: Client, args: ProduceArgs) -> anyhow::Result<()> {
+    let mut producer = Producer::new(client, &args.topic, args.acks)
+        .await?
+        .with_batch_size(args.batch_size);
+    // A reader thread keeps the next chunk of lines ready while one is in flight.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<Vec<u8>>>>(2);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().split(b'\n');
+        loop {
+            let mut chunk = Vec::new();
+            let mut bytes = 0;
+            while chunk.len() < PRODUCE_CHUNK_LINES && bytes < PRODUCE_CHUNK_BYTES {
+                match lines.next() {
+                    Some(Ok(mut line)) => {
+                        if line.last() == Some(&b'\r') {
+                            line.pop();
+                        }
+                        bytes += line.len();
+                        chunk.push(line);
+                    }
+                    Some(Err(e)) => {
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                    None => break,
+                }
+            }
+            let done = chunk.len() < PRODUCE_CHUNK_LINES && bytes < PRODUCE_CHUNK_BYTES;
+            if !chunk.is_empty() && tx.blocking_send(Ok(chunk)).is_err() || done {
+                return;
+            }
+        }
+    });
+    let separator = args.key_separator.as_deref().map(str::as_bytes);
+    let stdout = std::io::stdout();
+    let mut total = 0u64;
+    while let Some(chunk) = rx.recv().await {
+        let records: Vec<ProducerRecord> = chunk?
+            .into_iter()
+            .map(|line| {
+                let (key, value) = match separator.and_then(|s| split_once(&line, s)) {
+                    Some((k, v)) => (Some(Bytes::copy_from_slice(k)), Bytes::copy_from_slice(v)),
+                    None => (None, Bytes::from(line)),
+                };
+                ProducerRecord {
+                    key,
+                    value: Some(value),
+                    partition: args.partition,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        total += records.len() as u64;
+        let acked = producer.send_all(records).await?;
+        if args.print_offsets {
+            let mut out = String::with_capacity(acked.len() * 12);
+            for m in acked {
+                out.push_str(&format!("{}:{}\n", m.partition, m.offset));
+            }
+            stdout.lock().write_all(out.as_bytes())?;
+        }
+    }
+    stdout.lock().flush()?;
+    tracing::debug!(records = total, "produced");
+    Ok(())
+}
+
+fn split_once<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
+    if sep.is_empty() {
+        return None;
+    }
+    line.windows(sep.len())
+        .position(|w| w == sep)
+        .map(|i| (&line[..i], &line[i + sep.len()..]))
+}
+
+async fn consume(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
+    let start = if args.from_beginning {
+        StartFrom::Earliest
+    } else if let Some(o) = args.offset {
+        StartFrom::Offset(o)
+    } else if let Some(t) = &args.from_time {
+        StartFrom::Timestamp(parse_time(t)?)
+    } else {
+        StartFrom::Latest
+    };
+    let mut consumer =
+        Consumer::new(client, &args.topic, args.partition.map(|p| vec![p]), start).await?;
+    let idle = args.idle_timeout_ms.map(Duration::from_millis);
+    let mut last_record = Instant::now();
+    let mut seen = 0u64;
+    let stdout = std::io::stdout();
+    let mut buf = Vec::with_capacity(1 << 16);
+    loop {
+        if args.max_messages.is_some_and(|m| seen >= m) {
+            break;
+        }
+        let wait = match idle {
+            Some(idle) => {
+                let left = idle.saturating_sub(last_record.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                left.min(Duration::from_secs(1))
+            }
+            None => Duration::from_secs(1),
+        };
+        let records = consumer.poll(wait).await?;
+        if !records.is_empty() {
+            last_record = Instant::now();
+        }
+        for r in records {
+            if args.max_messages.is_some_and(|m| seen >= m) {
+                break;
+            }
+            args.format.write(&mut buf, &r);
+            seen += 1;
+        }
+        let mut out = stdout.lock();
+        out.write_all(&buf)?;
+        out.flush()?;
+        buf.clear();
+    }
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The broker's state: the topic registry (what the metastore says, plus this broker's
+//! open partitions), and the background tasks that keep it current and the logs tidy.
+//!
+//! The registry is a snapshot map behind a `std::sync::RwLock`, held only to clone an
+//! `Arc`. It changes only in [`Broker::reconcile`], which reads the metastore (the
+//! truth) and opens, reconfigures or removes local partitions to match; a tokio mutex
+//! serializes reconciles.
+//!
+//! # Cancellation
+//! Background tasks stop when the broker's `CancellationToken` fires; [`Broker::shutdown`]
+//! then fsyncs every partition.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shale_metastore::{Metastore, Topic};
+use shale_tiering::ObjectStoreRef;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+use crate::error::{Error, Result};
+use crate::partition::{Partition, partition_dir, read_topic_id};
+use crate::topic_config::TopicConfig;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A topic as this broker serves it.
+pub struct TopicState {
+    pub meta: Topic,
+    pub config: Arc<TopicConfig>,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub(crate) metastore: Arc<dyn Metastore>,
+    /// Opened and checked at start; tiering uploads through it.
+    _object_store: ObjectStoreRef,
+    topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    reconcile_lock: tokio::sync::Mutex<()>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Broker {
+    /// Opens the metastore and object store, recovers every local partition, and
+    /// removes partition directories of topics that no longer exist.
+    pub async fn start(
+        config: BrokerConfig,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Arc<Self>> {
+        use anyhow::Context;
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+        let metastore = shale_metastore::open(&config.metastore_url)
+            .await
+            .with_context(|| format!("cannot open metastore {}", config.metastore_url))?;
+        let object_store = shale_tiering::open(&config.object_store_url)
+            .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        let broker = Arc::new(Self {
+            config,
+            metastore,
+            _object_store: object_store,
+            topics: RwLock::new(HashMap::new()),
+            reconcile_lock: tokio::sync::Mutex::new(()),
+            cancel,
+        });
+        broker.reconcile().await.context("cannot load topics")?;
+        let known: HashMap<String, uuid::Uuid> = broker
+            .topics_snapshot()
+            .into_iter()
+            .map(|t| (t.meta.name.clone(), t.meta.id))
+            .collect();
+        let data_dir = broker.config.data_dir.clone();
+        tokio::task::spawn_blocking(move || remove_orphans(&data_dir, &known)).await??;
+        Ok(broker)
+    }
+
+    pub fn topics_snapshot(&self) -> Vec<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn topic(&self, name: &str) -> Result<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>> {
+        let state = self.topic(topic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| state.partitions.get(p).cloned())
+            .ok_or_else(|| Error::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            })
+    }
+
+    fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics_snapshot()
+            .iter()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect()
+    }
+
+    /// The effective config of a topic with these overrides.
+    pub fn resolve_config(
+        &self,
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> Result<TopicConfig> {
+        Ok(self.config.topic_defaults.with_overrides(overrides)?)
+    }
+
+    /// Brings local partitions in line with the metastore.
+    pub async fn reconcile(&self) -> Result<()> {
+        let _guard = self.reconcile_lock.lock().await;
+        let wanted = self.metastore.list_topics().await?;
+        let current = self
+            .topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut next = HashMap::with_capacity(wanted.len());
+        for meta in wanted {
+            let config = Arc::new(self.resolve_config(&meta.configs).unwrap_or_else(|e| {
+                tracing::error!(topic = %meta.name, error = %e, "stored topic config is invalid, using defaults");
+                self.config.topic_defaults.clone()
+            }));
+            let existing = current.get(&meta.name).filter(|s| s.meta.id == meta.id);
+            if let Some(state) = existing.filter(|s| s.meta == meta) {
+                next.insert(meta.name.clone(), state.clone());
+                continue;
+            }
+            let mut partitions = existing.map(|s| s.partitions.clone()).unwrap_or_default();
+            if existing.is_some_and(|s| *s.config != *config) {
+                partitions.iter().for_each(|p| p.set_config(config.clone()));
+            }
+            let (data_dir, name, id, cfg) = (
+                self.config.data_dir.clone(),
+                meta.name.clone(),
+                meta.id,
+                config.clone(),
+            );
+            let (from, to) = (partitions.len() as i32, meta.partitions);
+            let opened = tokio::task::spawn_blocking(move || {
+                (from..to)
+                    .map(|p| {
+                        Partition::open(&data_dir, &name, p, id, cfg.clone(), now_ms())
+                            .map(Arc::new)
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??;
+            if !opened.is_empty() {
+                tracing::info!(topic = %meta.name, partitions = opened.len(), "opened partitions");
+            }
+            partitions.extend(opened);
+            next.insert(
+                meta.name.clone(),
+                Arc::new(TopicState {
+                    meta,
+                    config,
+                    partitions,
+                }),
+            );
+        }
+        let removed: Vec<Arc<TopicState>> = current
+            .into_iter()
+            .filter(|(name, s)| next.get(name).is_none_or(|n| n.meta.id != s.meta.id))
+            .map(|(_, s)| s)
+            .collect();
+        *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
+        for state in removed {
+            let dirs: Vec<_> = state.partitions.iter().map(|p| p.dir()).collect();
+            tracing::info!(topic = %state.meta.name, "deleting local partitions of removed topic");
+            tokio::task::spawn_blocking(move || {
+                for dir in dirs {
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Spawns retention, flush and metadata-refresh loops; they end on cancellation.
+    pub fn spawn_background(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
+        let log = self.config.log.clone();
+        self.spawn_every(tasks, log.retention_check_interval_ms, "retention", |b| async move {
+            let parts = b.all_partitions();
+            let now = now_ms();
+            let result = tokio::task::spawn_blocking(move || {
+                for p in parts {
+                    if let Err(e) = p.apply_retention(now) {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
+                    }
+                }
+            })
+            .await;
+            result.map_err(|e| Error::Internal(e.to_string()))
+        });
+        self.spawn_every(tasks, log.flush_check_interval_ms, "flush", |b| async move {
+            let parts: Vec<_> = b.all_partitions().into_iter().filter(|p| p.config().flush_ms < i64::MAX).collect();
+            if parts.is_empty() {
+                return Ok(());
+            }
+            let now = now_ms();
+            let result = tokio::task::spawn_blocking(move || {
+                for p in parts {
+                    if let Err(e) = p.flush_if_due(now) {
+                        tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+                    }
+                }
+            })
+            .await;
+            result.map_err(|e| Error::Internal(e.to_string()))
+        });
+        self.spawn_every(
+            tasks,
+            log.metadata_refresh_interval_ms,
+            "metadata refresh",
+            |b| async move { b.reconcile().await },
+        );
+    }
+
+    fn spawn_every<F, Fut>(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        every_ms: u64,
+        name: &'static str,
+        f: F,
+    ) where
+        F: Fn(Arc<Self>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send,
+    {
+        let broker = self.clone();
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = broker.cancel.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = f(broker.clone()).await {
+                    tracing::warn!(task = name, error = %e, "background task failed");
+                }
+            }
+        });
+    }
+
+    /// Fsyncs every partition (after the server stopped taking requests).
+    pub async fn shutdown(&self) {
+        let parts = self.all_partitions();
+        let flushed = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            for p in parts {
+                if let Err(e) = p.flush(now) {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush at shutdown failed");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = flushed {
+            tracing::error!(error = %e, "flush at shutdown panicked");
+        }
+    }
+}
+
+/// Removes partition directories whose topic (by name and id) no longer exists, e.g.
+/// a topic deleted while this broker was down.
+fn remove_orphans(data_dir: &Path, known: &HashMap<String, uuid::Uuid>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(data_dir)? {
+        let path = entry?.path();
+        let Some(id) = read_topic_id(&path) else {
+            continue;
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let belongs = name.rsplit_once('-').is_some_and(|(topic, p)| {
+            known.get(topic) == Some(&id)
+                && p.parse::<i32>()
+                    .is_ok_and(|p| partition_dir(data_dir, topic, p) == path)
+        });
+        if !belongs {
+            tracing::info!(dir = %path.display(), "removing partition directory of a deleted topic");
+            std::fs::remove_dir_all(&path)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! Broker configuration: built-in defaults, overridden by a TOML file (`--config`),
+//! overridden by `SHALE_*` environment variables and flags. Validated at start with
+//! errors that name the key.
+//!
+//! ```toml
+//! [broker]
+//! broker_id = 0                       # Default: 0.
+//! listen = "127.0.0.1:9093"           # Default: 127.0.0.1:9093.
+//! data_dir = "./shale-data"           # Default: ./shale-data.
+//! metastore_url = "sqlite://./shale-data/metastore.db"    # Default: SQLite in data_dir.
+//! object_store_url = "file://./shale-data/objects"        # Default: objects/ in data_dir.
+//!
+//! [log]
+//! retention_check_interval_ms = 300000   # Default: 5 min.
+//! flush_check_interval_ms = 100          # Default: 100 ms.
+//! metadata_refresh_interval_ms = 2000    # Default: 2 s.
+//! shutdown_timeout_ms = 10000            # Default: 10 s.
+//!
+//! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
+//! "retention.ms" = 86400000
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::topic_config::{ConfigError, TopicConfig};
+
+/// Command line; every flag also reads a `SHALE_*` variable.
+#[derive(Debug, Default, clap::Parser)]
+#[command(
+    name = "shale-broker",
+    version,
+    about = "Shale: a Kafka-style log broker with tiered storage"
+)]
+pub struct Args {
+    /// TOML configuration file.
+    #[arg(long, env = "SHALE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for partition logs (and the embedded metastore and object store).
+    #[arg(long, env = "SHALE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// gRPC listen address.
+    #[arg(long, env = "SHALE_LISTEN")]
+    pub listen: Option<String>,
+    /// postgres://… or sqlite://…
+    #[arg(long, env = "SHALE_METASTORE_URL")]
+    pub metastore_url: Option<String>,
+    /// file://…, memory:// (s3:// with tiered storage).
+    #[arg(long, env = "SHALE_OBJECT_STORE_URL")]
+    pub object_store_url: Option<String>,
+    /// This broker's id.
+    #[arg(long, env = "SHALE_BROKER_ID")]
+    pub broker_id: Option<i32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    broker: BrokerSection,
+    #[serde(default)]
+    log: LogSection,
+    #[serde(default)]
+    topic_defaults: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BrokerSection {
+    broker_id: Option<i32>,
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    metastore_url: Option<String>,
+    object_store_url: Option<String>,
+}
+
+/// `[log]`: broker-wide log housekeeping.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// How often retention is checked. Default: 300000 ms.
+    pub retention_check_interval_ms: u64,
+    /// How often `flush.ms` deadlines are checked. Default: 100 ms.
+    pub flush_check_interval_ms: u64,
+    /// How often topic metadata is re-read from the metastore. Default: 2000 ms.
+    pub metadata_refresh_interval_ms: u64,
+    /// How long graceful shutdown waits for in-flight work. Default: 10000 ms.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self {
+            retention_check_interval_ms: 300_000,
+            flush_check_interval_ms: 100,
+            metadata_refresh_interval_ms: 2_000,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// The resolved, validated configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub metastore_url: String,
+    pub object_store_url: String,
+    pub log: LogSection,
+    /// Built-in topic defaults with `[topic_defaults]` applied.
+    pub topic_defaults: TopicConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigLoadError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is invalid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid value for '{key}': {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("[topic_defaults] {0}")]
+    TopicDefault(#[from] ConfigError),
+}
+
+impl BrokerConfig {
+    pub fn load(args: Args) -> Result<Self, ConfigLoadError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = args
+            .data_dir
+            .or(file.broker.data_dir)
+            .unwrap_or_else(|| PathBuf::from("./shale-data"));
+        let listen = args
+            .listen
+            .or(file.broker.listen)
+            .unwrap_or_else(|| "127.0.0.1:9093".to_string());
+        let listen = listen.parse().map_err(|e| ConfigLoadError::Invalid {
+            key: "listen",
+            reason: format!("'{listen}' is not a socket address ({e})"),
+        })?;
+        let metastore_url = args
+            .metastore_url
+            .or(file.broker.metastore_url)
+            .unwrap_or_else(|| format!("sqlite://{}/metastore.db", data_dir.display()));
+        let object_store_url = args
+            .object_store_url
+            .or(file.broker.object_store_url)
+            .unwrap_or_else(|| format!("file://{}/objects", data_dir.display()));
+        let mut topic_defaults = TopicConfig::default();
+        for (key, value) in &file.topic_defaults {
+            let value = match value {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            topic_defaults.set(key, &value)?;
+        }
+        let config = Self {
+            broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
+            listen,
+            data_dir,
+            metastore_url,
+            object_store_url,
+            log: file.log,
+            topic_defaults,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigLoadError> {
+        let invalid = |key, reason: &str| {
+            Err(ConfigLoadError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        if self.broker_id < 0 {
+            return invalid("broker_id", "must be >= 0");
+        }
+        if !(self.metastore_url.starts_with("sqlite:")
+            || self.metastore_url.starts_with("postgres"))
+        {
+            return invalid("metastore_url", "must start with sqlite:// or postgres://");
+        }
+        for (key, v) in [
+            (
+                "log.retention_check_interval_ms",
+                self.log.retention_check_interval_ms,
+            ),
+            (
+                "log.flush_check_interval_ms",
+                self.log.flush_check_interval_ms,
+            ),
+            (
+                "log.metadata_refresh_interval_ms",
+                self.log.metadata_refresh_interval_ms,
+            ),
+        ] {
+            if v == 0 {
+                return invalid(key, "must be > 0");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigLoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigLoadError::Parse {
+        path: path.into(),
+        source: Box::new(source),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_file(text: &str) -> Result<BrokerConfig, ConfigLoadError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shale.toml");
+        std::fs::write(&path, text).unwrap();
+        BrokerConfig::load(Args {
+            config: Some(path),
+            ..Args::default()
+        })
+    }
+
+    #[test]
+    fn no_configuration_is_the_embedded_default() {
+        let c = BrokerConfig::load(Args::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:9093");
+        assert_eq!(c.data_dir, PathBuf::from("./shale-data"));
+        assert_eq!(c.metastore_url, "sqlite://./shale-data/metastore.db");
+        assert_eq!(c.object_store_url, "file://./shale-data/objects");
+    }
+
+    #[test]
+    fn file_then_flags_override_defaults() {
+        let c = with_file(
+            "[broker]\nlisten = \"127.0.0.1:1\"\ndata_dir = \"/tmp/x\"\n[log]\nretention_check_interval_ms = 5\n\
+             [topic_defaults]\n\"retention.ms\" = 1000\n\"message.timestamp.type\" = \"LogAppendTime\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 1);
+        assert_eq!(c.metastore_url, "sqlite:///tmp/x/metastore.db");
+        assert_eq!(c.log.retention_check_interval_ms, 5);
+        assert_eq!(c.topic_defaults.retention_ms, 1000);
+        let args = Args {
+            listen: Some("127.0.0.1:2".into()),
+            ..Args::default()
+        };
+        assert_eq!(BrokerConfig::load(args).unwrap().listen.port(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, key) in [
+            ("[broker]\nlisten = \"nowhere\"\n", "listen"),
+            ("[broker]\nbogus = 1\n", "bogus"),
+            (
+                "[log]\nflush_check_interval_ms = 0\n",
+                "flush_check_interval_ms",
+            ),
+            (
+                "[topic_defaults]\n\"retention.ms\" = \"soon\"\n",
+                "retention.ms",
+            ),
+            ("[topic_defaults]\n\"no.such\" = 1\n", "no.such"),
+        ] {
+            let e = with_file(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The broker's error type, and the one place where domain errors become Kafka error
+//! codes (`Error::code`). Both the gRPC adapters and the future Kafka listener use it.
+
+use shale_proto::ErrorCode;
+use shale_proto::batch::BatchError;
+
+use crate::log::LogError;
+use crate::topic_config::ConfigError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    #[error("partition {partition} of topic '{topic}' does not exist")]
+    UnknownPartition { topic: String, partition: i32 },
+    #[error("invalid topic name '{name}': {reason}")]
+    InvalidTopic { name: String, reason: &'static str },
+    #[error("topic '{0}' already exists")]
+    TopicAlreadyExists(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error(transparent)]
+    InvalidConfig(#[from] ConfigError),
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: i64 },
+    #[error("corrupt record batch: {0}")]
+    CorruptMessage(BatchError),
+    #[error("{0}")]
+    UnsupportedCompression(BatchError),
+    #[error("record batch magic {0} is not supported; send RecordBatch v2")]
+    UnsupportedMessageFormat(i8),
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+    #[error("offset {offset} is out of range: the log holds [{log_start}, {log_end})")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("acks must be -1 (all), 0 or 1, not {0}")]
+    InvalidRequiredAcks(i32),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+    #[error("local storage failed: {0}")]
+    Storage(#[source] std::io::Error),
+    #[error("metastore failed: {0}")]
+    Metastore(#[source] shale_metastore::Error),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The Kafka error code a client sees.
+    pub fn code(&self) -> ErrorCode {
+        use Error::*;
+        match self {
+            UnknownTopic(_) | UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+            InvalidTopic { .. } => ErrorCode::InvalidTopicException,
+            TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
+            InvalidPartitions(_) => ErrorCode::InvalidPartitions,
+            InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
+            InvalidConfig(_) => ErrorCode::InvalidConfig,
+            MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
+            CorruptMessage(_) => ErrorCode::CorruptMessage,
+            UnsupportedCompression(_) => ErrorCode::UnsupportedCompressionType,
+            UnsupportedMessageFormat(_) => ErrorCode::UnsupportedForMessageFormat,
+            InvalidRecord(_) => ErrorCode::InvalidRecord,
+            OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
+            InvalidRequest(_) => ErrorCode::InvalidRequest,
+            ShuttingDown => ErrorCode::LeaderNotAvailable,
+            Storage(_) => ErrorCode::KafkaStorageError,
+            Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
+            Metastore(_) | Internal(_) => ErrorCode::UnknownServerError,
+        }
+    }
+
+    /// Whether the client may retry the same request.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self.code(),
+            ErrorCode::LeaderNotAvailable
+                | ErrorCode::KafkaStorageError
+                | ErrorCode::RequestTimedOut
+        )
+    }
+}
+
+impl From<BatchError> for Error {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::UnsupportedMagic(m) => Error::UnsupportedMessageFormat(m),
+            BatchError::UnsupportedCompression(_) => Error::UnsupportedCompression(e),
+            BatchError::Invalid(reason) => Error::InvalidRecord(reason.to_string()),
+            BatchError::Truncated { .. }
+            | BatchError::InvalidLength(_)
+            | BatchError::CrcMismatch { .. } => Error::CorruptMessage(e),
+        }
+    }
+}
+
+impl From<LogError> for Error {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end,
+            } => Error::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end,
+            },
+            LogError::Io(e) => Error::Storage(e),
+        }
+    }
+}
+
+impl From<shale_metastore::Error> for Error {
+    fn from(e: shale_metastore::Error) -> Self {
+        use shale_metastore::Error as M;
+        match e {
+            M::TopicAlreadyExists(name) => Error::TopicAlreadyExists(name),
+            M::TopicNotFound(name) => Error::UnknownTopic(name),
+            M::PartitionCountNotIncreased { .. } => Error::InvalidPartitions(e.to_string()),
+            other => Error::Metastore(other),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,281 @@
+//! Topic-level configuration under Kafka's names. A topic's effective config is the
+//! built-in default, overridden by the broker's `[topic_defaults]`, overridden by the
+//! topic's own overrides (stored in the metastore as strings). Every value is parsed and
+//! range-checked here, in one place, so an unknown key or bad value is refused with an
+//! error naming the key before anything is stored.
+
+use std::collections::BTreeMap;
+
+use crate::log::LogConfig;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value '{value}' for config '{key}': {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Effective configuration of one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// Only `delete` is supported (compaction is not).
+    pub cleanup_policy: String,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    /// -2: same as `retention.ms`. Applies once segments are tiered.
+    pub local_retention_ms: i64,
+    /// -2: same as `retention.bytes`. Applies once segments are tiered.
+    pub local_retention_bytes: i64,
+    pub segment_bytes: i64,
+    pub segment_ms: i64,
+    pub index_interval_bytes: i64,
+    pub max_message_bytes: i64,
+    pub min_insync_replicas: i64,
+    pub message_timestamp_type: TimestampType,
+    pub remote_storage_enable: bool,
+    pub unclean_leader_election_enable: bool,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self {
+            cleanup_policy: "delete".to_string(),
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
+            segment_bytes: 1_073_741_824,
+            segment_ms: 604_800_000,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1_048_588,
+            min_insync_replicas: 1,
+            message_timestamp_type: TimestampType::CreateTime,
+            remote_storage_enable: false,
+            unclean_leader_election_enable: false,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+        }
+    }
+}
+
+/// Every supported key, for listings.
+pub const KEYS: &[&str] = &[
+    "cleanup.policy",
+    "flush.messages",
+    "flush.ms",
+    "index.interval.bytes",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "remote.storage.enable",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.ms",
+    "unclean.leader.election.enable",
+];
+
+fn long(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
+    let err = |reason: String| ConfigError {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason,
+    };
+    let v: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| err("not an integer".to_string()))?;
+    if v < min || v > max {
+        return Err(err(format!("must be between {min} and {max}")));
+    }
+    Ok(v)
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConfigError {
+            key: key.into(),
+            value: value.into(),
+            reason: "must be true or false".into(),
+        }),
+    }
+}
+
+impl TopicConfig {
+    /// Applies one key's value, checking it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        const MAX: i64 = i64::MAX;
+        match key {
+            "cleanup.policy" => {
+                if value.trim() != "delete" {
+                    return Err(ConfigError {
+                        key: key.into(),
+                        value: value.into(),
+                        reason: "only 'delete' is supported".into(),
+                    });
+                }
+                self.cleanup_policy = "delete".into();
+            }
+            "retention.ms" => self.retention_ms = long(key, value, -1, MAX)?,
+            "retention.bytes" => self.retention_bytes = long(key, value, -1, MAX)?,
+            "local.retention.ms" => self.local_retention_ms = long(key, value, -2, MAX)?,
+            "local.retention.bytes" => self.local_retention_bytes = long(key, value, -2, MAX)?,
+            // Positions in the offset index are u32, and a segment must hold a batch header.
+            "segment.bytes" => self.segment_bytes = long(key, value, 1024, i64::from(i32::MAX))?,
+            "segment.ms" => self.segment_ms = long(key, value, 1, MAX)?,
+            "index.interval.bytes" => {
+                self.index_interval_bytes = long(key, value, 0, i64::from(i32::MAX))?
+            }
+            "max.message.bytes" => {
+                self.max_message_bytes = long(key, value, 0, i64::from(i32::MAX))?
+            }
+            "min.insync.replicas" => {
+                self.min_insync_replicas = long(key, value, 1, i64::from(i32::MAX))?
+            }
+            "message.timestamp.type" => {
+                self.message_timestamp_type = match value.trim() {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => {
+                        return Err(ConfigError {
+                            key: key.into(),
+                            value: value.into(),
+                            reason: "must be CreateTime or LogAppendTime".into(),
+                        });
+                    }
+                }
+            }
+            "remote.storage.enable" => self.remote_storage_enable = boolean(key, value)?,
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election_enable = boolean(key, value)?
+            }
+            "flush.messages" => self.flush_messages = long(key, value, 1, MAX)?,
+            "flush.ms" => self.flush_ms = long(key, value, 0, MAX)?,
+            _ => {
+                return Err(ConfigError {
+                    key: key.into(),
+                    value: value.into(),
+                    reason: format!("unknown config key; supported keys: {}", KEYS.join(", ")),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `base` with `overrides` applied, each checked.
+    pub fn with_overrides(
+        &self,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = self.clone();
+        for (k, v) in overrides {
+            cfg.set(k, v)?;
+        }
+        Ok(cfg)
+    }
+
+    /// The value of a key as a string (for describe).
+    pub fn get(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "cleanup.policy" => self.cleanup_policy.clone(),
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
+            "local.retention.ms" => self.local_retention_ms.to_string(),
+            "local.retention.bytes" => self.local_retention_bytes.to_string(),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
+            "index.interval.bytes" => self.index_interval_bytes.to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "message.timestamp.type" => match self.message_timestamp_type {
+                TimestampType::CreateTime => "CreateTime".into(),
+                TimestampType::LogAppendTime => "LogAppendTime".into(),
+            },
+            "remote.storage.enable" => self.remote_storage_enable.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
+            "flush.messages" => self.flush_messages.to_string(),
+            "flush.ms" => self.flush_ms.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// Every key with its effective value.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        KEYS.iter()
+            .filter_map(|k| Some((k.to_string(), self.get(k)?)))
+            .collect()
+    }
+
+    /// What the partition log obeys.
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes as u64,
+            segment_ms: self.segment_ms,
+            index_interval_bytes: self.index_interval_bytes as u64,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            flush_messages: self.flush_messages as u64,
+            flush_ms: self.flush_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_round_trips_through_get_and_set() {
+        let defaults = TopicConfig::default();
+        for key in KEYS {
+            let mut c = TopicConfig::default();
+            c.set(key, &defaults.get(key).unwrap()).unwrap();
+            assert_eq!(c, defaults, "{key}");
+        }
+        assert_eq!(defaults.to_map().len(), KEYS.len());
+    }
+
+    #[test]
+    fn bad_values_and_keys_name_the_key() {
+        let mut c = TopicConfig::default();
+        for (k, v) in [
+            ("retention.ms", "abc"),
+            ("retention.ms", "-5"),
+            ("segment.bytes", "10"),
+            ("message.timestamp.type", "Now"),
+            ("cleanup.policy", "compact"),
+            ("remote.storage.enable", "yes"),
+            ("no.such.key", "1"),
+        ] {
+            let e = c.set(k, v).unwrap_err();
+            assert_eq!(e.key, k);
+            assert!(e.to_string().contains(k));
+        }
+        assert_eq!(c, TopicConfig::default(), "failed sets change nothing");
+    }
+
+    #[test]
+    fn overrides_layer_on_defaults() {
+        let base = TopicConfig::default()
+            .with_overrides(&BTreeMap::from([("retention.ms".into(), "100".into())]))
+            .unwrap();
+        let t = base
+            .with_overrides(&BTreeMap::from([("segment.bytes".into(), "2048".into())]))
+            .unwrap();
+        assert_eq!((t.retention_ms, t.segment_bytes), (100, 2048));
+        assert_eq!(t.log_config().segment_bytes, 2048);
+    }
+}

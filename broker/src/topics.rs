@@ -1,0 +1,231 @@
+//! Topic administration: create, delete, alter configs, add partitions, describe.
+//! Every request is checked in full (name, counts, every config key and value)
+//! before the metastore is touched, and local partitions follow through
+//! [`Broker::reconcile`].
+
+use std::collections::BTreeMap;
+
+use shale_metastore::{NewTopic, Topic};
+
+use crate::broker::Broker;
+use crate::error::{Error, Result};
+use crate::partition::PartitionOffsets;
+use crate::topic_config::TopicConfig;
+
+/// Largest partition count one request may ask for.
+pub const MAX_PARTITIONS: i32 = 100_000;
+
+/// Kafka's rule: 1–249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    let invalid = |reason| {
+        Err(Error::InvalidTopic {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return invalid("the name is empty");
+    }
+    if name.len() > 249 {
+        return invalid("the name is longer than 249 characters");
+    }
+    if name == "." || name == ".." {
+        return invalid("'.' and '..' are not allowed");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// A partition as `describe` shows it.
+#[derive(Debug, Clone)]
+pub struct PartitionDescription {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub offsets: PartitionOffsets,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopicDescription {
+    pub topic: Topic,
+    pub config: TopicConfig,
+    pub partitions: Vec<PartitionDescription>,
+}
+
+impl Broker {
+    fn check_partitions(count: i32) -> Result<()> {
+        if !(1..=MAX_PARTITIONS).contains(&count) {
+            return Err(Error::InvalidPartitions(format!(
+                "partition count must be between 1 and {MAX_PARTITIONS}, not {count}"
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Topic> {
+        validate_topic_name(name)?;
+        Self::check_partitions(partitions)?;
+        let brokers = 1;
+        if replication_factor < 1 || replication_factor > brokers {
+            return Err(Error::InvalidReplicationFactor(format!(
+                "replication factor {replication_factor} is invalid: it must be between 1 and the \
+                 {brokers} available broker(s)"
+            )));
+        }
+        self.resolve_config(&configs)?;
+        let new = NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor,
+            configs,
+        };
+        if validate_only {
+            if self.metastore.get_topic(name).await?.is_some() {
+                return Err(Error::TopicAlreadyExists(name.to_string()));
+            }
+            return Ok(Topic {
+                id: uuid::Uuid::nil(),
+                name: new.name,
+                partitions,
+                replication_factor,
+                configs: new.configs,
+                created_at_ms: 0,
+            });
+        }
+        let topic = self.metastore.create_topic(new).await?;
+        tracing::info!(topic = %topic.name, id = %topic.id, partitions, "created topic");
+        self.reconcile().await?;
+        Ok(topic)
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let topic = self.metastore.delete_topic(name).await?;
+        tracing::info!(topic = %topic.name, id = %topic.id, "deleted topic");
+        self.reconcile().await
+    }
+
+    pub async fn list_topics(&self) -> Result<Vec<Topic>> {
+        Ok(self.metastore.list_topics().await?)
+    }
+
+    pub async fn alter_configs(
+        &self,
+        name: &str,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        validate_only: bool,
+    ) -> Result<()> {
+        let topic = self
+            .metastore
+            .get_topic(name)
+            .await?
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        let mut overrides = topic.configs.clone();
+        for key in &delete {
+            if TopicConfig::default().get(key).is_none() {
+                // Reuse the one place that words unknown keys.
+                TopicConfig::default().set(key, "")?;
+            }
+            overrides.remove(key);
+        }
+        overrides.extend(set.clone());
+        self.resolve_config(&overrides)?;
+        if validate_only {
+            return Ok(());
+        }
+        self.metastore
+            .alter_topic_configs(name, &set, &delete)
+            .await?;
+        tracing::info!(topic = name, ?set, ?delete, "altered topic configs");
+        self.reconcile().await
+    }
+
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        validate_only: bool,
+    ) -> Result<()> {
+        Self::check_partitions(total)?;
+        let topic = self
+            .metastore
+            .get_topic(name)
+            .await?
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        if total <= topic.partitions {
+            return Err(Error::InvalidPartitions(format!(
+                "topic '{name}' has {} partitions; the new count {total} must be larger (partitions are never removed)",
+                topic.partitions
+            )));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        self.metastore.add_partitions(name, total).await?;
+        tracing::info!(topic = name, total, "added partitions");
+        self.reconcile().await
+    }
+
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let state = match self.topic(name) {
+            Ok(state) => state,
+            // Created elsewhere since the last refresh: catch up once.
+            Err(_) => {
+                self.reconcile().await?;
+                self.topic(name)?
+            }
+        };
+        let broker_id = self.config.broker_id;
+        let partitions = state
+            .partitions
+            .iter()
+            .map(|p| PartitionDescription {
+                partition: p.index,
+                leader: broker_id,
+                leader_epoch: 0,
+                replicas: vec![broker_id],
+                isr: vec![broker_id],
+                offsets: p.offsets(),
+            })
+            .collect();
+        Ok(TopicDescription {
+            topic: state.meta.clone(),
+            config: (*state.config).clone(),
+            partitions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        for ok in ["a", "A.b_c-9", &"x".repeat(249), "..."] {
+            validate_topic_name(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(250), "a:b"] {
+            let e = validate_topic_name(bad).unwrap_err();
+            assert_eq!(
+                e.code(),
+                shale_proto::ErrorCode::InvalidTopicException,
+                "{bad}"
+            );
+        }
+    }
+}

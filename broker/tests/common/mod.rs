@@ -1,0 +1,212 @@
+//! Test harness: real `shale-broker` processes on loopback ports, and the real `shale`
+//! CLI. Brokers are stopped with SIGTERM or killed with SIGKILL for real.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use shale_client::Client;
+
+pub fn broker_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_shale-broker"))
+}
+
+/// The `shale` CLI, built beside the broker by `cargo build --workspace --bins`
+/// (the test command does that first).
+pub fn cli_bin() -> PathBuf {
+    let path = broker_bin().with_file_name("shale");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` (infra/test.sh does) before these tests",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Broker {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker on the embedded default (SQLite, file object store) in a fresh
+    /// data directory and waits until it answers.
+    pub async fn start(extra_args: &[&str]) -> Self {
+        let mut b = Broker {
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        b.spawn().await;
+        b
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("broker.log")
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(broker_bin())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg(self.address())
+            .args(&self.extra_args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start shale-broker");
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(c) = Client::connect(&self.address()).await {
+                if c.list_topics().await.is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("shale-broker exited with {status}; log:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shale-broker did not become ready; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("broker is running").id()
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.address()).await.unwrap()
+    }
+
+    /// SIGKILL: no flush, no goodbye.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let ok = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            let status = child.wait().unwrap();
+            assert!(
+                status.success(),
+                "graceful shutdown exited with {status}; log:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.spawn().await;
+    }
+
+    pub async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "broker still running");
+        self.spawn().await;
+    }
+
+    /// Runs the CLI against this broker.
+    pub fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        run_cli(&self.address(), args, stdin)
+    }
+
+    /// Runs the CLI and requires success, returning stdout.
+    pub fn cli_ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let out = self.cli(args, stdin);
+        assert!(
+            out.status.success(),
+            "shale {args:?} failed: {}\nbroker log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(cli_bin())
+        .arg("--bootstrap")
+        .arg(address)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start shale");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        // Write from a thread so a full stdout pipe cannot deadlock us.
+        std::thread::spawn(move || pipe.write_all(&input));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Writes a broker config file into `dir` and returns its path.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("shale.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}

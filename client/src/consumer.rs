@@ -1,0 +1,165 @@
+//! Consumer of explicitly assigned partitions: long-polls the broker with one fetch for
+//! all of them, decodes batches into records and tracks each partition's position.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shale_proto::ErrorCode;
+use shale_proto::batch::BatchIter;
+use shale_proto::record::decode_records;
+use shale_proto::v1::{FetchPartition, FetchRequest};
+
+use crate::{Client, Error, Result, check};
+
+/// Where a consumer starts in each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    Earliest,
+    Latest,
+    Offset(i64),
+    /// First record at or after this time (ms since the epoch); the end if none.
+    Timestamp(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+pub struct Consumer {
+    client: Client,
+    topic: Arc<str>,
+    positions: BTreeMap<i32, i64>,
+    /// Response size limit. Default: 50 MiB.
+    pub max_bytes: i32,
+    /// Per-partition limit. Default: 8 MiB.
+    pub partition_max_bytes: i32,
+}
+
+impl Consumer {
+    /// Assigns `partitions` (all of the topic's if `None`) at `start`.
+    pub async fn new(
+        client: Client,
+        topic: &str,
+        partitions: Option<Vec<i32>>,
+        start: StartFrom,
+    ) -> Result<Self> {
+        let count = client.partition_count(topic).await?;
+        let partitions = partitions.unwrap_or_else(|| (0..count).collect());
+        let mut positions = BTreeMap::new();
+        for p in partitions {
+            if !(0..count).contains(&p) {
+                return Err(Error::Invalid(format!(
+                    "partition {p} does not exist: topic '{topic}' has {count} partitions"
+                )));
+            }
+            let offset = match start {
+                StartFrom::Offset(o) => o,
+                StartFrom::Earliest => client.list_offset(topic, p, -2).await?.unwrap_or(0),
+                StartFrom::Latest => client.list_offset(topic, p, -1).await?.unwrap_or(0),
+                StartFrom::Timestamp(ts) => match client.list_offset(topic, p, ts).await? {
+                    Some(o) => o,
+                    None => client.list_offset(topic, p, -1).await?.unwrap_or(0),
+                },
+            };
+            positions.insert(p, offset);
+        }
+        Ok(Self {
+            client,
+            topic: topic.into(),
+            positions,
+            max_bytes: 50 << 20,
+            partition_max_bytes: 8 << 20,
+        })
+    }
+
+    pub fn positions(&self) -> &BTreeMap<i32, i64> {
+        &self.positions
+    }
+
+    /// One fetch: waits up to `max_wait` for records and returns what arrived, in
+    /// offset order per partition.
+    pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumedRecord>> {
+        let req = FetchRequest {
+            max_wait_ms: max_wait.as_millis().min(u128::from(u32::MAX)) as u32,
+            min_bytes: 1,
+            max_bytes: self.max_bytes,
+            partitions: self
+                .positions
+                .iter()
+                .map(|(p, o)| FetchPartition {
+                    topic: self.topic.to_string(),
+                    partition: *p,
+                    fetch_offset: *o,
+                    partition_max_bytes: self.partition_max_bytes,
+                })
+                .collect(),
+        };
+        let resp = self.client.data.clone().fetch(req).await?.into_inner();
+        let mut out = Vec::new();
+        for part in resp.partitions {
+            if part.error_code == ErrorCode::OffsetOutOfRange as i32 {
+                self.reset_out_of_range(part.partition).await?;
+                continue;
+            }
+            check(part.error_code, &part.error_message)?;
+            let Some(position) = self.positions.get_mut(&part.partition) else {
+                continue;
+            };
+            for batch in BatchIter::new(&part.records) {
+                let (h, range) = batch?;
+                if !h.is_control() {
+                    for r in decode_records(&part.records[range])? {
+                        if r.offset >= *position {
+                            out.push(ConsumedRecord {
+                                topic: self.topic.clone(),
+                                partition: part.partition,
+                                offset: r.offset,
+                                timestamp: r.timestamp,
+                                key: r.key,
+                                value: r.value,
+                                headers: r.headers,
+                            });
+                        }
+                    }
+                }
+                *position = (*position).max(h.last_offset() + 1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves a position that fell outside the log (retention, or a bad start offset)
+    /// to the nearest end, as Kafka's `auto.offset.reset=earliest` would for the start.
+    async fn reset_out_of_range(&mut self, partition: i32) -> Result<()> {
+        let earliest = self
+            .client
+            .list_offset(&self.topic, partition, -2)
+            .await?
+            .unwrap_or(0);
+        let latest = self
+            .client
+            .list_offset(&self.topic, partition, -1)
+            .await?
+            .unwrap_or(0);
+        if let Some(pos) = self.positions.get_mut(&partition) {
+            let reset = if *pos < earliest { earliest } else { latest };
+            tracing::warn!(
+                partition,
+                from = *pos,
+                to = reset,
+                "offset out of range, resetting"
+            );
+            *pos = reset;
+        }
+        Ok(())
+    }
+}

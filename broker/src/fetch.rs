@@ -40,25 +40,27 @@ impl Broker {
         max_bytes: i32,
     ) -> Vec<Result<Fetched>> {
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
-        let targets: Arc<Vec<(Result<Arc<Partition>>, &FetchSpec)>> = Arc::new(
-            specs
-                .iter()
-                .map(|s| (self.partition(&s.topic, s.partition), s))
-                .collect(),
-        );
+        let lookups: Vec<Result<Arc<Partition>>> = specs
+            .iter()
+            .map(|s| self.partition(&s.topic, s.partition))
+            .collect();
+        if lookups.iter().any(Result::is_err) {
+            // An unknown partition answers at once, with whatever the others hold.
+            let reads = lookups
+                .into_iter()
+                .zip(&specs)
+                .map(|(p, s)| p.map(|p| (p, s.offset, s.max_bytes)))
+                .collect();
+            return read_all(reads, max_bytes).await;
+        }
+        let partitions: Vec<Arc<Partition>> = lookups.into_iter().flatten().collect();
         loop {
             // Subscribe before reading so an append in between still wakes us.
-            let mut watchers: Vec<_> = targets
+            let mut watchers: Vec<_> = partitions.iter().map(|p| p.subscribe()).collect();
+            let reads = partitions
                 .iter()
-                .filter_map(|(p, _)| p.as_ref().ok().map(|p| p.subscribe()))
-                .collect();
-            let reads: Vec<_> = targets
-                .iter()
-                .map(|(p, s)| {
-                    p.as_ref()
-                        .map(|p| (p.clone(), s.offset, s.max_bytes))
-                        .map_err(clone_lookup_error)
-                })
+                .zip(&specs)
+                .map(|(p, s)| Ok((p.clone(), s.offset, s.max_bytes)))
                 .collect();
             let results = read_all(reads, max_bytes).await;
             let total: usize = results
@@ -66,9 +68,8 @@ impl Broker {
                 .filter_map(|r| r.as_ref().ok())
                 .map(|f| f.records.len())
                 .sum();
-            let any_error = results.iter().any(Result::is_err);
             if total >= min_bytes.max(0) as usize
-                || any_error
+                || results.iter().any(Result::is_err)
                 || watchers.is_empty()
                 || tokio::time::Instant::now() >= deadline
                 || self.cancel.is_cancelled()
@@ -95,18 +96,6 @@ impl Broker {
         tokio::task::spawn_blocking(move || p.list_offset(timestamp))
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
-    }
-}
-
-/// Lookup errors are plain data; re-create one for each attempt of the loop.
-fn clone_lookup_error(e: &Error) -> Error {
-    match e {
-        Error::UnknownTopic(t) => Error::UnknownTopic(t.clone()),
-        Error::UnknownPartition { topic, partition } => Error::UnknownPartition {
-            topic: topic.clone(),
-            partition: *partition,
-        },
-        other => Error::Internal(other.to_string()),
     }
 }
 

@@ -206,8 +206,6 @@ async fn survives_reopen(url_of: &str, m: &dyn Metastore) {
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
-            use super::*;
-
             macro_rules! case {
                 ($name:ident) => {
                     #[tokio::test]

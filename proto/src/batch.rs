@@ -349,8 +349,8 @@ mod tests {
             if let Ok(h) = BatchHeader::parse(&buf) {
                 let _ = h.validate(&buf[..buf.len().min(h.total_size())]);
             }
-            for item in BatchIter::new(&buf) {
-                if let Ok((_, r)) = item { let _ = crate::record::decode_records(&buf[r]); }
+            for (_, r) in BatchIter::new(&buf).flatten() {
+                let _ = crate::record::decode_records(&buf[r]);
             }
         }
 

@@ -22,9 +22,12 @@ pub enum Error {
     Store(#[from] object_store::Error),
 }
 
+/// The object store as the rest of Shale holds it.
+pub type ObjectStoreRef = Arc<dyn ObjectStore>;
+
 /// Opens the object store a URL names: `file://PATH` (relative paths allowed, created if
 /// missing) or `memory://`.
-pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>, Error> {
+pub fn open(url: &str) -> Result<ObjectStoreRef, Error> {
     if let Some(path) = url.strip_prefix("file://") {
         let path = PathBuf::from(path);
         std::fs::create_dir_all(&path).map_err(|source| Error::Directory {
@@ -59,6 +62,3 @@ mod tests {
         assert!(open("memory://").is_ok());
     }
 }
-
-/// The object store as the rest of Shale holds it.
-pub type ObjectStoreRef = Arc<dyn ObjectStore>;

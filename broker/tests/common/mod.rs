@@ -39,6 +39,7 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
     pub port: u16,
     extra_args: Vec<String>,
+    envs: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -46,10 +47,19 @@ impl Broker {
     /// Starts a broker on the embedded default (SQLite, file object store) in a fresh
     /// data directory and waits until it answers.
     pub async fn start(extra_args: &[&str]) -> Self {
+        Self::start_with_env(extra_args, &[]).await
+    }
+
+    /// Like [`Broker::start`], with extra environment variables (`SHALE_*`).
+    pub async fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut b = Broker {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         b.spawn().await;
@@ -80,6 +90,7 @@ impl Broker {
             .arg("--listen")
             .arg(self.address())
             .args(&self.extra_args)
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -92,10 +103,10 @@ impl Broker {
     async fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(c) = Client::connect(&self.address()).await {
-                if c.list_topics().await.is_ok() {
-                    return;
-                }
+            if let Ok(c) = Client::connect(&self.address()).await
+                && c.list_topics().await.is_ok()
+            {
+                return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("shale-broker exited with {status}; log:\n{}", self.log());
@@ -115,6 +126,13 @@ impl Broker {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("broker is running").id()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
     pub async fn client(&self) -> Client {

@@ -1,0 +1,146 @@
+//! Broker configuration (file, `SHALE_*` environment, flags) and retention on a
+//! running broker.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Broker;
+use shale_client::{Acks, Producer, ProducerRecord};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_old_segments_on_a_running_broker() {
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(
+        cfg_dir.path(),
+        "[log]\nretention_check_interval_ms = 200\n\n[topic_defaults]\n\"segment.bytes\" = 4096\n",
+    );
+    // The config file comes through SHALE_CONFIG, not a flag.
+    let broker = Broker::start_with_env(&[], &[("SHALE_CONFIG", config.to_str().unwrap())]).await;
+    let c = broker.client().await;
+    let retention: BTreeMap<_, _> = [("retention.bytes".to_string(), "16384".to_string())].into();
+    c.create_topic("logs", 1, 1, retention).await.unwrap();
+    let d = c.describe_topic("logs").await.unwrap();
+    assert_eq!(
+        d.configs.get("segment.bytes").map(String::as_str),
+        Some("4096"),
+        "broker default applied"
+    );
+
+    let mut p = Producer::new(c.clone(), "logs", Acks::Leader)
+        .await
+        .unwrap()
+        .with_batch_size(1024);
+    for round in 0..20 {
+        let records = (0..50)
+            .map(|i| ProducerRecord {
+                value: Some(format!("{round}-{i}-{}", "x".repeat(80)).into()),
+                ..Default::default()
+            })
+            .collect();
+        p.send_all(records).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let part = loop {
+        let d = c.describe_topic("logs").await.unwrap();
+        let part = d.partitions[0].clone();
+        if part.log_start_offset > 0 {
+            break part;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention never ran: {part:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(part.log_end_offset, 1000);
+    assert!(
+        part.size_bytes >= 16384 && part.size_bytes < 16384 + 4096 + 2048,
+        "{part:?}"
+    );
+    assert_eq!(
+        c.list_offset("logs", 0, -2).await.unwrap(),
+        Some(part.log_start_offset)
+    );
+    // A consumer from the beginning starts at the new log start.
+    let out = broker.cli_ok(
+        &[
+            "consume",
+            "logs",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+            "--format",
+            "%o\\n",
+        ],
+        None,
+    );
+    assert_eq!(out.trim().parse::<i64>().unwrap(), part.log_start_offset);
+    // Fetching below it is out of range.
+    let r = c.fetch_partition("logs", 0, 0, 1 << 20, 0).await.unwrap();
+    assert_eq!(
+        r.error_code,
+        shale_proto::ErrorCode::OffsetOutOfRange as i32
+    );
+}
+
+fn broker_fails_to_start(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(common::broker_bin());
+    cmd.arg("--data-dir")
+        .arg(dir.path())
+        .args(args)
+        .envs(envs.iter().copied());
+    if !envs.iter().any(|(k, _)| *k == "SHALE_LISTEN") {
+        // A flag would override SHALE_LISTEN, so give it only when the env does not.
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{}", common::free_port()));
+    }
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A broker that wrongly starts must not hang the test: give it 20 s to fail.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("broker started with {args:?} {envs:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "broker exited cleanly with {args:?} {envs:?}"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn invalid_configuration_stops_start_up_with_an_error_naming_the_key() {
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let unknown = common::write_config(cfg_dir.path(), "[broker]\nlisten_address = \"x\"\n");
+    let err = broker_fails_to_start(&["--config", unknown.to_str().unwrap()], &[]);
+    assert!(err.contains("listen_address"), "{err}");
+
+    let err = broker_fails_to_start(&[], &[("SHALE_LISTEN", "not-an-address")]);
+    assert!(err.contains("listen"), "{err}");
+
+    let err = broker_fails_to_start(&["--metastore-url", "mysql://localhost/x"], &[]);
+    assert!(err.contains("metastore_url"), "{err}");
+
+    let err = broker_fails_to_start(&["--object-store-url", "ftp://somewhere"], &[]);
+    assert!(
+        err.contains("object store") && err.contains("ftp://somewhere"),
+        "{err}"
+    );
+
+    let missing = cfg_dir.path().join("missing.toml");
+    let err = broker_fails_to_start(&["--config", missing.to_str().unwrap()], &[]);
+    assert!(err.contains("missing.toml"), "{err}");
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: services, formatting, lints, build, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+infra/test-services.sh
+export SHALE_TEST_POSTGRES_URL="${SHALE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# Integration tests drive the real binaries (`shale-broker` and `shale`): build them all.
+cargo build --workspace --bins --locked
+
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  cargo install cargo-nextest --locked
+fi
+cargo nextest run --workspace --locked --profile ci

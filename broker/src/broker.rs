@@ -126,22 +126,35 @@ impl Broker {
         Ok(self.config.topic_defaults.with_overrides(overrides)?)
     }
 
-    /// Brings local partitions in line with the metastore.
+    /// Brings local partitions in line with the metastore: first removes topics that
+    /// are gone (or re-created under a new id), then opens and reconfigures the rest.
     pub async fn reconcile(&self) -> Result<()> {
         let _guard = self.reconcile_lock.lock().await;
         let wanted = self.metastore.list_topics().await?;
-        let current = self
+        let mut current = self
             .topics
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let ids: HashMap<&str, uuid::Uuid> =
+            wanted.iter().map(|t| (t.name.as_str(), t.id)).collect();
+        let removed: Vec<Arc<TopicState>> = current
+            .extract_if(|name, s| ids.get(name.as_str()) != Some(&s.meta.id))
+            .map(|(_, s)| s)
+            .collect();
+        if !removed.is_empty() {
+            // Unpublish first, then delete: a re-created topic of the same name opens
+            // the same directories below, so the deletion must be over by then.
+            *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
+            self.delete_local(removed).await?;
+        }
         let mut next = HashMap::with_capacity(wanted.len());
         for meta in wanted {
             let config = Arc::new(self.resolve_config(&meta.configs).unwrap_or_else(|e| {
                 tracing::error!(topic = %meta.name, error = %e, "stored topic config is invalid, using defaults");
                 self.config.topic_defaults.clone()
             }));
-            let existing = current.get(&meta.name).filter(|s| s.meta.id == meta.id);
+            let existing = current.get(&meta.name);
             if let Some(state) = existing.filter(|s| s.meta == meta) {
                 next.insert(meta.name.clone(), state.clone());
                 continue;
@@ -180,24 +193,32 @@ impl Broker {
                 }),
             );
         }
-        let removed: Vec<Arc<TopicState>> = current
-            .into_iter()
-            .filter(|(name, s)| next.get(name).is_none_or(|n| n.meta.id != s.meta.id))
-            .map(|(_, s)| s)
-            .collect();
         *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
-        for state in removed {
-            let dirs: Vec<_> = state.partitions.iter().map(|p| p.dir()).collect();
-            tracing::info!(topic = %state.meta.name, "deleting local partitions of removed topic");
-            tokio::task::spawn_blocking(move || {
-                for dir in dirs {
-                    if let Err(e) = std::fs::remove_dir_all(&dir) {
-                        tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
-                    }
-                }
-            });
-        }
         Ok(())
+    }
+
+    /// Deletes the local directories of removed topics (only those still carrying the
+    /// removed topic's id).
+    async fn delete_local(&self, removed: Vec<Arc<TopicState>>) -> Result<()> {
+        let dirs: Vec<(std::path::PathBuf, uuid::Uuid)> = removed
+            .iter()
+            .flat_map(|s| s.partitions.iter().map(|p| (p.dir(), p.topic_id)))
+            .collect();
+        for s in &removed {
+            tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
+        }
+        tokio::task::spawn_blocking(move || {
+            for (dir, id) in dirs {
+                if read_topic_id(&dir) != Some(id) {
+                    continue;
+                }
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))
     }
 
     /// Spawns retention, flush and metadata-refresh loops; they end on cancellation.

@@ -315,7 +315,8 @@ impl PartitionLog {
         let h = found.header;
         if h.compression().ok() == Some(Compression::None) && !h.is_log_append_time() {
             let bytes = reader.read(found.position, h.total_size())?;
-            let records = shale_proto::record::decode_records(&bytes).unwrap_or_default();
+            let records =
+                shale_proto::record::decode_records(&Bytes::from(bytes)).unwrap_or_default();
             if let Some(r) = records.iter().find(|r| r.timestamp >= ts) {
                 return Ok(Some((r.offset, r.timestamp)));
             }

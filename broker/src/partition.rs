@@ -79,10 +79,12 @@ impl Partition {
             tracing::warn!(dir = %dir.display(), "removing partition directory of a deleted topic");
             std::fs::remove_dir_all(&dir).map_err(Error::Storage)?;
         }
-        let log = PartitionLog::open(&dir, config.log_config(), now_ms)?;
         if read_topic_id(&dir).is_none() {
+            // Before any log file, so a directory with data always says whose it is.
+            std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
             write_metadata(&dir, topic_id).map_err(Error::Storage)?;
         }
+        let log = PartitionLog::open(&dir, config.log_config(), now_ms)?;
         let leo = log.log_end_offset();
         Ok(Self {
             topic: topic.into(),

@@ -362,6 +362,22 @@ async fn offsets_by_time_and_topic_lifecycle_through_the_cli() {
         !broker.data_dir().join("t1-3").exists(),
         "old partition directory removed"
     );
+    broker.cli_ok(&["produce", "t1"], Some(b"fresh\n"));
+    std::thread::sleep(Duration::from_millis(2500)); // past a metadata refresh
+    let again = broker.cli_ok(
+        &[
+            "consume",
+            "t1",
+            "--from-beginning",
+            "--idle-timeout-ms",
+            "500",
+        ],
+        None,
+    );
+    assert_eq!(
+        again, "fresh\n",
+        "the re-created topic holds only its own data"
+    );
 }
 
 fn chrono_now() -> String {

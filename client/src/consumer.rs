@@ -117,7 +117,7 @@ impl Consumer {
             for batch in BatchIter::new(&part.records) {
                 let (h, range) = batch?;
                 if !h.is_control() {
-                    for r in decode_records(&part.records[range])? {
+                    for r in decode_records(&part.records.slice(range))? {
                         if r.offset >= *position {
                             out.push(ConsumedRecord {
                                 topic: self.topic.clone(),

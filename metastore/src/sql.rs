@@ -147,17 +147,31 @@ macro_rules! sql_metastore {
             }
 
             async fn list_topics(&self) -> Result<Vec<Topic>> {
-                let mut conn = self.pool.acquire().await?;
+                // Two queries whatever the topic count: brokers call this on every refresh.
+                let mut tx = self.pool.begin().await?;
                 let rows: Vec<TopicRow> = sqlx::query_as(
                     "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics ORDER BY name",
                 )
-                .fetch_all(&mut *conn)
+                .fetch_all(&mut *tx)
                 .await?;
-                let mut out = Vec::with_capacity(rows.len());
-                for row in rows {
-                    out.push(Self::load(&mut *conn, row).await?);
+                let configs: Vec<(Uuid, String, String)> =
+                    sqlx::query_as("SELECT topic_id, key, value FROM topic_configs").fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                let mut by_topic: std::collections::HashMap<Uuid, BTreeMap<String, String>> = Default::default();
+                for (id, k, v) in configs {
+                    by_topic.entry(id).or_default().insert(k, v);
                 }
-                Ok(out)
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, name, partitions, replication_factor, created_at_ms)| Topic {
+                        id,
+                        name,
+                        partitions,
+                        replication_factor,
+                        configs: by_topic.remove(&id).unwrap_or_default(),
+                        created_at_ms,
+                    })
+                    .collect())
             }
 
             async fn delete_topic(&self, name: &str) -> Result<Topic> {

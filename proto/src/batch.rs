@@ -350,7 +350,7 @@ mod tests {
                 let _ = h.validate(&buf[..buf.len().min(h.total_size())]);
             }
             for (_, r) in BatchIter::new(&buf).flatten() {
-                let _ = crate::record::decode_records(&buf[r]);
+                let _ = crate::record::decode_records(&bytes::Bytes::copy_from_slice(&buf[r]));
             }
         }
 
@@ -368,7 +368,7 @@ mod tests {
                 Err(_) => false,
             };
             prop_assert_eq!(valid, patchable);
-            if valid { prop_assert!(crate::record::decode_records(&b).is_ok()); }
+            if valid { prop_assert!(crate::record::decode_records(&bytes::Bytes::from(b)).is_ok()); }
         }
     }
 }

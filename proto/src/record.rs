@@ -154,7 +154,8 @@ impl<'a> Reader<'a> {
         Err(BatchError::Invalid("varint too long"))
     }
 
-    fn bytes(&mut self) -> Result<Option<&'a [u8]>, BatchError> {
+    /// A length-prefixed field, as a range of `buf` (`None` for a null field).
+    fn bytes(&mut self) -> Result<Option<std::ops::Range<usize>>, BatchError> {
         let len = self.varlong()?;
         if len < 0 {
             return Ok(None);
@@ -164,9 +165,9 @@ impl<'a> Reader<'a> {
             .checked_add(len as usize)
             .filter(|e| *e <= self.buf.len())
             .ok_or(BatchError::Invalid("field runs past the record"))?;
-        let b = &self.buf[self.pos..end];
+        let range = self.pos..end;
         self.pos = end;
-        Ok(Some(b))
+        Ok(Some(range))
     }
 
     fn i8(&mut self) -> Result<i8, BatchError> {
@@ -181,8 +182,8 @@ impl<'a> Reader<'a> {
 
 /// Decodes every record of one uncompressed batch (`batch` is exactly one batch).
 /// Offsets and timestamps are absolute; a LogAppendTime batch gives every record the
-/// batch's max timestamp.
-pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
+/// batch's max timestamp. Keys, values and header values are slices of `batch`, not copies.
+pub fn decode_records(batch: &Bytes) -> Result<Vec<Record>, BatchError> {
     let h = BatchHeader::parse(batch)?;
     if h.total_size() > batch.len() {
         return Err(BatchError::Truncated {
@@ -193,27 +194,30 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
     if h.compression()? != Compression::None {
         return Err(BatchError::UnsupportedCompression(h.attributes & 0x07));
     }
-    let body = &batch[HEADER_LEN..h.total_size()];
-    let mut r = Reader { buf: body, pos: 0 };
+    let end_of_batch = h.total_size();
+    let mut r = Reader {
+        buf: &batch[..end_of_batch],
+        pos: HEADER_LEN,
+    };
     let count = usize::try_from(h.record_count)
         .map_err(|_| BatchError::Invalid("negative record count"))?;
-    let mut out = Vec::with_capacity(count.min(body.len()));
+    let mut out = Vec::with_capacity(count.min(end_of_batch));
     for _ in 0..count {
         let len = r.varlong()?;
         let end = usize::try_from(len)
             .ok()
             .and_then(|l| r.pos.checked_add(l))
-            .filter(|e| *e <= body.len())
+            .filter(|e| *e <= end_of_batch)
             .ok_or(BatchError::Invalid("record length runs past the batch"))?;
         let mut rec = Reader {
-            buf: &body[..end],
+            buf: &batch[..end],
             pos: r.pos,
         };
         rec.i8()?;
         let ts_delta = rec.varlong()?;
         let offset_delta = rec.varlong()?;
-        let key = rec.bytes()?.map(Bytes::copy_from_slice);
-        let value = rec.bytes()?.map(Bytes::copy_from_slice);
+        let key = rec.bytes()?.map(|range| batch.slice(range));
+        let value = rec.bytes()?.map(|range| batch.slice(range));
         let n_headers = rec.varlong()?;
         if n_headers < 0 || n_headers as usize > end {
             return Err(BatchError::Invalid("bad header count"));
@@ -221,8 +225,8 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
         let mut headers = Vec::with_capacity(n_headers as usize);
         for _ in 0..n_headers {
             let k = rec.bytes()?.ok_or(BatchError::Invalid("null header key"))?;
-            let v = rec.bytes()?.map(Bytes::copy_from_slice);
-            headers.push((String::from_utf8_lossy(k).into_owned(), v));
+            let v = rec.bytes()?.map(|range| batch.slice(range));
+            headers.push((String::from_utf8_lossy(&batch[k]).into_owned(), v));
         }
         r.pos = end;
         out.push(Record {

@@ -224,35 +224,30 @@ impl Broker {
     /// Spawns retention, flush and metadata-refresh loops; they end on cancellation.
     pub fn spawn_background(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
         let log = self.config.log.clone();
-        self.spawn_every(tasks, log.retention_check_interval_ms, "retention", |b| async move {
-            let parts = b.all_partitions();
-            let now = now_ms();
-            let result = tokio::task::spawn_blocking(move || {
-                for p in parts {
-                    if let Err(e) = p.apply_retention(now) {
-                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
-                    }
-                }
-            })
-            .await;
-            result.map_err(|e| Error::Internal(e.to_string()))
-        });
-        self.spawn_every(tasks, log.flush_check_interval_ms, "flush", |b| async move {
-            let parts: Vec<_> = b.all_partitions().into_iter().filter(|p| p.config().flush_ms < i64::MAX).collect();
-            if parts.is_empty() {
-                return Ok(());
-            }
-            let now = now_ms();
-            let result = tokio::task::spawn_blocking(move || {
-                for p in parts {
-                    if let Err(e) = p.flush_if_due(now) {
-                        tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
-                    }
-                }
-            })
-            .await;
-            result.map_err(|e| Error::Internal(e.to_string()))
-        });
+        self.spawn_every(
+            tasks,
+            log.retention_check_interval_ms,
+            "retention",
+            |b| async move {
+                on_each_partition(b.all_partitions(), "retention", |p, now| {
+                    p.apply_retention(now).map(drop)
+                })
+                .await
+            },
+        );
+        self.spawn_every(
+            tasks,
+            log.flush_check_interval_ms,
+            "flush",
+            |b| async move {
+                let parts: Vec<_> = b
+                    .all_partitions()
+                    .into_iter()
+                    .filter(|p| p.config().flush_ms < i64::MAX)
+                    .collect();
+                on_each_partition(parts, "flush", |p, now| p.flush_if_due(now).map(drop)).await
+            },
+        );
         self.spawn_every(
             tasks,
             log.metadata_refresh_interval_ms,
@@ -290,20 +285,36 @@ impl Broker {
 
     /// Fsyncs every partition (after the server stopped taking requests).
     pub async fn shutdown(&self) {
-        let parts = self.all_partitions();
-        let flushed = tokio::task::spawn_blocking(move || {
-            let now = now_ms();
-            for p in parts {
-                if let Err(e) = p.flush(now) {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush at shutdown failed");
-                }
-            }
+        if let Err(e) = on_each_partition(self.all_partitions(), "flush at shutdown", |p, now| {
+            p.flush(now)
         })
-        .await;
-        if let Err(e) = flushed {
-            tracing::error!(error = %e, "flush at shutdown panicked");
+        .await
+        {
+            tracing::error!(error = %e, "flush at shutdown failed");
         }
     }
+}
+
+/// Runs `f` on every partition, on the blocking pool; a failing partition is logged
+/// and does not stop the others.
+async fn on_each_partition(
+    parts: Vec<Arc<Partition>>,
+    task: &'static str,
+    f: impl Fn(&Partition, i64) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    if parts.is_empty() {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || {
+        let now = now_ms();
+        for p in parts {
+            if let Err(e) = f(&p, now) {
+                tracing::warn!(task, topic = %p.topic, partition = p.index, error = %e, "partition task failed");
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// Removes partition directories whose topic (by name and id) no longer exists, e.g.

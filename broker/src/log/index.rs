@@ -225,4 +225,22 @@ mod tests {
                 .is_none()
         );
     }
+
+    proptest::proptest! {
+        // Whatever bytes an index file holds, loading it never panics, and what it
+        // accepts satisfies the order and validity checks.
+        #[test]
+        fn arbitrary_index_bytes_load_or_are_rejected(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("x.index");
+            std::fs::write(&path, &raw).unwrap();
+            if let Some(idx) = IndexFile::<OffsetEntry>::load(&path, |e| e.position < 1 << 20).unwrap() {
+                proptest::prop_assert!(idx.entries().windows(2).all(|w| w[0].may_precede(&w[1])));
+                proptest::prop_assert!(idx.entries().iter().all(|e| e.position < 1 << 20));
+            }
+            let path = dir.path().join("x.timeindex");
+            std::fs::write(&path, &raw).unwrap();
+            let _ = IndexFile::<TimeEntry>::load(&path, |_| true).unwrap();
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! PostgreSQL (clusters) and SQLite (the embedded single-node default) by the same SQL,
 //! and checked by one conformance suite run against both (`tests/conformance.rs`).
 
+mod remote;
 mod sql;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
 
 /// A topic as the metastore records it.
@@ -47,6 +49,23 @@ pub enum Error {
         current: i32,
         requested: i32,
     },
+    #[error("remote segment {0} does not exist")]
+    RemoteSegmentNotFound(Uuid),
+    #[error("remote segment {segment_id} is {actual:?}, not {expected:?}")]
+    RemoteSegmentStateConflict {
+        segment_id: Uuid,
+        expected: RemoteSegmentState,
+        actual: RemoteSegmentState,
+    },
+    #[error("a remote segment cannot go from {from:?} to {to:?}")]
+    IllegalTransition {
+        from: RemoteSegmentState,
+        to: RemoteSegmentState,
+    },
+    #[error("remote segment {segment_id} overlaps finished remote segment {other}")]
+    RemoteSegmentOverlap { segment_id: Uuid, other: Uuid },
+    #[error("metastore row is corrupt: {0}")]
+    CorruptRow(String),
     #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
     UnsupportedUrl(String),
     #[error("metastore database error")]
@@ -87,6 +106,26 @@ pub trait Metastore: Send + Sync + 'static {
     ) -> Result<Topic>;
     /// Raises the partition count; never lowers it or leaves it equal.
     async fn add_partitions(&self, name: &str, total: i32) -> Result<Topic>;
+
+    /// Registers a segment whose copy is about to start (its state must be
+    /// `CopyStarted`).
+    async fn add_remote_segment(&self, segment: &RemoteSegment) -> Result<()>;
+    /// Moves a remote segment from `from` to `to`, a compare-and-set on its state.
+    /// Finishing a copy fails with `RemoteSegmentOverlap` if a finished segment of the
+    /// partition already covers any of its offsets.
+    async fn transition_remote_segment(
+        &self,
+        segment_id: Uuid,
+        from: RemoteSegmentState,
+        to: RemoteSegmentState,
+    ) -> Result<RemoteSegment>;
+    /// A partition's remote segments in any of `states`, by base offset.
+    async fn list_remote_segments(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        states: &[RemoteSegmentState],
+    ) -> Result<Vec<RemoteSegment>>;
 }
 
 /// Opens the metastore a URL names and brings its schema up to date.

@@ -16,7 +16,7 @@ use sqlx::sqlite::{
 };
 use uuid::Uuid;
 
-use crate::{Error, Metastore, NewTopic, Result, Topic};
+use crate::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState, Result, Topic};
 
 pub struct PostgresMetastore {
     pool: PgPool,
@@ -68,6 +68,43 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 type TopicRow = (Uuid, String, i32, i32, i64);
+
+type RemoteSegmentRow = (Uuid, Uuid, i32, i64, i64, i64, i32, i64, String, i64, i64);
+
+const REMOTE_SEGMENT_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
+     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms";
+
+fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
+    let (
+        segment_id,
+        topic_id,
+        partition,
+        base_offset,
+        end_offset,
+        max_timestamp,
+        leader_epoch,
+        size_bytes,
+        state,
+        c,
+        u,
+    ) = row;
+    let state = RemoteSegmentState::parse(&state).ok_or_else(|| {
+        Error::CorruptRow(format!("remote segment {segment_id} has state '{state}'"))
+    })?;
+    Ok(RemoteSegment {
+        segment_id,
+        topic_id,
+        partition,
+        base_offset,
+        end_offset,
+        max_timestamp,
+        leader_epoch,
+        size_bytes,
+        state,
+        created_at_ms: c,
+        updated_at_ms: u,
+    })
+}
 
 const SELECT_TOPIC: &str =
     "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics WHERE name = $1";
@@ -244,6 +281,110 @@ macro_rules! sql_metastore {
                 let topic = Self::load(&mut *tx, row).await?;
                 tx.commit().await?;
                 Ok(topic)
+            }
+
+            async fn add_remote_segment(&self, s: &RemoteSegment) -> Result<()> {
+                if s.state != RemoteSegmentState::CopyStarted {
+                    return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyStarted, to: s.state });
+                }
+                sqlx::query(&format!(
+                    "INSERT INTO remote_segments ({REMOTE_SEGMENT_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                ))
+                .bind(s.segment_id)
+                .bind(s.topic_id)
+                .bind(s.partition)
+                .bind(s.base_offset)
+                .bind(s.end_offset)
+                .bind(s.max_timestamp)
+                .bind(s.leader_epoch)
+                .bind(s.size_bytes)
+                .bind(s.state.as_str())
+                .bind(s.created_at_ms)
+                .bind(s.updated_at_ms)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn transition_remote_segment(
+                &self,
+                segment_id: Uuid,
+                from: RemoteSegmentState,
+                to: RemoteSegmentState,
+            ) -> Result<RemoteSegment> {
+                if !from.can_become(to) {
+                    return Err(Error::IllegalTransition { from, to });
+                }
+                let mut tx = self.pool.begin().await?;
+                let select = format!("SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE segment_id = $1");
+                let row: Option<RemoteSegmentRow> =
+                    sqlx::query_as(&select).bind(segment_id).fetch_optional(&mut *tx).await?;
+                let mut seg = remote_segment(row.ok_or(Error::RemoteSegmentNotFound(segment_id))?)?;
+                if seg.state != from {
+                    return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: seg.state });
+                }
+                if to == RemoteSegmentState::CopyFinished {
+                    let other: Option<(Uuid,)> = sqlx::query_as(
+                        "SELECT segment_id FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
+                         AND state = 'COPY_FINISHED' AND base_offset <= $3 AND end_offset >= $4 LIMIT 1",
+                    )
+                    .bind(seg.topic_id)
+                    .bind(seg.partition)
+                    .bind(seg.end_offset)
+                    .bind(seg.base_offset)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some((other,)) = other {
+                        return Err(Error::RemoteSegmentOverlap { segment_id, other });
+                    }
+                }
+                let now = now_ms();
+                let updated = sqlx::query(
+                    "UPDATE remote_segments SET state = $1, updated_at_ms = $2 WHERE segment_id = $3 AND state = $4",
+                )
+                .bind(to.as_str())
+                .bind(now)
+                .bind(segment_id)
+                .bind(from.as_str())
+                .execute(&mut *tx)
+                .await;
+                let updated = match updated {
+                    // A concurrent finish of the same base offset won the unique index.
+                    Err(e) if is_unique_violation(&e) => {
+                        return Err(Error::RemoteSegmentOverlap { segment_id, other: Uuid::nil() });
+                    }
+                    other => other?,
+                };
+                if updated.rows_affected() != 1 {
+                    return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: to });
+                }
+                tx.commit().await?;
+                seg.state = to;
+                seg.updated_at_ms = now;
+                Ok(seg)
+            }
+
+            async fn list_remote_segments(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                states: &[RemoteSegmentState],
+            ) -> Result<Vec<RemoteSegment>> {
+                if states.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let placeholders: Vec<String> = (0..states.len()).map(|i| format!("${}", i + 3)).collect();
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
+                     AND state IN ({}) ORDER BY base_offset, created_at_ms",
+                    placeholders.join(", ")
+                );
+                let mut query = sqlx::query_as::<_, RemoteSegmentRow>(&sql).bind(topic_id).bind(partition);
+                for s in states {
+                    query = query.bind(s.as_str());
+                }
+                query.fetch_all(&self.pool).await?.into_iter().map(remote_segment).collect()
             }
         }
     };

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shale_metastore::{Error, Metastore, NewTopic};
+use shale_metastore::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState};
 
 /// A metastore under test plus whatever must be cleaned up after it.
 struct Fixture {
@@ -203,6 +203,161 @@ async fn survives_reopen(url_of: &str, m: &dyn Metastore) {
     );
 }
 
+fn segment(topic_id: uuid::Uuid, base: i64, end: i64) -> RemoteSegment {
+    // Distinct, increasing creation times, as real uploads have.
+    static CLOCK: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    let created = CLOCK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    RemoteSegment {
+        segment_id: uuid::Uuid::new_v4(),
+        topic_id,
+        partition: 0,
+        base_offset: base,
+        end_offset: end,
+        max_timestamp: 1_000 + end,
+        leader_epoch: 0,
+        size_bytes: 4096,
+        state: RemoteSegmentState::CopyStarted,
+        created_at_ms: created,
+        updated_at_ms: created,
+    }
+}
+
+async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
+    use RemoteSegmentState::*;
+    let topic = m.create_topic(new_topic("tiered", 1)).await.unwrap().id;
+    let a = segment(topic, 0, 99);
+    m.add_remote_segment(&a).await.unwrap();
+    let listed = m
+        .list_remote_segments(topic, 0, &[CopyStarted])
+        .await
+        .unwrap();
+    assert_eq!(listed, vec![a.clone()]);
+    assert!(
+        m.list_remote_segments(topic, 0, &[CopyFinished])
+            .await
+            .unwrap()
+            .is_empty(),
+        "unfinished is invisible"
+    );
+    assert!(
+        m.list_remote_segments(topic, 1, &[CopyStarted])
+            .await
+            .unwrap()
+            .is_empty(),
+        "other partition"
+    );
+
+    let finished = m
+        .transition_remote_segment(a.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap();
+    assert_eq!(finished.state, CopyFinished);
+    // Compare-and-set: a second finisher loses.
+    let err = m
+        .transition_remote_segment(a.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::RemoteSegmentStateConflict {
+                actual: CopyFinished,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    for (from, to) in [
+        (CopyFinished, CopyStarted),
+        (CopyFinished, DeleteFinished),
+        (DeleteFinished, CopyStarted),
+    ] {
+        let err = m
+            .transition_remote_segment(a.segment_id, from, to)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::IllegalTransition { .. }),
+            "{from:?} -> {to:?}: {err:?}"
+        );
+    }
+    let missing = m
+        .transition_remote_segment(uuid::Uuid::new_v4(), CopyStarted, CopyFinished)
+        .await;
+    assert!(matches!(missing, Err(Error::RemoteSegmentNotFound(_))));
+    let mut not_started = segment(topic, 500, 599);
+    not_started.state = CopyFinished;
+    assert!(matches!(
+        m.add_remote_segment(&not_started).await,
+        Err(Error::IllegalTransition { .. })
+    ));
+
+    // Never two finished segments over one offset.
+    let overlapping = segment(topic, 50, 149);
+    m.add_remote_segment(&overlapping).await.unwrap();
+    let err = m
+        .transition_remote_segment(overlapping.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RemoteSegmentOverlap { other, .. } if other == a.segment_id),
+        "{err:?}"
+    );
+    let same_base = segment(topic, 0, 99);
+    m.add_remote_segment(&same_base).await.unwrap();
+    assert!(matches!(
+        m.transition_remote_segment(same_base.segment_id, CopyStarted, CopyFinished)
+            .await,
+        Err(Error::RemoteSegmentOverlap { .. })
+    ));
+    // An aborted copy is cleaned up through DELETE_STARTED.
+    m.transition_remote_segment(overlapping.segment_id, CopyStarted, DeleteStarted)
+        .await
+        .unwrap();
+    let next = segment(topic, 100, 199);
+    m.add_remote_segment(&next).await.unwrap();
+    m.transition_remote_segment(next.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap();
+    let readable: Vec<_> = m
+        .list_remote_segments(topic, 0, &[CopyFinished])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.base_offset, s.end_offset))
+        .collect();
+    assert_eq!(readable, [(0, 99), (100, 199)]);
+
+    // Remote retention: finished -> delete started -> delete finished.
+    m.transition_remote_segment(a.segment_id, CopyFinished, DeleteStarted)
+        .await
+        .unwrap();
+    m.transition_remote_segment(a.segment_id, DeleteStarted, DeleteFinished)
+        .await
+        .unwrap();
+    let states: Vec<_> = m
+        .list_remote_segments(
+            topic,
+            0,
+            &[CopyStarted, CopyFinished, DeleteStarted, DeleteFinished],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.base_offset, s.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (0, DeleteFinished),
+            (0, CopyStarted),
+            (50, DeleteStarted),
+            (100, CopyFinished)
+        ],
+        "ordered by base offset, then creation"
+    );
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -222,6 +377,7 @@ macro_rules! metastore_suite {
             case!(delete_removes_topic_and_configs);
             case!(alter_configs_sets_and_deletes);
             case!(partitions_only_grow);
+            case!(remote_segments_follow_the_state_machine);
         }
     };
 }
@@ -259,6 +415,46 @@ async fn concurrent_creates_of_one_name_yield_exactly_one_topic_postgres() {
         }
     }
     assert_eq!(ok, 1);
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_finishes_of_one_segment_start_yield_one_readable_copy_postgres() {
+    let f = postgres().await;
+    let topic = f.store.create_topic(new_topic("race", 1)).await.unwrap().id;
+    let copies: Vec<_> = (0..6).map(|_| segment(topic, 0, 99)).collect();
+    for c in &copies {
+        f.store.add_remote_segment(c).await.unwrap();
+    }
+    let tasks: Vec<_> = copies
+        .iter()
+        .map(|c| {
+            let (m, id) = (f.store.clone(), c.segment_id);
+            tokio::spawn(async move {
+                m.transition_remote_segment(
+                    id,
+                    RemoteSegmentState::CopyStarted,
+                    RemoteSegmentState::CopyFinished,
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(Error::RemoteSegmentOverlap { .. }) => {}
+            Err(e) => panic!("unexpected error {e:?}"),
+        }
+    }
+    assert_eq!(won, 1);
+    let finished = f
+        .store
+        .list_remote_segments(topic, 0, &[RemoteSegmentState::CopyFinished])
+        .await
+        .unwrap();
+    assert_eq!(finished.len(), 1);
     f.finish().await;
 }
 

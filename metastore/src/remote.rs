@@ -1,0 +1,64 @@
+//! Types of the remote-segment registry: which segments of a partition are in the
+//! object store, and where each stands in its copy/delete state machine.
+
+use uuid::Uuid;
+
+/// State of a remote segment. Transitions only go forward:
+/// `CopyStarted → CopyFinished → DeleteStarted → DeleteFinished`; a copy that never
+/// finished may also go `CopyStarted → DeleteStarted` (cleanup of an aborted upload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RemoteSegmentState {
+    CopyStarted,
+    CopyFinished,
+    DeleteStarted,
+    DeleteFinished,
+}
+
+impl RemoteSegmentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CopyStarted => "COPY_STARTED",
+            Self::CopyFinished => "COPY_FINISHED",
+            Self::DeleteStarted => "DELETE_STARTED",
+            Self::DeleteFinished => "DELETE_FINISHED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "COPY_STARTED" => Self::CopyStarted,
+            "COPY_FINISHED" => Self::CopyFinished,
+            "DELETE_STARTED" => Self::DeleteStarted,
+            "DELETE_FINISHED" => Self::DeleteFinished,
+            _ => return None,
+        })
+    }
+
+    /// Whether the state machine allows going from `self` to `next`.
+    pub fn can_become(self, next: Self) -> bool {
+        use RemoteSegmentState::*;
+        matches!(
+            (self, next),
+            (CopyStarted, CopyFinished)
+                | (CopyStarted, DeleteStarted)
+                | (CopyFinished, DeleteStarted)
+                | (DeleteStarted, DeleteFinished)
+        )
+    }
+}
+
+/// One segment in the object store (offsets inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSegment {
+    pub segment_id: Uuid,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub base_offset: i64,
+    pub end_offset: i64,
+    pub max_timestamp: i64,
+    pub leader_epoch: i32,
+    pub size_bytes: i64,
+    pub state: RemoteSegmentState,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}

@@ -52,3 +52,11 @@ else
   fi
   log "PostgreSQL is running on $PGHOST:$PGPORT"
 fi
+
+# S3: tests start their own s3s-fs processes (so they can stop and kill them); make sure
+# the binary is there.
+if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
+  log "installing s3s-fs (cargo install)"
+  cargo install s3s-fs --version 0.14.1 --features binary --locked
+fi
+log "s3s-fs is installed"

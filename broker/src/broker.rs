@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shale_metastore::{Metastore, Topic};
-use shale_tiering::ObjectStoreRef;
+use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -41,8 +41,8 @@ pub struct TopicState {
 pub struct Broker {
     pub config: BrokerConfig,
     pub(crate) metastore: Arc<dyn Metastore>,
-    /// Opened and checked at start; tiering uploads through it.
-    _object_store: ObjectStoreRef,
+    pub(crate) uploader: Uploader,
+    pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     reconcile_lock: tokio::sync::Mutex<()>,
     pub(crate) cancel: CancellationToken,
@@ -61,12 +61,27 @@ impl Broker {
         let metastore = shale_metastore::open(&config.metastore_url)
             .await
             .with_context(|| format!("cannot open metastore {}", config.metastore_url))?;
-        let object_store = shale_tiering::open(&config.object_store_url)
-            .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        let object_store =
+            shale_tiering::open(&config.object_store_url, &config.object_store.s3_options())
+                .await
+                .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        let uploader = Uploader::new(
+            object_store,
+            metastore.clone(),
+            UploaderConfig {
+                multipart_threshold: config.tiering.multipart_threshold_bytes,
+                part_size: config.tiering.multipart_part_bytes,
+                ..UploaderConfig::default()
+            },
+        );
+        let upload_permits = Arc::new(tokio::sync::Semaphore::new(
+            config.tiering.upload_concurrency,
+        ));
         let broker = Arc::new(Self {
             config,
             metastore,
-            _object_store: object_store,
+            uploader,
+            upload_permits,
             topics: RwLock::new(HashMap::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             cancel,
@@ -111,7 +126,7 @@ impl Broker {
             })
     }
 
-    fn all_partitions(&self) -> Vec<Arc<Partition>> {
+    pub(crate) fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.topics_snapshot()
             .iter()
             .flat_map(|t| t.partitions.iter().cloned())
@@ -232,8 +247,15 @@ impl Broker {
                 on_each_partition(b.all_partitions(), "retention", |p, now| {
                     p.apply_retention(now).map(drop)
                 })
-                .await
+                .await?;
+                b.remote_retention_pass().await
             },
+        );
+        self.spawn_every(
+            tasks,
+            self.config.tiering.upload_interval_ms,
+            "segment upload",
+            |b| async move { b.upload_pass().await },
         );
         self.spawn_every(
             tasks,
@@ -276,8 +298,12 @@ impl Broker {
                     _ = broker.cancel.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = f(broker.clone()).await {
-                    tracing::warn!(task = name, error = %e, "background task failed");
+                // Cancellation drops an unfinished pass; every pass is safe to cut short.
+                tokio::select! {
+                    _ = broker.cancel.cancelled() => break,
+                    r = f(broker.clone()) => if let Err(e) = r {
+                        tracing::warn!(task = name, error = %e, "background task failed");
+                    }
                 }
             }
         });

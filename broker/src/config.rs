@@ -16,6 +16,16 @@
 //! metadata_refresh_interval_ms = 2000    # Default: 2 s.
 //! shutdown_timeout_ms = 10000            # Default: 10 s.
 //!
+//! [object_store]              # for s3:// URLs; unset keys come from AWS_* variables
+//! endpoint = "http://127.0.0.1:9000"
+//! region = "us-east-1"
+//! path_style = true
+//! allow_http = true
+//!
+//! [tiering]
+//! upload_interval_ms = 1000               # Default: 1 s.
+//! upload_concurrency = 2                  # Default: 2.
+//!
 //! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
 //! "retention.ms" = 86400000
 //! ```
@@ -64,6 +74,10 @@ struct FileConfig {
     #[serde(default)]
     log: LogSection,
     #[serde(default)]
+    object_store: ObjectStoreSection,
+    #[serde(default)]
+    tiering: TieringSection,
+    #[serde(default)]
     topic_defaults: BTreeMap<String, toml::Value>,
 }
 
@@ -102,6 +116,69 @@ impl Default for LogSection {
     }
 }
 
+/// `[object_store]`: settings of an `s3://` object store; unset ones come from the
+/// `AWS_*` environment (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ObjectStoreSection {
+    /// e.g. `http://127.0.0.1:9000` for MinIO. Default: AWS.
+    pub endpoint: Option<String>,
+    /// Default: from the environment, else `us-east-1`.
+    pub region: Option<String>,
+    /// Path-style requests, as MinIO wants. Default: virtual-hosted style.
+    pub path_style: Option<bool>,
+    /// Allow a plain-HTTP endpoint. Default: `AWS_ALLOW_HTTP`, else false.
+    pub allow_http: Option<bool>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Per-request timeout. Default: 30000 ms.
+    pub request_timeout_ms: Option<u64>,
+    /// Retries of a failed request (5xx, timeout). Default: 5.
+    pub max_retries: Option<usize>,
+}
+
+impl ObjectStoreSection {
+    pub fn s3_options(&self) -> shale_tiering::S3Options {
+        shale_tiering::S3Options {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            path_style: self.path_style,
+            allow_http: self.allow_http,
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            request_timeout: self
+                .request_timeout_ms
+                .map(std::time::Duration::from_millis),
+            max_retries: self.max_retries,
+        }
+    }
+}
+
+/// `[tiering]`: copying sealed segments to the object store.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TieringSection {
+    /// How often each tiered partition is checked for segments to copy. Default: 1000 ms.
+    pub upload_interval_ms: u64,
+    /// Partitions copying at once. Default: 2.
+    pub upload_concurrency: usize,
+    /// Files above this size go up in parts. Default: 33554432 (32 MiB).
+    pub multipart_threshold_bytes: u64,
+    /// Part size of multipart uploads. Default: 16777216 (16 MiB).
+    pub multipart_part_bytes: usize,
+}
+
+impl Default for TieringSection {
+    fn default() -> Self {
+        Self {
+            upload_interval_ms: 1_000,
+            upload_concurrency: 2,
+            multipart_threshold_bytes: 32 << 20,
+            multipart_part_bytes: 16 << 20,
+        }
+    }
+}
+
 /// The resolved, validated configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -111,6 +188,8 @@ pub struct BrokerConfig {
     pub metastore_url: String,
     pub object_store_url: String,
     pub log: LogSection,
+    pub object_store: ObjectStoreSection,
+    pub tiering: TieringSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
 }
@@ -174,6 +253,8 @@ impl BrokerConfig {
             metastore_url,
             object_store_url,
             log: file.log,
+            object_store: file.object_store,
+            tiering: file.tiering,
             topic_defaults,
         };
         config.validate()?;

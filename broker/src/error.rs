@@ -49,6 +49,8 @@ pub enum Error {
     Storage(#[source] std::io::Error),
     #[error("metastore failed: {0}")]
     Metastore(#[source] shale_metastore::Error),
+    #[error("tiered storage failed: {0}")]
+    Tiering(#[source] shale_tiering::uploader::UploadError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -75,6 +77,7 @@ impl Error {
             ShuttingDown => ErrorCode::LeaderNotAvailable,
             Storage(_) => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
+            Tiering(_) => ErrorCode::KafkaStorageError,
             Metastore(_) | Internal(_) => ErrorCode::UnknownServerError,
         }
     }

@@ -11,5 +11,6 @@ pub mod fetch;
 pub mod log;
 pub mod partition;
 pub mod produce;
+pub mod tiering;
 pub mod topic_config;
 pub mod topics;

@@ -79,6 +79,27 @@ pub struct AppendInfo {
     pub last_offset: i64,
 }
 
+/// A sealed segment's identity and files (offsets inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedSegmentInfo {
+    pub base_offset: i64,
+    pub end_offset: i64,
+    pub max_timestamp: i64,
+    pub size_bytes: u64,
+    pub log_path: PathBuf,
+    pub index_path: PathBuf,
+    pub time_index_path: PathBuf,
+}
+
+/// Where the object store stands, for retention of a tiered partition's local log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierBounds {
+    /// Every offset up to this one is in the object store.
+    pub uploaded_through: i64,
+    /// Offsets below this are past total retention (already deleted remotely).
+    pub retained_from: i64,
+}
+
 /// What retention removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionOutcome {
@@ -324,10 +345,46 @@ impl PartitionLog {
         Ok(Some((h.base_offset, h.max_timestamp)))
     }
 
+    /// Bytes of the segments whose base offset is above `offset`.
+    pub fn bytes_after(&self, offset: i64) -> u64 {
+        self.segments
+            .range(offset.saturating_add(1)..)
+            .map(|(_, s)| s.size())
+            .sum()
+    }
+
+    /// Sealed segments whose base offset is above `after`, oldest first, as the
+    /// uploader needs them (their files never change again).
+    pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
+        let mut out = Vec::new();
+        let mut iter = self.segments.range(after.saturating_add(1)..).peekable();
+        while let Some((base, seg)) = iter.next() {
+            let Some((next_base, _)) = iter.peek() else {
+                break;
+            }; // the active segment
+            out.push(SealedSegmentInfo {
+                base_offset: *base,
+                end_offset: **next_base - 1,
+                max_timestamp: seg.max_timestamp,
+                size_bytes: seg.size(),
+                log_path: segment::segment_path(&self.dir, *base, LOG_SUFFIX),
+                index_path: segment::segment_path(&self.dir, *base, "index"),
+                time_index_path: segment::segment_path(&self.dir, *base, "timeindex"),
+            });
+        }
+        out
+    }
+
     /// Deletes sealed segments past `retention.ms` / `retention.bytes` (oldest first,
     /// never the active segment; an expired active segment is rolled first so that
-    /// time retention can empty an idle log).
-    pub fn apply_retention(&mut self, now_ms: i64) -> Result<RetentionOutcome, LogError> {
+    /// time retention can empty an idle log). For a tiered partition, `tier` limits
+    /// this to segments already in the object store, and also removes segments the
+    /// remote tier has retired (below the partition's log start offset).
+    pub fn apply_retention(
+        &mut self,
+        now_ms: i64,
+        tier: Option<TierBounds>,
+    ) -> Result<RetentionOutcome, LogError> {
         let expired =
             |s: &Segment, ms: i64| ms >= 0 && s.max_timestamp >= 0 && s.max_timestamp < now_ms - ms;
         if expired(self.active(), self.config.retention_ms) {
@@ -340,7 +397,10 @@ impl PartitionLog {
             let by_time = expired(oldest, self.config.retention_ms);
             let by_size = self.config.retention_bytes >= 0
                 && total.saturating_sub(oldest.size()) >= self.config.retention_bytes as u64;
-            if !(by_time || by_size) {
+            let last_offset = self.segments.keys().nth(1).copied().expect("len > 1") - 1;
+            let uploaded = tier.is_none_or(|t| last_offset <= t.uploaded_through);
+            let retired = tier.is_some_and(|t| last_offset < t.retained_from);
+            if !((by_time || by_size) && uploaded || retired) {
                 break;
             }
             let (_, seg) = self.segments.pop_first().expect("len > 1");

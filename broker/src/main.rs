@@ -40,10 +40,23 @@ fn main() -> ExitCode {
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shale-broker: {e:#}");
+            eprintln!("shale-broker: {}", cause_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// "outer: cause: root", leaving out a cause whose text the previous one already holds
+/// (some library errors repeat their source in their own message).
+fn cause_chain(e: &anyhow::Error) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.last().is_some_and(|prev| prev.contains(&text)) {
+            out.push(text);
+        }
+    }
+    out.join(": ")
 }
 
 async fn run(config: BrokerConfig) -> anyhow::Result<()> {

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::log::{PartitionLog, ReadPlan, RetentionOutcome};
+use crate::log::{PartitionLog, ReadPlan, RetentionOutcome, SealedSegmentInfo, TierBounds};
 use crate::topic_config::{TimestampType, TopicConfig};
 
 const METADATA_FILE: &str = "partition.metadata";
@@ -42,6 +42,23 @@ pub struct PartitionOffsets {
     pub segments: usize,
 }
 
+/// What this broker knows of the partition's remote segments (finished copies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteState {
+    /// False until the tier has read the metastore (and cleaned unfinished copies);
+    /// until then no local segment of a tiered partition may be deleted.
+    pub loaded: bool,
+    /// First offset in the object store, -1 if none.
+    pub start_offset: i64,
+    /// Last offset in the object store, -1 if none.
+    pub end_offset: i64,
+    pub segments: u64,
+    pub bytes: u64,
+    /// Offsets below this are past total retention and gone from the object store;
+    /// local copies of them are deleted too. -1: no such bound.
+    pub retained_from: i64,
+}
+
 /// Result of a successful append.
 #[derive(Debug, Clone, Copy)]
 pub struct Appended {
@@ -61,6 +78,10 @@ pub struct Partition {
     /// Leader epoch stamped into appended batches (0 until replication assigns epochs).
     leader_epoch: i32,
     high_watermark: watch::Sender<i64>,
+    remote: Mutex<RemoteState>,
+    /// Serializes the tier's work on this partition (copies, remote retention), which
+    /// reads and writes `remote` across awaits.
+    pub(crate) tier_lock: tokio::sync::Mutex<()>,
 }
 
 impl Partition {
@@ -94,6 +115,13 @@ impl Partition {
             config: RwLock::new(config),
             leader_epoch: 0,
             high_watermark: watch::Sender::new(leo),
+            remote: Mutex::new(RemoteState {
+                start_offset: -1,
+                end_offset: -1,
+                retained_from: -1,
+                ..RemoteState::default()
+            }),
+            tier_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -209,8 +237,45 @@ impl Partition {
         }
     }
 
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    /// Local retention. A tiered partition deletes only segments already in the object
+    /// store, and nothing before the tier has loaded its state.
     pub fn apply_retention(&self, now_ms: i64) -> Result<RetentionOutcome> {
-        Ok(self.log().apply_retention(now_ms)?)
+        let tier = self.config().remote_storage_enable.then(|| {
+            let remote = self.remote_state();
+            if remote.loaded {
+                TierBounds {
+                    uploaded_through: remote.end_offset,
+                    retained_from: remote.retained_from,
+                }
+            } else {
+                TierBounds {
+                    uploaded_through: i64::MIN,
+                    retained_from: -1,
+                }
+            }
+        });
+        Ok(self.log().apply_retention(now_ms, tier)?)
+    }
+
+    pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
+        self.log().sealed_segments_after(after)
+    }
+
+    /// Local bytes of the segments after `offset` (those not in the object store).
+    pub fn bytes_after(&self, offset: i64) -> u64 {
+        self.log().bytes_after(offset)
+    }
+
+    pub fn remote_state(&self) -> RemoteState {
+        *self.remote.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_remote_state(&self, state: RemoteState) {
+        *self.remote.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }
 
     pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {

@@ -59,7 +59,8 @@ impl Default for TopicConfig {
             max_message_bytes: 1_048_588,
             min_insync_replicas: 1,
             message_timestamp_type: TimestampType::CreateTime,
-            remote_storage_enable: false,
+            // An object store is always configured (file:// in the embedded default).
+            remote_storage_enable: true,
             unclean_leader_election_enable: false,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,

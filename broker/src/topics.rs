@@ -143,7 +143,17 @@ impl Broker {
             overrides.remove(key);
         }
         overrides.extend(set.clone());
-        self.resolve_config(&overrides)?;
+        let before = self.resolve_config(&topic.configs)?;
+        let after = self.resolve_config(&overrides)?;
+        if before.remote_storage_enable && !after.remote_storage_enable {
+            // As in Kafka: the remote log would be orphaned.
+            return Err(crate::topic_config::ConfigError {
+                key: "remote.storage.enable".into(),
+                value: "false".into(),
+                reason: "tiered storage cannot be turned off for a topic once on".into(),
+            }
+            .into());
+        }
         if validate_only {
             return Ok(());
         }

@@ -313,4 +313,14 @@ impl Client {
             .next()
             .ok_or_else(|| Error::Invalid("empty produce response".into()))
     }
+
+    /// Tier status per partition of `topic` (every topic if `None`).
+    pub async fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<PartitionTieringStatus>> {
+        let req = TieringStatusRequest {
+            topic: topic.unwrap_or_default().to_string(),
+        };
+        let r = self.admin.clone().tiering_status(req).await?.into_inner();
+        check_result(r.error)?;
+        Ok(r.partitions)
+    }
 }

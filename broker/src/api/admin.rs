@@ -149,6 +149,35 @@ impl Admin for AdminService {
         }))
     }
 
+    async fn tiering_status(
+        &self,
+        request: Request<TieringStatusRequest>,
+    ) -> Result<Response<TieringStatusResponse>, Status> {
+        let topic = request.into_inner().topic;
+        let result = self
+            .broker
+            .tiering_status((!topic.is_empty()).then_some(topic.as_str()));
+        let error = error_result(&result);
+        let partitions = result
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| PartitionTieringStatus {
+                topic: t.topic,
+                partition: t.partition,
+                remote_storage_enabled: t.enabled,
+                log_start_offset: t.log_start_offset,
+                local_log_start_offset: t.local_log_start_offset,
+                remote_log_start_offset: t.remote_log_start_offset,
+                highest_uploaded_offset: t.highest_uploaded_offset,
+                upload_lag_segments: t.upload_lag_segments as i64,
+                upload_lag_bytes: t.upload_lag_bytes as i64,
+                remote_segments: t.remote_segments as i64,
+                remote_bytes: t.remote_bytes as i64,
+            })
+            .collect();
+        Ok(Response::new(TieringStatusResponse { error, partitions }))
+    }
+
     async fn metadata(
         &self,
         request: Request<MetadataRequest>,

@@ -172,7 +172,7 @@ fn retention_by_time_deletes_old_segments_and_advances_log_start() {
         append(&mut log, batch(0, 3, 100_000 + i as i64, 40), 0); // recent
     }
     let before = log.segment_count();
-    let out = log.apply_retention(105_000).unwrap();
+    let out = log.apply_retention(105_000, None).unwrap();
     assert!(out.segments > 0 && log.segment_count() < before);
     assert!(log.log_start_offset() > 0 && log.log_start_offset() <= old_end);
     assert!(
@@ -189,7 +189,7 @@ fn retention_by_time_deletes_old_segments_and_advances_log_start() {
         Err(LogError::OffsetOutOfRange { .. })
     ));
     // Far in the future everything expires, the active segment included.
-    log.apply_retention(10_000_000).unwrap();
+    log.apply_retention(10_000_000, None).unwrap();
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_start_offset(), log.log_end_offset());
     // The log start offset survives a restart (it is the first segment's base offset).
@@ -212,7 +212,7 @@ fn retention_by_size_keeps_the_newest_bytes() {
     }
     let before = log.size_bytes();
     assert!(before > 10_000);
-    let out = log.apply_retention(2_000).unwrap();
+    let out = log.apply_retention(2_000, None).unwrap();
     assert_eq!(before - out.bytes, log.size_bytes());
     assert!(log.size_bytes() >= 5000, "never below retention.bytes");
     let oldest = log.segments.values().next().unwrap().size();
@@ -315,6 +315,94 @@ fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
     }
     let ts = 5_000 + (sealed[2] / 3) + 1;
     assert_eq!(log.offset_for_timestamp(ts).unwrap().unwrap().1, ts);
+}
+
+#[test]
+fn tiered_retention_deletes_only_uploaded_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 0,
+        ..small_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    for i in 0..60 {
+        append(&mut log, batch(i * 3, 3, 1_000, 40), 0);
+    }
+    let sealed = log.sealed_segments_after(-1);
+    assert_eq!(
+        sealed.len(),
+        log.segment_count() - 1,
+        "every segment but the active one"
+    );
+    assert!(
+        sealed
+            .windows(2)
+            .all(|w| w[0].end_offset + 1 == w[1].base_offset)
+    );
+    assert_eq!(
+        sealed.last().unwrap().end_offset + 1,
+        log.active().base_offset
+    );
+    assert!(
+        sealed
+            .iter()
+            .all(|s| s.log_path.exists() && s.index_path.exists() && s.time_index_path.exists())
+    );
+    assert_eq!(
+        log.sealed_segments_after(sealed[1].base_offset)[0].base_offset,
+        sealed[2].base_offset
+    );
+    // Nothing uploaded: nothing deleted, though retention.bytes = 0 wants it all gone.
+    assert_eq!(
+        log.apply_retention(
+            0,
+            Some(TierBounds {
+                uploaded_through: -1,
+                retained_from: -1
+            })
+        )
+        .unwrap()
+        .segments,
+        0
+    );
+    // Uploaded through the end of the third segment: exactly three go.
+    assert_eq!(
+        log.apply_retention(
+            0,
+            Some(TierBounds {
+                uploaded_through: sealed[2].end_offset,
+                retained_from: -1
+            })
+        )
+        .unwrap()
+        .segments,
+        3
+    );
+    assert_eq!(log.log_start_offset(), sealed[3].base_offset);
+    // Segments the remote tier retired go even when local retention would keep them.
+    let mut keep_all = log.config().clone();
+    keep_all.retention_bytes = -1;
+    log.set_config(keep_all);
+    let bounds = TierBounds {
+        uploaded_through: sealed[4].end_offset,
+        retained_from: sealed[4].base_offset + 1,
+    };
+    assert_eq!(
+        log.apply_retention(0, Some(bounds)).unwrap().segments,
+        1,
+        "only the wholly retired one"
+    );
+    assert_eq!(log.log_start_offset(), sealed[4].base_offset);
+    let mut sized = log.config().clone();
+    sized.retention_bytes = 0;
+    log.set_config(sized);
+    // A boundary in the middle of a segment keeps that segment.
+    let bounds = TierBounds {
+        uploaded_through: sealed[4].end_offset - 1,
+        retained_from: -1,
+    };
+    assert_eq!(log.apply_retention(0, Some(bounds)).unwrap().segments, 0);
+    assert_eq!(log.log_start_offset(), sealed[4].base_offset);
 }
 
 #[test]

@@ -128,6 +128,32 @@ impl Broker {
         self.child.as_ref().expect("broker is running").id()
     }
 
+    /// Waits for the broker to exit by itself (e.g. at a failpoint).
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("broker is running");
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker did not exit; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Environment for the next start.
+    pub fn set_envs(&mut self, envs: &[(&str, &str)]) {
+        self.envs = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+
     /// Whether the process is still running.
     pub fn is_alive(&mut self) -> bool {
         self.child
@@ -227,4 +253,159 @@ pub fn write_config(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("shale.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// The `s3s-fs` binary: `SHALE_TEST_S3S_FS`, else on `PATH`, else in `~/.cargo/bin`.
+pub fn s3s_fs_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("SHALE_TEST_S3S_FS") {
+        return PathBuf::from(p);
+    }
+    let on_path = std::env::var_os("PATH").map(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("s3s-fs"))
+            .find(|p| p.is_file())
+    });
+    if let Some(Some(p)) = on_path {
+        return p;
+    }
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/s3s-fs");
+    assert!(
+        home.is_file(),
+        "s3s-fs is not installed: run `infra/test-services.sh` or \
+         `cargo install s3s-fs --version 0.14.1 --features binary --locked`"
+    );
+    home
+}
+
+/// A real S3-protocol server (`s3s-fs`) on a loopback port, storing under a temp dir.
+/// Each server has its own credentials, so a broker whose server is down can never
+/// reach another test's server that happens to reuse the port.
+pub struct S3Server {
+    pub root: tempfile::TempDir,
+    pub port: u16,
+    pub bucket: String,
+    access_key: String,
+    secret_key: String,
+    child: Option<Child>,
+}
+
+impl S3Server {
+    pub fn start(bucket: &str) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(bucket)).unwrap();
+        let unique = root
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace('.', "");
+        let mut s = S3Server {
+            root,
+            port: free_port(),
+            bucket: bucket.to_string(),
+            access_key: format!("key{unique}"),
+            secret_key: format!("secret{unique}"),
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(s3s_fs_bin())
+            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .args([
+                "--access-key",
+                &self.access_key,
+                "--secret-key",
+                &self.secret_key,
+            ])
+            .arg(self.root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start s3s-fs");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "s3s-fs did not start listening on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL the server (an outage).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Start again on the same port and data.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none());
+        self.spawn();
+    }
+
+    /// A broker config file's text pointing at this server (plus `extra` TOML).
+    pub fn broker_config(&self, extra: &str) -> String {
+        format!(
+            "[object_store]\nendpoint = \"{}\"\nregion = \"us-east-1\"\npath_style = true\nallow_http = true\n\
+             access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
+             max_retries = 1\nrequest_timeout_ms = 3000\n{extra}",
+            self.endpoint(),
+            self.access_key,
+            self.secret_key
+        )
+    }
+
+    /// Keys (relative to `prefix` in the bucket) of every stored segment object.
+    pub fn segment_objects(&self, prefix: &str) -> Vec<String> {
+        let base = self.root.path().join(&self.bucket).join(prefix);
+        let mut out = Vec::new();
+        let mut stack = vec![base.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    let rel = path
+                        .strip_prefix(&base)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    if [".log", ".index", ".timeindex", ".meta"]
+                        .iter()
+                        .any(|ext| rel.ends_with(ext))
+                    {
+                        out.push(rel);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub fn read_object(&self, prefix: &str, key: &str) -> Vec<u8> {
+        std::fs::read(self.root.path().join(&self.bucket).join(prefix).join(key)).unwrap()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

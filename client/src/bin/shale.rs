@@ -38,6 +38,9 @@ enum Command {
     Produce(ProduceArgs),
     /// Consume records and print them.
     Consume(ConsumeArgs),
+    /// Tiered storage.
+    #[command(subcommand)]
+    Tiering(TieringCommand),
     /// Print partition offsets: `topic:partition:offset` per line.
     Offsets {
         topic: String,
@@ -78,6 +81,13 @@ enum TopicCommand {
     Delete {
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+enum TieringCommand {
+    /// Per partition: log start, local log start, remote start, highest uploaded offset,
+    /// upload lag (segments, bytes), remote segments and bytes.
+    Status { topic: Option<String> },
 }
 
 #[derive(Args)]
@@ -171,6 +181,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(cmd) => topic(client, cmd).await,
         Command::Produce(args) => produce(client, args).await,
         Command::Consume(args) => consume(client, args).await,
+        Command::Tiering(TieringCommand::Status { topic }) => {
+            let rows = client.tiering_status(topic.as_deref()).await?;
+            let mut out = String::from(
+                "TOPIC\tPARTITION\tTIERED\tLOG_START\tLOCAL_LOG_START\tREMOTE_START\tUPLOADED_TO\tLAG_SEGMENTS\tLAG_BYTES\tREMOTE_SEGMENTS\tREMOTE_BYTES\n",
+            );
+            for r in rows {
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                    r.topic,
+                    r.partition,
+                    r.remote_storage_enabled,
+                    r.log_start_offset,
+                    r.local_log_start_offset,
+                    r.remote_log_start_offset,
+                    r.highest_uploaded_offset,
+                    r.upload_lag_segments,
+                    r.upload_lag_bytes,
+                    r.remote_segments,
+                    r.remote_bytes
+                ));
+            }
+            print!("{out}");
+            Ok(())
+        }
         Command::Offsets { topic, time } => {
             let ts = match time.as_str() {
                 "earliest" => -2,

@@ -1,0 +1,360 @@
+//! Tiered storage against a real S3-protocol server (`s3s-fs`): sealed segments are
+//! copied with self-describing objects, an outage of the store loses nothing and
+//! uploads resume, and a crash between the object PUTs and `COPY_FINISHED` converges.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{Broker, S3Server};
+use shale_client::{Acks, Client, Producer, ProducerRecord};
+use shale_metastore::RemoteSegmentState;
+use shale_proto::v1::PartitionTieringStatus;
+use shale_tiering::layout::{ObjectKind, SegmentKey, SegmentMeta};
+
+const PREFIX: &str = "cluster-a";
+
+async fn start_tiered(s3: &S3Server, extra_toml: &str) -> (Broker, tempfile::TempDir) {
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(extra_toml));
+    let url = format!("s3://{}/{PREFIX}", s3.bucket);
+    let broker = Broker::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--object-store-url",
+        &url,
+    ])
+    .await;
+    (broker, cfg_dir)
+}
+
+fn topic_configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn produce(c: &Client, topic: &str, partitions: i32, n: usize) {
+    let mut p = Producer::new(c.clone(), topic, Acks::All)
+        .await
+        .unwrap()
+        .with_batch_size(1024);
+    let records = (0..n)
+        .map(|i| ProducerRecord {
+            value: Some(format!("{topic}-{i:06}-{}", "v".repeat(80)).into()),
+            partition: Some(i as i32 % partitions),
+            ..Default::default()
+        })
+        .collect();
+    p.send_all(records).await.unwrap();
+}
+
+/// Waits until every partition of `topic` has uploaded all its sealed segments.
+async fn wait_uploaded(c: &Client, topic: &str, broker: &Broker) -> Vec<PartitionTieringStatus> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = c.tiering_status(Some(topic)).await.unwrap();
+        if status
+            .iter()
+            .all(|s| s.upload_lag_segments == 0 && s.highest_uploaded_offset >= 0)
+        {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "uploads did not finish: {status:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `.meta` documents in the bucket for one partition, by base offset.
+fn metas(s3: &S3Server, partition: i32) -> Vec<SegmentMeta> {
+    let mut out: Vec<SegmentMeta> = s3
+        .segment_objects(PREFIX)
+        .iter()
+        .filter(|k| k.ends_with(".meta"))
+        .map(|k| serde_json::from_slice::<SegmentMeta>(&s3.read_object(PREFIX, k)).unwrap())
+        .filter(|m| m.partition == partition)
+        .collect();
+    out.sort_by_key(|m| m.base_offset);
+    out
+}
+
+fn assert_contiguous(metas: &[SegmentMeta], from: i64, to: i64) {
+    assert!(!metas.is_empty());
+    assert_eq!(metas[0].base_offset, from, "remote log starts at {from}");
+    for w in metas.windows(2) {
+        assert_eq!(
+            w[0].end_offset + 1,
+            w[1].base_offset,
+            "no gap, no overlap: {:?} {:?}",
+            w[0],
+            w[1]
+        );
+    }
+    assert_eq!(metas.last().unwrap().end_offset, to);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_segments_are_copied_as_self_describing_objects() {
+    let s3 = S3Server::start("shale");
+    let (mut broker, _cfg) = start_tiered(&s3, "[tiering]\nupload_interval_ms = 100\n").await;
+    let c = broker.client().await;
+    c.create_topic("t", 2, 1, topic_configs(&[("segment.bytes", "4096")]))
+        .await
+        .unwrap();
+    produce(&c, "t", 2, 3000).await;
+    let status = wait_uploaded(&c, "t", &broker).await;
+
+    let mut objects = s3.segment_objects(PREFIX);
+    for st in &status {
+        let metas = metas(&s3, st.partition);
+        assert_eq!(metas.len() as i64, st.remote_segments, "{st:?}");
+        assert_contiguous(&metas, 0, st.highest_uploaded_offset);
+        let remote_bytes: u64 = metas.iter().map(|m| m.log_bytes).sum();
+        assert_eq!(remote_bytes as i64, st.remote_bytes);
+        let dir = broker.data_dir().join(format!("t-{}", st.partition));
+        for m in &metas {
+            let key = SegmentKey {
+                topic_id: m.topic_id,
+                partition: m.partition,
+                base_offset: m.base_offset,
+                end_offset: m.end_offset,
+                segment_id: m.segment_id,
+            };
+            // The objects are the local files byte for byte, with the CRCs .meta states.
+            let log = s3.read_object(PREFIX, key.path(ObjectKind::Log).as_ref());
+            assert_eq!(
+                log,
+                std::fs::read(dir.join(format!("{:020}.log", m.base_offset))).unwrap()
+            );
+            assert_eq!(crc32c::crc32c(&log), m.log_crc32c);
+            assert_eq!(log.len() as u64, m.log_bytes);
+            let index = s3.read_object(PREFIX, key.path(ObjectKind::Index).as_ref());
+            assert_eq!(
+                index,
+                std::fs::read(dir.join(format!("{:020}.index", m.base_offset))).unwrap()
+            );
+            assert_eq!(crc32c::crc32c(&index), m.index_crc32c);
+            let time_index = s3.read_object(PREFIX, key.path(ObjectKind::TimeIndex).as_ref());
+            assert_eq!(crc32c::crc32c(&time_index), m.time_index_crc32c);
+            assert_eq!(m.topic, "t");
+        }
+    }
+    let total_segments: i64 = status.iter().map(|s| s.remote_segments).sum();
+    assert_eq!(
+        objects.len() as i64,
+        4 * total_segments,
+        "four objects per segment, nothing else"
+    );
+
+    // A restart neither re-uploads nor loses track of what is there.
+    broker.restart().await;
+    let c = broker.client().await;
+    let after = wait_uploaded(&c, "t", &broker).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(after, status);
+    objects.sort();
+    assert_eq!(s3.segment_objects(PREFIX), objects);
+    let tiering = broker.cli_ok(&["tiering", "status", "t"], None);
+    assert!(
+        tiering.lines().count() == 3 && tiering.contains("\ttrue\t"),
+        "{tiering}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_store_outage_deletes_nothing_local_and_uploads_resume() {
+    let mut s3 = S3Server::start("shale");
+    let extra = "[tiering]\nupload_interval_ms = 100\n[log]\nretention_check_interval_ms = 100\n";
+    let (broker, _cfg) = start_tiered(&s3, extra).await;
+    let c = broker.client().await;
+    c.create_topic("all", 1, 1, topic_configs(&[("segment.bytes", "4096")]))
+        .await
+        .unwrap();
+    // Local retention wants almost everything of this one gone, but only uploaded data may go.
+    let small = topic_configs(&[("segment.bytes", "4096"), ("retention.bytes", "8192")]);
+    c.create_topic("small", 1, 1, small).await.unwrap();
+
+    s3.kill();
+    produce(&c, "all", 1, 600).await;
+    produce(&c, "small", 1, 600).await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // many upload and retention passes
+    for topic in ["all", "small"] {
+        let st = &c.tiering_status(Some(topic)).await.unwrap()[0];
+        assert_eq!(st.highest_uploaded_offset, -1, "{st:?}");
+        assert!(st.upload_lag_segments >= 10, "{st:?}");
+        assert_eq!(
+            st.local_log_start_offset, 0,
+            "nothing local deleted while the store is down: {st:?}"
+        );
+    }
+
+    s3.start_again();
+    let all = wait_uploaded(&c, "all", &broker).await;
+    assert_contiguous(
+        &metas(&s3, 0)
+            .into_iter()
+            .filter(|m| m.topic == "all")
+            .collect::<Vec<_>>(),
+        0,
+        all[0].highest_uploaded_offset,
+    );
+    // Now retention may act on "small": locally and remotely, leaving no gap between them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c.tiering_status(Some("small")).await.unwrap().remove(0);
+        if st.local_log_start_offset > 0
+            && st.upload_lag_segments == 0
+            && st.remote_log_start_offset > 0
+        {
+            assert!(
+                st.remote_log_start_offset <= st.local_log_start_offset,
+                "{st:?}"
+            );
+            assert!(
+                st.highest_uploaded_offset + 1 >= st.local_log_start_offset,
+                "no gap: {st:?}"
+            );
+            let remote: Vec<_> = metas(&s3, 0)
+                .into_iter()
+                .filter(|m| m.topic == "small")
+                .collect();
+            assert_contiguous(
+                &remote,
+                st.remote_log_start_offset,
+                st.highest_uploaded_offset,
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention did not resume: {st:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = c.describe_topic("all").await.unwrap();
+    assert_eq!(d.partitions[0].log_end_offset, 600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
+    let s3 = S3Server::start("shale");
+    let (mut broker, _cfg) = start_tiered(&s3, "[tiering]\nupload_interval_ms = 300\n").await;
+    let c = broker.client().await;
+    c.create_topic("crash", 1, 1, topic_configs(&[("segment.bytes", "4096")]))
+        .await
+        .unwrap();
+    let topic_id: uuid::Uuid = c
+        .describe_topic("crash")
+        .await
+        .unwrap()
+        .topic
+        .unwrap()
+        .topic_id
+        .parse()
+        .unwrap();
+    broker.stop();
+
+    // Next start dies at the failpoint: all four objects written, row still COPY_STARTED.
+    broker.set_envs(&[("SHALE_FAILPOINTS", "upload-before-copy-finished")]);
+    broker.start_again().await;
+    let c = broker.client().await;
+    produce(&c, "crash", 1, 200).await;
+    let status = broker.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "the failpoint aborts the broker");
+    let orphans = s3.segment_objects(PREFIX);
+    assert_eq!(
+        orphans.len(),
+        4,
+        "objects of the interrupted copy: {orphans:?}"
+    );
+    let metastore = shale_metastore::open(&format!(
+        "sqlite://{}/metastore.db",
+        broker.data_dir().display()
+    ))
+    .await
+    .unwrap();
+    use RemoteSegmentState::*;
+    let all_states = [CopyStarted, CopyFinished, DeleteStarted, DeleteFinished];
+    let rows = metastore
+        .list_remote_segments(topic_id, 0, &all_states)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, CopyStarted);
+    let orphan_id = rows[0].segment_id;
+
+    broker.set_envs(&[]);
+    broker.start_again().await;
+    let c = broker.client().await;
+    let st = wait_uploaded(&c, "crash", &broker).await.remove(0);
+    let metas = metas(&s3, 0);
+    assert_contiguous(&metas, 0, st.highest_uploaded_offset);
+    assert!(
+        metas.iter().all(|m| m.segment_id != orphan_id),
+        "the interrupted copy's objects are gone"
+    );
+    assert_eq!(
+        s3.segment_objects(PREFIX).len(),
+        4 * metas.len(),
+        "no orphaned object is left"
+    );
+    let rows = metastore
+        .list_remote_segments(topic_id, 0, &all_states)
+        .await
+        .unwrap();
+    let orphan = rows.iter().find(|r| r.segment_id == orphan_id).unwrap();
+    assert_eq!(orphan.state, DeleteFinished);
+    let finished: Vec<_> = rows.iter().filter(|r| r.state == CopyFinished).collect();
+    assert_eq!(finished.len(), metas.len());
+    // Every produced record is still there.
+    let out = broker.cli_ok(
+        &[
+            "consume",
+            "crash",
+            "--from-beginning",
+            "--idle-timeout-ms",
+            "1000",
+        ],
+        None,
+    );
+    assert_eq!(out.lines().count(), 200);
+}
+
+#[test]
+fn missing_bucket_or_unreachable_store_stops_start_up_with_a_clear_error() {
+    let s3 = S3Server::start("shale");
+    for (url, endpoint, expect) in [
+        (
+            "s3://no-such-bucket/x",
+            s3.endpoint(),
+            "s3://no-such-bucket/x",
+        ),
+        (
+            "s3://shale/x",
+            format!("http://127.0.0.1:{}", common::free_port()),
+            "s3://shale/x",
+        ),
+        ("s3:///x", s3.endpoint(), "bucket name is missing"),
+    ] {
+        let cfg_dir = tempfile::tempdir().unwrap();
+        let text = s3.broker_config("").replace(&s3.endpoint(), &endpoint);
+        let cfg = common::write_config(cfg_dir.path(), &text);
+        let data = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(common::broker_bin())
+            .args(["--data-dir", data.path().to_str().unwrap(), "--listen"])
+            .arg(format!("127.0.0.1:{}", common::free_port()))
+            .args(["--config", cfg.to_str().unwrap(), "--object-store-url", url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: started");
+        assert!(stderr.contains(expect), "{url}: {stderr}");
+    }
+}

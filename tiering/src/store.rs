@@ -1,0 +1,186 @@
+//! Opening the object store a URL names, checked at start-up so that a bad URL, a
+//! missing bucket or wrong credentials fail before the first upload.
+//!
+//! - `s3://bucket[/prefix]`: any S3-compatible server. Endpoint, region, path-style and
+//!   plain HTTP come from [`S3Options`] (MinIO and `s3s-fs` need `endpoint`,
+//!   `path_style = true` and `allow_http = true`); credentials from the options or the
+//!   standard `AWS_*` environment variables, web identity or instance metadata.
+//!   Requests that fail with 5xx or time out are retried with backoff.
+//! - `file://PATH`: a local directory (created if missing): the embedded default.
+//! - `memory://`: in memory, for experiments.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::prefix::PrefixStore;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+
+/// The object store as the rest of Shale holds it.
+pub type ObjectStoreRef = Arc<dyn ObjectStore>;
+
+/// Settings of an `s3://` store. Unset fields fall back to the `AWS_*` environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct S3Options {
+    /// e.g. `http://127.0.0.1:9000` for MinIO.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`) instead of virtual hosts.
+    pub path_style: Option<bool>,
+    /// Allow `http://` endpoints.
+    pub allow_http: Option<bool>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Per-request timeout. Default: 30 s.
+    pub request_timeout: Option<Duration>,
+    /// Retries of a failed request (5xx, timeouts, connection errors). Default: 5.
+    pub max_retries: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "object store URL '{0}' is not supported: use s3://BUCKET[/PREFIX], file://PATH or memory://"
+    )]
+    UnsupportedUrl(String),
+    #[error("object store URL '{url}' is invalid: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("object store directory {path} cannot be used")]
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "object store '{url}' cannot be reached, refuses the credentials, or its bucket does not exist"
+    )]
+    Unreachable {
+        url: String,
+        source: object_store::Error,
+    },
+    #[error("object store error")]
+    Store(#[from] object_store::Error),
+}
+
+/// Opens and checks the object store `url` names.
+pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreError> {
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(StoreError::InvalidUrl {
+                url: url.into(),
+                reason: "the bucket name is missing".into(),
+            });
+        }
+        let allow_http = s3.allow_http.unwrap_or_else(|| {
+            std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        });
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_allow_http(allow_http)
+            .with_client_options(
+                ClientOptions::new()
+                    .with_timeout(s3.request_timeout.unwrap_or(Duration::from_secs(30)))
+                    .with_connect_timeout(Duration::from_secs(5))
+                    .with_allow_http(allow_http),
+            )
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: s3.max_retries.unwrap_or(5),
+                retry_timeout: Duration::from_secs(120),
+            });
+        if let Some(path_style) = s3.path_style {
+            builder = builder.with_virtual_hosted_style_request(!path_style);
+        }
+        if let Some(endpoint) = &s3.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if let Some(region) = &s3.region {
+            builder = builder.with_region(region);
+        }
+        if let Some(key) = &s3.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &s3.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        let store = builder.build().map_err(|e| StoreError::InvalidUrl {
+            url: url.into(),
+            reason: e.to_string(),
+        })?;
+        let store: ObjectStoreRef = match prefix.trim_matches('/') {
+            "" => Arc::new(store),
+            p => Arc::new(PrefixStore::new(store, p)),
+        };
+        // One LIST at start-up proves the bucket exists and the credentials work.
+        store
+            .list_with_delimiter(None)
+            .await
+            .map_err(|source| StoreError::Unreachable {
+                url: url.into(),
+                source,
+            })?;
+        Ok(store)
+    } else if let Some(path) = url.strip_prefix("file://") {
+        let path = PathBuf::from(path);
+        std::fs::create_dir_all(&path).map_err(|source| StoreError::Directory {
+            path: path.clone(),
+            source,
+        })?;
+        let abs = std::fs::canonicalize(&path)
+            .map_err(|source| StoreError::Directory { path, source })?;
+        Ok(Arc::new(LocalFileSystem::new_with_prefix(abs)?))
+    } else if url == "memory://" || url == "memory:///" {
+        Ok(Arc::new(InMemory::new()))
+    } else {
+        Err(StoreError::UnsupportedUrl(url.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_url_creates_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("objects");
+        open(&format!("file://{}", path.display()), &S3Options::default())
+            .await
+            .unwrap();
+        assert!(path.is_dir());
+    }
+
+    #[tokio::test]
+    async fn bad_urls_are_refused_with_the_reason() {
+        let none = S3Options::default();
+        assert!(matches!(
+            open("ftp://x", &none).await,
+            Err(StoreError::UnsupportedUrl(_))
+        ));
+        assert!(matches!(
+            open("s3://", &none).await,
+            Err(StoreError::InvalidUrl { .. })
+        ));
+        assert!(open("memory://", &none).await.is_ok());
+        // Nothing listens on port 1: a clear start-up error, after a bounded retry.
+        let unreachable = S3Options {
+            endpoint: Some("http://127.0.0.1:1".into()),
+            allow_http: Some(true),
+            path_style: Some(true),
+            access_key_id: Some("k".into()),
+            secret_access_key: Some("s".into()),
+            region: Some("us-east-1".into()),
+            max_retries: Some(0),
+            ..S3Options::default()
+        };
+        let err = open("s3://bucket/prefix", &unreachable)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, StoreError::Unreachable { .. }), "{err}");
+        assert!(err.to_string().contains("s3://bucket/prefix"));
+    }
+}

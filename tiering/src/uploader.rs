@@ -1,0 +1,311 @@
+//! Copies sealed segments to the object store and keeps their metadata rows in step.
+//!
+//! One copy: insert the row `COPY_STARTED` → put `.log` (multipart above a threshold),
+//! `.index`, `.timeindex`, then `.meta` → move the row to `COPY_FINISHED`. Readers see
+//! only finished rows. Every attempt uses a fresh segment id, so object keys of two
+//! attempts never collide.
+//!
+//! # Crash consistency
+//! A crash or an object-store outage at any point leaves at worst a `COPY_STARTED` row
+//! with some of its objects. [`Uploader::clean_unfinished`] (run before a partition's
+//! uploads resume) deletes those objects and marks the row `DELETE_FINISHED`; the segment
+//! is then copied again. Deletion goes `DELETE_STARTED` → delete objects (a missing
+//! object counts as deleted) → `DELETE_FINISHED`, so it too can be resumed at any point.
+//! Only one uploader may work on a partition at a time: the partition's leader.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use object_store::{PutPayload, WriteMultipart};
+use shale_metastore::{Metastore, RemoteSegment, RemoteSegmentState};
+use tokio::io::AsyncReadExt;
+use uuid::Uuid;
+
+use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
+use crate::store::ObjectStoreRef;
+
+/// A local segment that will never change again, ready to copy.
+#[derive(Debug, Clone)]
+pub struct SealedSegment {
+    pub base_offset: i64,
+    /// Inclusive.
+    pub end_offset: i64,
+    pub max_timestamp: i64,
+    pub leader_epoch: i32,
+    pub size_bytes: u64,
+    pub log_path: PathBuf,
+    pub index_path: PathBuf,
+    pub time_index_path: PathBuf,
+}
+
+/// Which partition a segment belongs to.
+#[derive(Debug, Clone)]
+pub struct PartitionRef {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub partition: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("cannot read {path}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("object store request failed: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("metastore request failed: {0}")]
+    Metastore(#[from] shale_metastore::Error),
+}
+
+/// Sizes of multipart uploads.
+#[derive(Debug, Clone)]
+pub struct UploaderConfig {
+    /// Files larger than this go up in parts. Default: 32 MiB.
+    pub multipart_threshold: u64,
+    /// Size of one part. Default: 16 MiB.
+    pub part_size: usize,
+    /// Parts in flight at once for one file. Default: 4.
+    pub part_concurrency: usize,
+}
+
+impl Default for UploaderConfig {
+    fn default() -> Self {
+        Self {
+            multipart_threshold: 32 << 20,
+            part_size: 16 << 20,
+            part_concurrency: 4,
+        }
+    }
+}
+
+pub struct Uploader {
+    store: ObjectStoreRef,
+    metastore: Arc<dyn Metastore>,
+    config: UploaderConfig,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn key_of(s: &RemoteSegment) -> SegmentKey {
+    SegmentKey {
+        topic_id: s.topic_id,
+        partition: s.partition,
+        base_offset: s.base_offset,
+        end_offset: s.end_offset,
+        segment_id: s.segment_id,
+    }
+}
+
+impl Uploader {
+    pub fn new(
+        store: ObjectStoreRef,
+        metastore: Arc<dyn Metastore>,
+        config: UploaderConfig,
+    ) -> Self {
+        Self {
+            store,
+            metastore,
+            config,
+        }
+    }
+
+    /// Copies one sealed segment. On error the attempt's row stays `COPY_STARTED`
+    /// until [`Uploader::clean_unfinished`].
+    pub async fn upload(
+        &self,
+        p: &PartitionRef,
+        seg: &SealedSegment,
+    ) -> Result<RemoteSegment, UploadError> {
+        let now = now_ms();
+        let row = RemoteSegment {
+            segment_id: Uuid::new_v4(),
+            topic_id: p.topic_id,
+            partition: p.partition,
+            base_offset: seg.base_offset,
+            end_offset: seg.end_offset,
+            max_timestamp: seg.max_timestamp,
+            leader_epoch: seg.leader_epoch,
+            size_bytes: seg.size_bytes as i64,
+            state: RemoteSegmentState::CopyStarted,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        self.metastore.add_remote_segment(&row).await?;
+        let key = key_of(&row);
+        let (log_bytes, log_crc32c) = self.put_file(&seg.log_path, &key, ObjectKind::Log).await?;
+        let (index_bytes, index_crc32c) = self
+            .put_file(&seg.index_path, &key, ObjectKind::Index)
+            .await?;
+        let (time_index_bytes, time_index_crc32c) = self
+            .put_file(&seg.time_index_path, &key, ObjectKind::TimeIndex)
+            .await?;
+        let meta = SegmentMeta {
+            topic: p.topic.clone(),
+            topic_id: p.topic_id,
+            partition: p.partition,
+            segment_id: row.segment_id,
+            base_offset: seg.base_offset,
+            end_offset: seg.end_offset,
+            max_timestamp: seg.max_timestamp,
+            leader_epoch: seg.leader_epoch,
+            log_bytes,
+            index_bytes,
+            time_index_bytes,
+            log_crc32c,
+            index_crc32c,
+            time_index_crc32c,
+        };
+        let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
+        self.store
+            .put(&key.path(ObjectKind::Meta), PutPayload::from(json))
+            .await?;
+        crate::failpoint::hit("upload-before-copy-finished");
+        let done = self
+            .metastore
+            .transition_remote_segment(
+                row.segment_id,
+                RemoteSegmentState::CopyStarted,
+                RemoteSegmentState::CopyFinished,
+            )
+            .await?;
+        tracing::info!(topic = %p.topic, partition = p.partition, base_offset = seg.base_offset,
+            end_offset = seg.end_offset, bytes = log_bytes, "segment copied to object store");
+        Ok(done)
+    }
+
+    /// Uploads a file, in parts when large; returns its size and CRC-32C.
+    async fn put_file(
+        &self,
+        path: &Path,
+        key: &SegmentKey,
+        kind: ObjectKind,
+    ) -> Result<(u64, u32), UploadError> {
+        let io = |source| UploadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+        let size = file.metadata().await.map_err(io)?.len();
+        let dest = key.path(kind);
+        if size <= self.config.multipart_threshold {
+            let mut buf = Vec::with_capacity(size as usize);
+            file.read_to_end(&mut buf).await.map_err(io)?;
+            let crc = crc32c::crc32c(&buf);
+            self.store
+                .put(&dest, PutPayload::from(Bytes::from(buf)))
+                .await?;
+            return Ok((size, crc));
+        }
+        let upload = self.store.put_multipart(&dest).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, self.config.part_size);
+        let mut crc = 0u32;
+        let mut total = 0u64;
+        let mut chunk = vec![0u8; self.config.part_size];
+        let result: Result<(), UploadError> = async {
+            loop {
+                let n = read_full(&mut file, &mut chunk).await.map_err(io)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                total += n as u64;
+                writer
+                    .wait_for_capacity(self.config.part_concurrency)
+                    .await?;
+                writer.write(&chunk[..n]);
+            }
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                writer.finish().await?;
+                Ok((total, crc))
+            }
+            Err(e) => {
+                if let Err(abort) = writer.abort().await {
+                    tracing::warn!(object = %dest, error = %abort, "cannot abort multipart upload");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes what unfinished copies (and interrupted deletions) of a partition left
+    /// behind. Returns how many rows it finished off.
+    pub async fn clean_unfinished(&self, p: &PartitionRef) -> Result<usize, UploadError> {
+        use RemoteSegmentState::*;
+        let rows = self
+            .metastore
+            .list_remote_segments(p.topic_id, p.partition, &[CopyStarted, DeleteStarted])
+            .await?;
+        for row in &rows {
+            if row.state == CopyStarted {
+                self.metastore
+                    .transition_remote_segment(row.segment_id, CopyStarted, DeleteStarted)
+                    .await?;
+            }
+            self.delete_objects(row).await?;
+            self.metastore
+                .transition_remote_segment(row.segment_id, DeleteStarted, DeleteFinished)
+                .await?;
+            tracing::info!(topic = %p.topic, partition = p.partition, base_offset = row.base_offset,
+                segment = %row.segment_id, "removed objects of an unfinished remote segment");
+        }
+        Ok(rows.len())
+    }
+
+    /// Deletes a finished remote segment (remote retention).
+    pub async fn delete(&self, seg: &RemoteSegment) -> Result<(), UploadError> {
+        use RemoteSegmentState::*;
+        self.metastore
+            .transition_remote_segment(seg.segment_id, CopyFinished, DeleteStarted)
+            .await?;
+        self.delete_objects(seg).await?;
+        self.metastore
+            .transition_remote_segment(seg.segment_id, DeleteStarted, DeleteFinished)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_objects(&self, seg: &RemoteSegment) -> Result<(), UploadError> {
+        let key = key_of(seg);
+        for kind in ObjectKind::ALL {
+            match self.store.delete(&key.path(kind)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The partition's readable remote segments, by base offset.
+    pub async fn finished_segments(
+        &self,
+        p: &PartitionRef,
+    ) -> Result<Vec<RemoteSegment>, UploadError> {
+        Ok(self
+            .metastore
+            .list_remote_segments(p.topic_id, p.partition, &[RemoteSegmentState::CopyFinished])
+            .await?)
+    }
+}
+
+/// Reads until `buf` is full or the file ends.
+async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]).await? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}

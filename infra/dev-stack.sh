@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Local development stack without Docker: PostgreSQL (metastore), s3s-fs (an S3-protocol
+# server) and one shale-broker, all on loopback. State lives in ./shale-dev.
+#
+#   infra/dev-stack.sh start    # build, start everything, print how to reach it
+#   infra/dev-stack.sh stop
+#
+# Ports: broker gRPC 127.0.0.1:9093, S3 127.0.0.1:8014, PostgreSQL 127.0.0.1:5432.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=./shale-dev
+S3_PORT=${SHALE_DEV_S3_PORT:-8014}
+BROKER=${SHALE_DEV_LISTEN:-127.0.0.1:9093}
+ACCESS_KEY=shale-dev
+SECRET_KEY=shale-dev-secret
+
+stop() {
+  for name in broker s3s-fs; do
+    if [ -f "$DEV/$name.pid" ]; then
+      kill "$(cat "$DEV/$name.pid")" 2>/dev/null || true
+      rm -f "$DEV/$name.pid"
+    fi
+  done
+  echo "dev stack stopped"
+}
+
+start() {
+  mkdir -p "$DEV/s3/shale" "$DEV/data"
+  infra/test-services.sh
+  psql -h 127.0.0.1 -U postgres -d postgres -Atqc "select 1 from pg_database where datname = 'shale'" | grep -q 1 ||
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "create database shale"
+  cargo build --release --bin shale-broker --bin shale
+  S3S=$(command -v s3s-fs || echo "$HOME/.cargo/bin/s3s-fs")
+  "$S3S" --host 127.0.0.1 --port "$S3_PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" "$DEV/s3" \
+    >"$DEV/s3s-fs.log" 2>&1 &
+  echo $! >"$DEV/s3s-fs.pid"
+  for _ in $(seq 1 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null && break
+    sleep 0.1
+  done
+  cat >"$DEV/shale.toml" <<TOML
+[broker]
+listen = "$BROKER"
+data_dir = "$DEV/data"
+metastore_url = "postgres://postgres@127.0.0.1:5432/shale"
+object_store_url = "s3://shale/dev"
+
+[object_store]
+endpoint = "http://127.0.0.1:$S3_PORT"
+region = "us-east-1"
+path_style = true
+allow_http = true
+access_key_id = "$ACCESS_KEY"
+secret_access_key = "$SECRET_KEY"
+TOML
+  ./target/release/shale-broker --config "$DEV/shale.toml" >"$DEV/broker.log" 2>&1 &
+  echo $! >"$DEV/broker.pid"
+  for _ in $(seq 1 100); do
+    ./target/release/shale --bootstrap "$BROKER" topic list >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  if ! ./target/release/shale --bootstrap "$BROKER" topic list >/dev/null 2>&1; then
+    echo "broker did not start; see $DEV/broker.log" >&2
+    tail -5 "$DEV/broker.log" >&2
+    exit 1
+  fi
+  echo "dev stack up: broker $BROKER, S3 http://127.0.0.1:$S3_PORT (bucket 'shale'), metastore postgres://postgres@127.0.0.1:5432/shale"
+  echo "logs in $DEV/*.log; try: ./target/release/shale topic create demo --partitions 3"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

@@ -61,10 +61,9 @@ impl Broker {
         let metastore = shale_metastore::open(&config.metastore_url)
             .await
             .with_context(|| format!("cannot open metastore {}", config.metastore_url))?;
-        let object_store =
-            shale_tiering::open(&config.object_store_url, &config.object_store.s3_options())
-                .await
-                .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        let object_store = shale_tiering::open(&config.object_store_url, &config.object_store)
+            .await
+            .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
         let uploader = Uploader::new(
             object_store,
             metastore.clone(),

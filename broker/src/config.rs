@@ -74,7 +74,7 @@ struct FileConfig {
     #[serde(default)]
     log: LogSection,
     #[serde(default)]
-    object_store: ObjectStoreSection,
+    object_store: shale_tiering::S3Options,
     #[serde(default)]
     tiering: TieringSection,
     #[serde(default)]
@@ -116,44 +116,6 @@ impl Default for LogSection {
     }
 }
 
-/// `[object_store]`: settings of an `s3://` object store; unset ones come from the
-/// `AWS_*` environment (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ObjectStoreSection {
-    /// e.g. `http://127.0.0.1:9000` for MinIO. Default: AWS.
-    pub endpoint: Option<String>,
-    /// Default: from the environment, else `us-east-1`.
-    pub region: Option<String>,
-    /// Path-style requests, as MinIO wants. Default: virtual-hosted style.
-    pub path_style: Option<bool>,
-    /// Allow a plain-HTTP endpoint. Default: `AWS_ALLOW_HTTP`, else false.
-    pub allow_http: Option<bool>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    /// Per-request timeout. Default: 30000 ms.
-    pub request_timeout_ms: Option<u64>,
-    /// Retries of a failed request (5xx, timeout). Default: 5.
-    pub max_retries: Option<usize>,
-}
-
-impl ObjectStoreSection {
-    pub fn s3_options(&self) -> shale_tiering::S3Options {
-        shale_tiering::S3Options {
-            endpoint: self.endpoint.clone(),
-            region: self.region.clone(),
-            path_style: self.path_style,
-            allow_http: self.allow_http,
-            access_key_id: self.access_key_id.clone(),
-            secret_access_key: self.secret_access_key.clone(),
-            request_timeout: self
-                .request_timeout_ms
-                .map(std::time::Duration::from_millis),
-            max_retries: self.max_retries,
-        }
-    }
-}
-
 /// `[tiering]`: copying sealed segments to the object store.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -188,7 +150,8 @@ pub struct BrokerConfig {
     pub metastore_url: String,
     pub object_store_url: String,
     pub log: LogSection,
-    pub object_store: ObjectStoreSection,
+    /// `[object_store]`: settings of an `s3://` store.
+    pub object_store: shale_tiering::S3Options,
     pub tiering: TieringSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,

@@ -87,6 +87,14 @@ pub const KEYS: &[&str] = &[
     "unclean.leader.election.enable",
 ];
 
+fn unknown_key(key: &str, value: &str) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        value: value.into(),
+        reason: format!("unknown config key; supported keys: {}", KEYS.join(", ")),
+    }
+}
+
 fn long(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
     let err = |reason: String| ConfigError {
         key: key.to_string(),
@@ -166,14 +174,19 @@ impl TopicConfig {
             "flush.messages" => self.flush_messages = long(key, value, 1, MAX)?,
             "flush.ms" => self.flush_ms = long(key, value, 0, MAX)?,
             _ => {
-                return Err(ConfigError {
-                    key: key.into(),
-                    value: value.into(),
-                    reason: format!("unknown config key; supported keys: {}", KEYS.join(", ")),
-                });
+                return Err(unknown_key(key, value));
             }
         }
         Ok(())
+    }
+
+    /// Fails for a key that is not a supported topic config.
+    pub fn check_key(key: &str) -> Result<(), ConfigError> {
+        if KEYS.contains(&key) {
+            Ok(())
+        } else {
+            Err(unknown_key(key, ""))
+        }
     }
 
     /// `base` with `overrides` applied, each checked.

@@ -136,10 +136,7 @@ impl Broker {
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
         let mut overrides = topic.configs.clone();
         for key in &delete {
-            if TopicConfig::default().get(key).is_none() {
-                // Reuse the one place that words unknown keys.
-                TopicConfig::default().set(key, "")?;
-            }
+            TopicConfig::check_key(key)?;
             overrides.remove(key);
         }
         overrides.extend(set.clone());

@@ -22,8 +22,10 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 /// The object store as the rest of Shale holds it.
 pub type ObjectStoreRef = Arc<dyn ObjectStore>;
 
-/// Settings of an `s3://` store. Unset fields fall back to the `AWS_*` environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Settings of an `s3://` store (the broker's `[object_store]` config section). Unset
+/// fields fall back to the `AWS_*` environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct S3Options {
     /// e.g. `http://127.0.0.1:9000` for MinIO.
     pub endpoint: Option<String>,
@@ -34,8 +36,8 @@ pub struct S3Options {
     pub allow_http: Option<bool>,
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
-    /// Per-request timeout. Default: 30 s.
-    pub request_timeout: Option<Duration>,
+    /// Per-request timeout in milliseconds. Default: 30000.
+    pub request_timeout_ms: Option<u64>,
     /// Retries of a failed request (5xx, timeouts, connection errors). Default: 5.
     pub max_retries: Option<usize>,
 }
@@ -82,7 +84,9 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
             .with_allow_http(allow_http)
             .with_client_options(
                 ClientOptions::new()
-                    .with_timeout(s3.request_timeout.unwrap_or(Duration::from_secs(30)))
+                    .with_timeout(Duration::from_millis(
+                        s3.request_timeout_ms.unwrap_or(30_000),
+                    ))
                     .with_connect_timeout(Duration::from_secs(5))
                     .with_allow_http(allow_http),
             )

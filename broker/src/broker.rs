@@ -16,6 +16,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shale_metastore::{Metastore, Topic};
+use shale_tiering::reader::{ReaderConfig, RemoteReader};
 use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,7 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub(crate) metastore: Arc<dyn Metastore>,
     pub(crate) uploader: Uploader,
+    pub(crate) reader: Arc<RemoteReader>,
     pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     reconcile_lock: tokio::sync::Mutex<()>,
@@ -64,6 +66,23 @@ impl Broker {
         let object_store = shale_tiering::open(&config.object_store_url, &config.object_store)
             .await
             .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        let t = &config.tiering;
+        let reader = RemoteReader::open(
+            object_store.clone(),
+            ReaderConfig {
+                chunk_bytes: t.chunk_bytes,
+                cache_memory_bytes: t.cache_memory_bytes,
+                cache_disk_bytes: t.cache_disk_bytes,
+                cache_dir: t
+                    .cache_dir
+                    .clone()
+                    .unwrap_or_else(|| config.data_dir.join("remote-cache")),
+                read_ahead_chunks: t.read_ahead_chunks,
+                max_concurrent_gets: t.max_concurrent_gets,
+            },
+        )
+        .await
+        .context("cannot open the remote read cache")?;
         let uploader = Uploader::new(
             object_store,
             metastore.clone(),
@@ -80,6 +99,7 @@ impl Broker {
             config,
             metastore,
             uploader,
+            reader,
             upload_permits,
             topics: RwLock::new(HashMap::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
@@ -208,6 +228,7 @@ impl Broker {
             );
         }
         *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
+        self.load_remote_indexes().await;
         Ok(())
     }
 

@@ -128,6 +128,18 @@ pub struct TieringSection {
     pub multipart_threshold_bytes: u64,
     /// Part size of multipart uploads. Default: 16777216 (16 MiB).
     pub multipart_part_bytes: usize,
+    /// Size of a cached chunk of a remote segment. Default: 4194304 (4 MiB).
+    pub chunk_bytes: u64,
+    /// Memory tier of the read cache. Default: 268435456 (256 MiB).
+    pub cache_memory_bytes: usize,
+    /// Disk tier of the read cache. Default: 1073741824 (1 GiB).
+    pub cache_disk_bytes: usize,
+    /// Directory of the disk tier. Default: `{data_dir}/remote-cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// Chunks fetched ahead of a remote read. Default: 2.
+    pub read_ahead_chunks: u64,
+    /// Ranged GETs in flight at once (remote reads only). Default: 16.
+    pub max_concurrent_gets: usize,
 }
 
 impl Default for TieringSection {
@@ -137,6 +149,12 @@ impl Default for TieringSection {
             upload_concurrency: 2,
             multipart_threshold_bytes: 32 << 20,
             multipart_part_bytes: 16 << 20,
+            chunk_bytes: 4 << 20,
+            cache_memory_bytes: 256 << 20,
+            cache_disk_bytes: 1 << 30,
+            cache_dir: None,
+            read_ahead_chunks: 2,
+            max_concurrent_gets: 16,
         }
     }
 }
@@ -239,7 +257,29 @@ impl BrokerConfig {
         {
             return invalid("metastore_url", "must start with sqlite:// or postgres://");
         }
+        if self.tiering.chunk_bytes < 64 * 1024 {
+            return invalid("tiering.chunk_bytes", "must be at least 65536");
+        }
+        // S3 wants parts of at least 5 MiB (but the last).
+        if self.tiering.multipart_part_bytes < 5 << 20 {
+            return invalid(
+                "tiering.multipart_part_bytes",
+                "must be at least 5242880 (5 MiB)",
+            );
+        }
         for (key, v) in [
+            (
+                "tiering.upload_concurrency",
+                self.tiering.upload_concurrency as u64,
+            ),
+            (
+                "tiering.max_concurrent_gets",
+                self.tiering.max_concurrent_gets as u64,
+            ),
+            (
+                "tiering.upload_interval_ms",
+                self.tiering.upload_interval_ms,
+            ),
             (
                 "log.retention_check_interval_ms",
                 self.log.retention_check_interval_ms,

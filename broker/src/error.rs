@@ -51,6 +51,10 @@ pub enum Error {
     Metastore(#[source] shale_metastore::Error),
     #[error("tiered storage failed: {0}")]
     Tiering(#[source] shale_tiering::uploader::UploadError),
+    #[error("{0}")]
+    RemoteCorrupt(#[source] shale_tiering::reader::ReadError),
+    #[error("{0}; retry later")]
+    RemoteUnavailable(#[source] shale_tiering::reader::ReadError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -77,7 +81,8 @@ impl Error {
             ShuttingDown => ErrorCode::LeaderNotAvailable,
             Storage(_) => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
-            Tiering(_) => ErrorCode::KafkaStorageError,
+            Tiering(_) | RemoteUnavailable(_) => ErrorCode::KafkaStorageError,
+            RemoteCorrupt(_) => ErrorCode::CorruptMessage,
             Metastore(_) | Internal(_) => ErrorCode::UnknownServerError,
         }
     }

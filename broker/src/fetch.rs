@@ -51,7 +51,7 @@ impl Broker {
                 .zip(&specs)
                 .map(|(p, s)| p.map(|p| (p, s.offset, s.max_bytes)))
                 .collect();
-            return read_all(reads, max_bytes).await;
+            return self.read_all(reads, max_bytes).await;
         }
         let partitions: Vec<Arc<Partition>> = lookups.into_iter().flatten().collect();
         loop {
@@ -62,7 +62,7 @@ impl Broker {
                 .zip(&specs)
                 .map(|(p, s)| Ok((p.clone(), s.offset, s.max_bytes)))
                 .collect();
-            let results = read_all(reads, max_bytes).await;
+            let results = self.read_all(reads, max_bytes).await;
             let total: usize = results
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
@@ -85,7 +85,8 @@ impl Broker {
         }
     }
 
-    /// Kafka ListOffsets for one partition; see [`Partition::list_offset`].
+    /// Kafka ListOffsets for one partition: remote segments below the local log first
+    /// for a timestamp, then the local log (see [`Partition::list_offset`]).
     pub async fn list_offset(
         &self,
         topic: &str,
@@ -93,40 +94,72 @@ impl Broker {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>> {
         let p = self.partition(topic, partition)?;
+        if timestamp >= 0
+            && let Some(found) = self.remote_offset_for_timestamp(&p, timestamp).await?
+        {
+            return Ok(Some(found));
+        }
         tokio::task::spawn_blocking(move || p.list_offset(timestamp))
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
     }
-}
 
-async fn read_all(
-    reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
-    max_bytes: i32,
-) -> Vec<Result<Fetched>> {
-    let n = reads.len();
-    let joined = tokio::task::spawn_blocking(move || {
+    /// Reads each partition in turn within the response's byte budget: from the
+    /// object store below the local log start, else from the local log.
+    async fn read_all(
+        &self,
+        reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
+        max_bytes: i32,
+    ) -> Vec<Result<Fetched>> {
         let mut remaining = max_bytes.max(0) as usize;
-        let mut first = true;
-        reads
-            .into_iter()
-            .map(|r| {
-                let (p, offset, partition_max) = r?;
-                let (plan, offsets) = p.plan_read(offset)?;
-                let limit = remaining.min(partition_max.max(0) as usize);
-                // The response's first batch comes whole, however large.
-                let records = plan.read(limit, first).map_err(Error::Storage)?;
-                if !records.is_empty() {
-                    first = false;
+        // The response's first batch comes whole, however large.
+        let mut whole_first = true;
+        let mut out = Vec::with_capacity(reads.len());
+        for read in reads {
+            let result = match read {
+                Ok((p, offset, partition_max)) => {
+                    let limit = remaining.min(partition_max.max(0) as usize);
+                    self.read_one(&p, offset, limit, whole_first).await
                 }
-                remaining = remaining.saturating_sub(records.len());
-                Ok(Fetched { records, offsets })
-            })
-            .collect::<Vec<_>>()
-    })
-    .await;
-    joined.unwrap_or_else(|e| {
-        (0..n)
-            .map(|_| Err(Error::Internal(e.to_string())))
-            .collect()
-    })
+                Err(e) => Err(e),
+            };
+            if let Ok(f) = &result {
+                whole_first &= f.records.is_empty();
+                remaining = remaining.saturating_sub(f.records.len());
+            }
+            out.push(result);
+        }
+        out
+    }
+
+    async fn read_one(
+        &self,
+        p: &Partition,
+        offset: i64,
+        limit: usize,
+        whole_first: bool,
+    ) -> Result<Fetched> {
+        let records = match self.read_remote(p, offset, limit, whole_first).await {
+            Some(remote) => remote?,
+            None => {
+                let offsets = p.offsets();
+                if offset < offsets.local_log_start_offset {
+                    return Err(Error::OffsetOutOfRange {
+                        offset,
+                        log_start: offsets.log_start_offset,
+                        log_end: offsets.log_end_offset,
+                    });
+                }
+                // Local reads are page-cache preads; keep them off the async workers.
+                tokio::task::block_in_place(|| {
+                    let (plan, _) = p.plan_read(offset)?;
+                    plan.read(limit, whole_first).map_err(Error::Storage)
+                })?
+            }
+        };
+        Ok(Fetched {
+            records,
+            offsets: p.offsets(),
+        })
+    }
 }

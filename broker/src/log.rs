@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use shale_proto::batch::{self, BatchHeader, BatchIter, Compression};
+use shale_proto::batch::{self, BatchHeader, BatchIter};
 
 use segment::{ChunkReader, LOG_SUFFIX, Segment};
 
@@ -334,15 +334,8 @@ impl PartitionLog {
             return Ok(None);
         };
         let h = found.header;
-        if h.compression().ok() == Some(Compression::None) && !h.is_log_append_time() {
-            let bytes = reader.read(found.position, h.total_size())?;
-            let records =
-                shale_proto::record::decode_records(&Bytes::from(bytes)).unwrap_or_default();
-            if let Some(r) = records.iter().find(|r| r.timestamp >= ts) {
-                return Ok(Some((r.offset, r.timestamp)));
-            }
-        }
-        Ok(Some((h.base_offset, h.max_timestamp)))
+        let batch = Bytes::from(reader.read(found.position, h.total_size())?);
+        Ok(shale_proto::record::first_at_or_after(&batch, ts))
     }
 
     /// Bytes of the segments whose base offset is above `offset`.

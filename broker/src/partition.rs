@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::{Bytes, BytesMut};
+use shale_metastore::RemoteSegment;
 use shale_proto::batch::{self, BatchHeader};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -35,28 +36,60 @@ pub fn read_topic_id(dir: &Path) -> Option<Uuid> {
 /// Offsets and sizes of a partition at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOffsets {
+    /// First offset readable, locally or from the object store.
     pub log_start_offset: i64,
+    /// First offset in the local log.
+    pub local_log_start_offset: i64,
     pub high_watermark: i64,
     pub log_end_offset: i64,
     pub size_bytes: u64,
     pub segments: usize,
 }
 
-/// What this broker knows of the partition's remote segments (finished copies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What this broker knows of the partition's remote segments: the in-memory index
+/// the fetch path uses below the local log start (it never LISTs the bucket).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemoteState {
-    /// False until the tier has read the metastore (and cleaned unfinished copies);
-    /// until then no local segment of a tiered partition may be deleted.
+    /// False until the finished segments are read from the metastore; until then no
+    /// local segment of a tiered partition may be deleted.
     pub loaded: bool,
-    /// First offset in the object store, -1 if none.
-    pub start_offset: i64,
-    /// Last offset in the object store, -1 if none.
+    /// Unfinished copies (after a start or a failed copy) must be cleaned up before
+    /// the next upload.
+    pub needs_cleanup: bool,
+    /// Finished remote segments, by base offset, contiguous.
+    pub segments: Arc<Vec<RemoteSegment>>,
+    /// Every offset up to this one has been in the object store (-1: none yet).
     pub end_offset: i64,
-    pub segments: u64,
-    pub bytes: u64,
-    /// Offsets below this are past total retention and gone from the object store;
-    /// local copies of them are deleted too. -1: no such bound.
+    /// Offsets below this are past total retention: gone from the object store, and
+    /// their local copies are deleted too. -1: no such bound.
     pub retained_from: i64,
+}
+
+impl RemoteState {
+    pub fn unloaded() -> Self {
+        Self {
+            loaded: false,
+            needs_cleanup: true,
+            segments: Arc::default(),
+            end_offset: -1,
+            retained_from: -1,
+        }
+    }
+
+    /// First offset in the object store, -1 if none.
+    pub fn start_offset(&self) -> i64 {
+        self.segments.first().map_or(-1, |s| s.base_offset)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes as u64).sum()
+    }
+
+    /// The remote segment holding `offset`.
+    pub fn find(&self, offset: i64) -> Option<&RemoteSegment> {
+        let i = self.segments.partition_point(|s| s.end_offset < offset);
+        self.segments.get(i).filter(|s| s.base_offset <= offset)
+    }
 }
 
 /// Result of a successful append.
@@ -115,12 +148,7 @@ impl Partition {
             config: RwLock::new(config),
             leader_epoch: 0,
             high_watermark: watch::Sender::new(leo),
-            remote: Mutex::new(RemoteState {
-                start_offset: -1,
-                end_offset: -1,
-                retained_from: -1,
-                ..RemoteState::default()
-            }),
+            remote: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -153,9 +181,19 @@ impl Partition {
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
-        let log = self.log();
+        self.offsets_of(&self.log())
+    }
+
+    fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
+        let local = log.log_start_offset();
+        let remote = self.remote_state().start_offset();
         PartitionOffsets {
-            log_start_offset: log.log_start_offset(),
+            log_start_offset: if remote >= 0 {
+                remote.min(local)
+            } else {
+                local
+            },
+            local_log_start_offset: local,
             high_watermark: self.high_watermark(),
             log_end_offset: log.log_end_offset(),
             size_bytes: log.size_bytes(),
@@ -199,14 +237,7 @@ impl Partition {
         let log = self.log();
         let hw = self.high_watermark();
         let plan = log.plan_read(offset, hw)?;
-        let offsets = PartitionOffsets {
-            log_start_offset: log.log_start_offset(),
-            high_watermark: hw,
-            log_end_offset: log.log_end_offset(),
-            size_bytes: log.size_bytes(),
-            segments: log.segment_count(),
-        };
-        Ok((plan, offsets))
+        Ok((plan, self.offsets_of(&log)))
     }
 
     /// Reads whole batches from `offset`; see [`ReadPlan::read`].
@@ -221,13 +252,15 @@ impl Partition {
         Ok((bytes, offsets))
     }
 
-    /// Kafka ListOffsets: -1 latest (HW), -2 earliest, -4 earliest local, else the first
-    /// offset with timestamp >= `timestamp` (`None` when there is none).
+    /// Kafka ListOffsets on the local log: -1 latest (HW), -2 earliest (remote
+    /// included), -4 earliest local, else the first local offset with timestamp >=
+    /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
     pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
         let log = self.log();
         match timestamp {
             -1 => Ok(Some((self.high_watermark(), -1))),
-            -2 | -4 => Ok(Some((log.log_start_offset(), -1))),
+            -2 => Ok(Some((self.offsets_of(&log).log_start_offset, -1))),
+            -4 => Ok(Some((log.log_start_offset(), -1))),
             ts if ts >= 0 => Ok(log
                 .offset_for_timestamp(ts)?
                 .filter(|(offset, _)| *offset < self.high_watermark())),
@@ -271,7 +304,10 @@ impl Partition {
     }
 
     pub fn remote_state(&self) -> RemoteState {
-        *self.remote.lock().unwrap_or_else(|e| e.into_inner())
+        self.remote
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn set_remote_state(&self, state: RemoteState) {

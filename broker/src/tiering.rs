@@ -1,18 +1,20 @@
 //! The tier on this broker: for every partition with `remote.storage.enable`, copy
 //! sealed segments to the object store (see `shale_tiering::uploader` for the state
-//! machine), apply total retention to the remote segments, and report status.
+//! machine), apply retention to the remote segments, serve reads below the local log
+//! start from the object store (`shale_tiering::reader`), and report status.
 //!
-//! A partition's [`RemoteState`] starts unloaded; the first pass cleans up what an
-//! interrupted copy left behind and loads the finished segments from the metastore.
-//! Until then, and again after any failed copy, local retention deletes nothing of
-//! that partition, so an outage of the object store never loses data.
-//!
-//! Reading below the local log start from the object store is not built yet, so
-//! `local.retention.*` are not enforced: local segments follow total retention.
+//! A partition's [`RemoteState`] (its remote read index) is loaded from the metastore
+//! when the partition is opened, before the broker serves it; until then local
+//! retention deletes nothing of that partition. Before its first upload, and after any
+//! failed copy, the upload pass cleans up what unfinished copies left behind. Local
+//! segments are deleted only once uploaded, so an outage of the object store never
+//! loses data. All tier work on one partition is serialized by its `tier_lock`.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use shale_metastore::RemoteSegment;
+use shale_tiering::reader::ReadError;
 use shale_tiering::uploader::{PartitionRef, SealedSegment};
 use tokio::task::JoinSet;
 
@@ -45,14 +47,13 @@ fn partition_ref(p: &Partition) -> PartitionRef {
     }
 }
 
-fn remote_state_of(finished: &[RemoteSegment]) -> RemoteState {
+fn remote_state_of(finished: Vec<RemoteSegment>) -> RemoteState {
     RemoteState {
         loaded: true,
-        start_offset: finished.first().map_or(-1, |s| s.base_offset),
+        needs_cleanup: false,
         end_offset: finished.iter().map(|s| s.end_offset).max().unwrap_or(-1),
-        segments: finished.len() as u64,
-        bytes: finished.iter().map(|s| s.size_bytes as u64).sum(),
         retained_from: finished.first().map_or(-1, |s| s.base_offset),
+        segments: Arc::new(finished),
     }
 }
 
@@ -87,30 +88,54 @@ impl Broker {
         Ok(())
     }
 
-    async fn load_remote_state(&self, p: &Partition) -> Result<RemoteState> {
-        let pref = partition_ref(p);
-        self.uploader
-            .clean_unfinished(&pref)
+    /// Loads the remote read index of every tiered partition not loaded yet (at
+    /// start, and for partitions opened or tiered since). A failure is logged and
+    /// retried by the next upload pass.
+    pub(crate) async fn load_remote_indexes(&self) {
+        for p in tiered_partitions(self) {
+            if !p.remote_state().loaded
+                && let Err(e) = self.load_remote_index(&p).await
+            {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot load remote segments");
+            }
+        }
+    }
+
+    async fn load_remote_index(&self, p: &Partition) -> Result<RemoteState> {
+        let _tier = p.tier_lock.lock().await;
+        self.load_remote_index_locked(p).await
+    }
+
+    async fn load_remote_index_locked(&self, p: &Partition) -> Result<RemoteState> {
+        let state = p.remote_state();
+        if state.loaded {
+            return Ok(state);
+        }
+        let finished = self
+            .uploader
+            .finished_segments(&partition_ref(p))
             .await
-            .map_err(tier_error)?;
-        let state = remote_state_of(
-            &self
-                .uploader
-                .finished_segments(&pref)
-                .await
-                .map_err(tier_error)?,
-        );
-        p.set_remote_state(state);
+            .map_err(Error::Tiering)?;
+        let state = RemoteState {
+            needs_cleanup: true,
+            ..remote_state_of(finished)
+        };
+        p.set_remote_state(state.clone());
         Ok(state)
     }
 
     async fn tier_partition(&self, p: &Partition) -> Result<()> {
         let _tier = p.tier_lock.lock().await;
-        let mut state = p.remote_state();
-        if !state.loaded {
-            state = self.load_remote_state(p).await?;
-        }
+        let mut state = self.load_remote_index_locked(p).await?;
         let pref = partition_ref(p);
+        if state.needs_cleanup {
+            self.uploader
+                .clean_unfinished(&pref)
+                .await
+                .map_err(Error::Tiering)?;
+            state.needs_cleanup = false;
+            p.set_remote_state(state.clone());
+        }
         for seg in p.sealed_segments_after(state.end_offset) {
             if self.cancel.is_cancelled() {
                 break;
@@ -127,21 +152,17 @@ impl Broker {
             };
             match self.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {
-                    if state.start_offset < 0 {
-                        state.start_offset = row.base_offset;
-                    }
                     state.end_offset = row.end_offset;
-                    state.segments += 1;
-                    state.bytes += row.size_bytes as u64;
-                    p.set_remote_state(state);
+                    Arc::make_mut(&mut state.segments).push(row);
+                    p.set_remote_state(state.clone());
                 }
                 Err(e) => {
-                    // Reload (and clean up this attempt) before the next try.
+                    // Clean up this attempt before the next try.
                     p.set_remote_state(RemoteState {
-                        loaded: false,
+                        needs_cleanup: true,
                         ..state
                     });
-                    return Err(tier_error(e));
+                    return Err(Error::Tiering(e));
                 }
             }
         }
@@ -166,44 +187,76 @@ impl Broker {
         let config = p.config();
         let state = p.remote_state();
         if !state.loaded
-            || state.segments == 0
+            || state.segments.is_empty()
             || (config.retention_ms < 0 && config.retention_bytes < 0)
         {
             return Ok(());
         }
-        let pref = partition_ref(p);
-        let finished = self
-            .uploader
-            .finished_segments(&pref)
-            .await
-            .map_err(tier_error)?;
-        let local_only: u64 = p.bytes_after(state.end_offset);
-        let mut total = state.bytes + local_only;
-        let mut deleted = 0;
-        for seg in &finished {
+        let mut total = state.bytes() + p.bytes_after(state.end_offset);
+        for (i, seg) in state.segments.iter().enumerate() {
             let by_time = config.retention_ms >= 0 && seg.max_timestamp < now - config.retention_ms;
             let by_size = config.retention_bytes >= 0
                 && total.saturating_sub(seg.size_bytes as u64) >= config.retention_bytes as u64;
             if !(by_time || by_size) {
                 break;
             }
-            self.uploader.delete(seg).await.map_err(tier_error)?;
+            // Retire it from the read index first, so no fetch starts on it while it goes.
+            let rest = state.segments[i + 1..].to_vec();
+            p.set_remote_state(RemoteState {
+                retained_from: rest.first().map_or(state.end_offset + 1, |s| s.base_offset),
+                segments: Arc::new(rest),
+                ..state.clone()
+            });
+            self.uploader.delete(seg).await.map_err(Error::Tiering)?;
             total = total.saturating_sub(seg.size_bytes as u64);
-            deleted += 1;
             tracing::info!(topic = %p.topic, partition = p.index, base_offset = seg.base_offset,
                 end_offset = seg.end_offset, "remote retention deleted segment");
         }
-        if deleted > 0 {
-            let mut next = remote_state_of(&finished[deleted..]);
-            // Everything up to the old end stays uploaded, even if none of it is left;
-            // everything before what is left is past retention, locally too.
-            next.end_offset = next.end_offset.max(state.end_offset);
-            next.retained_from = finished
-                .get(deleted)
-                .map_or(state.end_offset + 1, |s| s.base_offset);
-            p.set_remote_state(next);
-        }
         Ok(())
+    }
+
+    /// Reads from the object store when `offset` lies below the local log start in a
+    /// remote segment; `None` when the local log is the place to read.
+    pub(crate) async fn read_remote(
+        &self,
+        p: &Partition,
+        offset: i64,
+        max_bytes: usize,
+        whole_first: bool,
+    ) -> Option<Result<Bytes>> {
+        let local_start = p.offsets().local_log_start_offset;
+        if offset >= local_start {
+            return None;
+        }
+        let state = p.remote_state();
+        let seg = state.find(offset)?.clone();
+        Some(
+            self.reader
+                .read(&seg, offset, max_bytes, whole_first)
+                .await
+                .map_err(remote_read_error),
+        )
+    }
+
+    /// The first offset at or after `ts` among remote segments below the local log.
+    pub(crate) async fn remote_offset_for_timestamp(
+        &self,
+        p: &Partition,
+        ts: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        let local_start = p.offsets().local_log_start_offset;
+        let state = p.remote_state();
+        let Some(seg) = state
+            .segments
+            .iter()
+            .find(|s| s.max_timestamp >= ts && s.base_offset < local_start)
+        else {
+            return Ok(None);
+        };
+        self.reader
+            .offset_for_timestamp(seg, ts)
+            .await
+            .map_err(remote_read_error)
     }
 
     /// Tier status of every partition of `topic` (all topics if `None`).
@@ -223,13 +276,13 @@ impl Broker {
                     partition: p.index,
                     enabled: t.config.remote_storage_enable,
                     log_start_offset: offsets.log_start_offset,
-                    local_log_start_offset: offsets.log_start_offset,
-                    remote_log_start_offset: remote.start_offset,
+                    local_log_start_offset: offsets.local_log_start_offset,
+                    remote_log_start_offset: remote.start_offset(),
                     highest_uploaded_offset: remote.end_offset,
                     upload_lag_segments: pending.len() as u64,
                     upload_lag_bytes: pending.iter().map(|s| s.size_bytes).sum(),
-                    remote_segments: remote.segments,
-                    remote_bytes: remote.bytes,
+                    remote_segments: remote.segments.len() as u64,
+                    remote_bytes: remote.bytes(),
                 });
             }
         }
@@ -238,6 +291,9 @@ impl Broker {
     }
 }
 
-fn tier_error(e: shale_tiering::uploader::UploadError) -> Error {
-    Error::Tiering(e)
+fn remote_read_error(e: ReadError) -> Error {
+    match e {
+        ReadError::Corrupt { .. } => Error::RemoteCorrupt(e),
+        other => Error::RemoteUnavailable(other),
+    }
 }

@@ -233,14 +233,22 @@ impl TopicConfig {
             .collect()
     }
 
-    /// What the partition log obeys.
+    /// What the partition log obeys. A tiered topic's local log keeps
+    /// `local.retention.*` (-2: the same as the total), the object store the rest.
     pub fn log_config(&self) -> LogConfig {
+        let local = |local: i64, total: i64| {
+            if self.remote_storage_enable && local != -2 {
+                local
+            } else {
+                total
+            }
+        };
         LogConfig {
             segment_bytes: self.segment_bytes as u64,
             segment_ms: self.segment_ms,
             index_interval_bytes: self.index_interval_bytes as u64,
-            retention_ms: self.retention_ms,
-            retention_bytes: self.retention_bytes,
+            retention_ms: local(self.local_retention_ms, self.retention_ms),
+            retention_bytes: local(self.local_retention_bytes, self.retention_bytes),
             flush_messages: self.flush_messages as u64,
             flush_ms: self.flush_ms,
         }

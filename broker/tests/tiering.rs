@@ -358,3 +358,192 @@ fn missing_bucket_or_unreachable_store_stops_start_up_with_a_clear_error() {
         assert!(stderr.contains(expect), "{url}: {stderr}");
     }
 }
+
+fn assert_same_lines(got: &[String], want: &[String]) {
+    let first_diff = got.iter().zip(want).position(|(g, w)| g != w);
+    assert!(
+        got.len() == want.len() && first_diff.is_none(),
+        "{} lines, {} expected; first difference at line {first_diff:?}: {:?} vs {:?}",
+        got.len(),
+        want.len(),
+        first_diff.map(|i| &got[i]),
+        first_diff.map(|i| &want[i]),
+    );
+}
+
+/// `offset timestamp value` lines of a CLI consume from the beginning.
+fn consume_all(broker: &Broker, topic: &str) -> Vec<String> {
+    let out = broker.cli_ok(
+        &[
+            "consume",
+            topic,
+            "--from-beginning",
+            "--idle-timeout-ms",
+            "2000",
+            "--format",
+            "%o %T %s\\n",
+        ],
+        None,
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_read_a_mostly_remote_log_transparently() {
+    let s3 = S3Server::start("shale");
+    let extra = "[tiering]\nupload_interval_ms = 100\nchunk_bytes = 65536\ncache_memory_bytes = 1048576\n\
+                 cache_disk_bytes = 67108864\n[log]\nretention_check_interval_ms = 100\n";
+    let (mut broker, _cfg) = start_tiered(&s3, extra).await;
+    let c = broker.client().await;
+    let configs = topic_configs(&[
+        ("segment.bytes", "16384"),
+        ("local.retention.bytes", "20000"),
+    ]);
+    c.create_topic("replay", 1, 1, configs).await.unwrap();
+    let base_ts = chrono::Utc::now().timestamp_millis() - 3_600_000; // within retention.ms
+    let mut p = Producer::new(c.clone(), "replay", Acks::All)
+        .await
+        .unwrap()
+        .with_batch_size(2048);
+    let records = (0..3000)
+        .map(|i| ProducerRecord {
+            value: Some(format!("rec-{i:05}-{}", "r".repeat(60)).into()),
+            timestamp: Some(base_ts + i),
+            ..Default::default()
+        })
+        .collect();
+    p.send_all(records).await.unwrap();
+    let expected: Vec<String> = (0..3000)
+        .map(|i| format!("{i} {} rec-{i:05}-{}", base_ts + i, "r".repeat(60)))
+        .collect();
+
+    // Wait until most of the log lives only in the object store.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let st = loop {
+        let st = c.tiering_status(Some("replay")).await.unwrap().remove(0);
+        if st.upload_lag_segments == 0 && st.local_log_start_offset > 2000 {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "log did not move to the object store: {st:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (st.log_start_offset, st.remote_log_start_offset),
+        (0, 0),
+        "{st:?}"
+    );
+    let local_logs = std::fs::read_dir(broker.data_dir().join("replay-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(local_logs <= 3, "{local_logs} local segments remain");
+    assert_eq!(
+        c.list_offset("replay", 0, -2).await.unwrap(),
+        Some(0),
+        "earliest includes the remote log"
+    );
+    assert_eq!(
+        c.list_offset("replay", 0, -4).await.unwrap(),
+        Some(st.local_log_start_offset)
+    );
+
+    // Offsets, by position and by time, read through the object store.
+    assert_same_lines(&consume_all(&broker, "replay"), &expected);
+    assert_eq!(
+        c.list_offset("replay", 0, base_ts + 1234).await.unwrap(),
+        Some(1234)
+    );
+    let time = chrono::DateTime::from_timestamp_millis(base_ts + 777)
+        .unwrap()
+        .to_rfc3339();
+    let from_time = broker.cli_ok(
+        &[
+            "consume",
+            "replay",
+            "--from-time",
+            &time,
+            "--max-messages",
+            "2",
+            "--format",
+            "%o\\n",
+        ],
+        None,
+    );
+    assert_eq!(from_time, "777\n778\n");
+
+    // A restart with an empty cache reads it all again from the object store.
+    broker.stop();
+    std::fs::remove_dir_all(broker.data_dir().join("remote-cache")).unwrap();
+    broker.start_again().await;
+    assert_same_lines(&consume_all(&broker, "replay"), &expected);
+
+    // Damage: a flipped byte in one remote object, and a missing object in another.
+    let metas = metas(&s3, 0);
+    let key = |m: &SegmentMeta| SegmentKey {
+        topic_id: m.topic_id,
+        partition: m.partition,
+        base_offset: m.base_offset,
+        end_offset: m.end_offset,
+        segment_id: m.segment_id,
+    };
+    let object_file = |m: &SegmentMeta| {
+        s3.root
+            .path()
+            .join(&s3.bucket)
+            .join(PREFIX)
+            .join(key(m).path(ObjectKind::Log).as_ref())
+    };
+    let mut raw = std::fs::read(object_file(&metas[0])).unwrap();
+    let at = raw.len() - 10;
+    raw[at] ^= 0xff;
+    std::fs::write(object_file(&metas[0]), raw).unwrap();
+    std::fs::remove_file(object_file(&metas[1])).unwrap();
+    broker.stop();
+    std::fs::remove_dir_all(broker.data_dir().join("remote-cache")).unwrap();
+    broker.start_again().await;
+    let c = broker.client().await;
+    let last_batch_of_first = metas[0].end_offset;
+    let r = c
+        .fetch_partition("replay", 0, last_batch_of_first, 1 << 20, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error_code,
+        shale_proto::ErrorCode::CorruptMessage as i32,
+        "{}",
+        r.error_message
+    );
+    assert!(
+        r.records.is_empty() && r.error_message.contains(&metas[0].segment_id.to_string()),
+        "{}",
+        r.error_message
+    );
+    let r = c
+        .fetch_partition("replay", 0, metas[1].base_offset, 1 << 20, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error_code,
+        shale_proto::ErrorCode::CorruptMessage as i32,
+        "{}",
+        r.error_message
+    );
+    assert!(r.error_message.contains("missing"), "{}", r.error_message);
+    // The rest of the log still reads.
+    let r = c
+        .fetch_partition("replay", 0, metas[2].base_offset, 1 << 20, 0)
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 0, "{}", r.error_message);
+    assert!(!r.records.is_empty());
+}

@@ -244,6 +244,26 @@ pub fn decode_records(batch: &Bytes) -> Result<Vec<Record>, BatchError> {
     Ok(out)
 }
 
+/// The first record of `batch` whose timestamp is >= `ts`, as (offset, timestamp). A
+/// batch whose records are not readable here (compressed, or stamped LogAppendTime)
+/// answers its base offset and max timestamp. `None` if no record qualifies.
+pub fn first_at_or_after(batch: &Bytes, ts: i64) -> Option<(i64, i64)> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if h.max_timestamp < ts {
+        return None;
+    }
+    let readable = h.compression().ok() == Some(Compression::None) && !h.is_log_append_time();
+    if readable
+        && let Some(r) = decode_records(batch)
+            .ok()?
+            .into_iter()
+            .find(|r| r.timestamp >= ts)
+    {
+        return Some((r.offset, r.timestamp));
+    }
+    Some((h.base_offset, h.max_timestamp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,10 @@
 //! The object-store tier: opening the store ([`store`]), where a segment's objects live
-//! ([`layout`]), and copying sealed segments there ([`uploader`]).
+//! ([`layout`]), copying sealed segments there ([`uploader`]), and reading them back
+//! through a cache ([`reader`]).
 
 pub mod failpoint;
 pub mod layout;
+pub mod reader;
 pub mod store;
 pub mod uploader;
 

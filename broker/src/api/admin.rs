@@ -100,7 +100,7 @@ impl Admin for AdminService {
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
                 log_start_offset: p.offsets.log_start_offset,
-                local_log_start_offset: p.offsets.log_start_offset,
+                local_log_start_offset: p.offsets.local_log_start_offset,
                 high_watermark: p.offsets.high_watermark,
                 log_end_offset: p.offsets.log_end_offset,
                 size_bytes: p.offsets.size_bytes as i64,

@@ -150,6 +150,16 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Warnings (e.g. a consumer position reset) go to stderr; RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

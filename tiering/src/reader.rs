@@ -1,0 +1,375 @@
+//! Reads of remote segments for fetches below the local log start.
+//!
+//! A read finds the byte position of the requested offset through the segment's offset
+//! index (fetched once, kept parsed in memory), then reads fixed-size aligned chunks of
+//! the `.log` object through a `foyer` hybrid cache (memory + local disk). A missing
+//! chunk is one ranged GET; concurrent requests for the same chunk share it
+//! (`get_or_fetch`). Each read schedules the next `read_ahead` chunks in the
+//! background, so a sequential replay finds them cached. GETs have their own
+//! concurrency limit so a replay cannot starve the rest of the broker. Every batch
+//! returned is CRC-checked: a corrupt or truncated object yields an error naming the
+//! object, never garbage bytes. The read path never LISTs the bucket.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use foyer::{
+    BlockEngineConfig, Cache, CacheBuilder, DeviceBuilder, FsDeviceBuilder, HybridCache,
+    HybridCacheBuilder,
+};
+use shale_metastore::RemoteSegment;
+use shale_proto::batch::{BatchHeader, BatchIter, HEADER_LEN};
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+use crate::layout::{ObjectKind, SegmentKey};
+use crate::store::ObjectStoreRef;
+
+#[derive(Debug, Clone)]
+pub struct ReaderConfig {
+    /// Size of a cached chunk of a `.log` object. Default: 4 MiB.
+    pub chunk_bytes: u64,
+    /// Memory tier of the chunk cache. Default: 256 MiB.
+    pub cache_memory_bytes: usize,
+    /// Disk tier of the chunk cache. Default: 1 GiB.
+    pub cache_disk_bytes: usize,
+    /// Directory of the disk tier.
+    pub cache_dir: PathBuf,
+    /// Chunks fetched ahead of a read. Default: 2.
+    pub read_ahead_chunks: u64,
+    /// Ranged GETs in flight at once. Default: 16.
+    pub max_concurrent_gets: usize,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    #[error("remote object {object} is corrupt: {reason}")]
+    Corrupt { object: String, reason: String },
+    #[error("remote object {object} cannot be read: {reason}")]
+    Unavailable { object: String, reason: String },
+    #[error("the read cache cannot be opened: {0}")]
+    Cache(String),
+}
+
+impl ReadError {
+    /// Whether a later attempt may succeed (the store was down, not the data bad).
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, ReadError::Unavailable { .. })
+    }
+}
+
+/// Counters of what the reader asked of the object store.
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    pub gets: AtomicU64,
+    pub bytes_fetched: AtomicU64,
+}
+
+pub struct RemoteReader {
+    store: ObjectStoreRef,
+    chunks: HybridCache<String, Bytes>,
+    indexes: Cache<Uuid, Arc<Vec<(u32, u32)>>>,
+    gets: Arc<Semaphore>,
+    config: ReaderConfig,
+    pub stats: Arc<ReaderStats>,
+}
+
+fn key_of(s: &RemoteSegment) -> SegmentKey {
+    SegmentKey {
+        topic_id: s.topic_id,
+        partition: s.partition,
+        base_offset: s.base_offset,
+        end_offset: s.end_offset,
+        segment_id: s.segment_id,
+    }
+}
+
+impl RemoteReader {
+    pub async fn open(store: ObjectStoreRef, config: ReaderConfig) -> Result<Arc<Self>, ReadError> {
+        std::fs::create_dir_all(&config.cache_dir).map_err(|e| ReadError::Cache(e.to_string()))?;
+        let device = FsDeviceBuilder::new(&config.cache_dir)
+            .with_capacity(config.cache_disk_bytes)
+            .build()
+            .map_err(|e| ReadError::Cache(e.to_string()))?;
+        let chunks = HybridCacheBuilder::new()
+            .with_name("shale-remote-chunks")
+            .memory(config.cache_memory_bytes)
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            .storage()
+            .with_engine_config(BlockEngineConfig::new(device))
+            .build()
+            .await
+            .map_err(|e| ReadError::Cache(e.to_string()))?;
+        // Parsed offset indexes: 8 bytes an entry.
+        let indexes = CacheBuilder::new(64 << 20)
+            .with_weighter(|_: &Uuid, v: &Arc<Vec<(u32, u32)>>| 8 * v.len() + 64)
+            .build();
+        Ok(Arc::new(Self {
+            store,
+            chunks,
+            indexes,
+            gets: Arc::new(Semaphore::new(config.max_concurrent_gets.max(1))),
+            config,
+            stats: Arc::new(ReaderStats::default()),
+        }))
+    }
+
+    /// The segment's offset index, fetched once.
+    async fn index(&self, seg: &RemoteSegment) -> Result<Arc<Vec<(u32, u32)>>, ReadError> {
+        if let Some(e) = self.indexes.get(&seg.segment_id) {
+            return Ok(e.value().clone());
+        }
+        let path = key_of(seg).path(ObjectKind::Index);
+        let raw = get_whole(&self.store, &self.gets, &self.stats, &path).await?;
+        if raw.len() % 8 != 0 {
+            return Err(ReadError::Corrupt {
+                object: path.to_string(),
+                reason: "index size is not a multiple of 8".into(),
+            });
+        }
+        let entries: Vec<(u32, u32)> = raw
+            .chunks_exact(8)
+            .map(|c| {
+                (
+                    u32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_be_bytes([c[4], c[5], c[6], c[7]]),
+                )
+            })
+            .collect();
+        let entries = Arc::new(entries);
+        self.indexes.insert(seg.segment_id, entries.clone());
+        Ok(entries)
+    }
+
+    /// Chunk `k` of the segment's `.log` object, through the cache.
+    async fn chunk(&self, seg: &RemoteSegment, k: u64) -> Result<Bytes, ReadError> {
+        let size = seg.size_bytes as u64;
+        let start = k * self.config.chunk_bytes;
+        let end = (start + self.config.chunk_bytes).min(size);
+        let key = format!("{}/{k}", seg.segment_id);
+        let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
+        let path = key_of(seg).path(ObjectKind::Log);
+        let object = path.to_string();
+        let entry = self
+            .chunks
+            .get_or_fetch(&key, move || async move {
+                get_range(&store, &gets, &stats, &path, start..end)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+            .await
+            .map_err(|e| match e.downcast_ref::<ReadError>() {
+                // Keep the verdict of the fetch itself (a missing object is data loss).
+                Some(inner) => inner.clone(),
+                None => ReadError::Unavailable {
+                    object: object.clone(),
+                    reason: e.to_string(),
+                },
+            })?;
+        let bytes = entry.value().clone();
+        if bytes.len() as u64 != end - start {
+            return Err(ReadError::Corrupt {
+                object,
+                reason: format!(
+                    "chunk {k} has {} bytes, expected {}",
+                    bytes.len(),
+                    end - start
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Bytes `[pos, pos + len)` of the segment's `.log` object.
+    async fn read_range(
+        &self,
+        seg: &RemoteSegment,
+        pos: u64,
+        len: u64,
+    ) -> Result<Bytes, ReadError> {
+        let c = self.config.chunk_bytes;
+        let (first, last) = (pos / c, (pos + len.max(1) - 1) / c);
+        if first == last {
+            let chunk = self.chunk(seg, first).await?;
+            let at = (pos - first * c) as usize;
+            return Ok(chunk.slice(at..at + len as usize));
+        }
+        let mut out = BytesMut::with_capacity(len as usize);
+        for k in first..=last {
+            let chunk = self.chunk(seg, k).await?;
+            let from = if k == first {
+                (pos - k * c) as usize
+            } else {
+                0
+            };
+            let to = if k == last {
+                (pos + len - k * c) as usize
+            } else {
+                chunk.len()
+            };
+            out.extend_from_slice(&chunk[from..to]);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Starts fetching the chunks after `last_chunk` into the cache.
+    fn read_ahead(self: &Arc<Self>, seg: &RemoteSegment, last_chunk: u64) {
+        let chunks = (seg.size_bytes as u64).div_ceil(self.config.chunk_bytes);
+        for k in last_chunk + 1..(last_chunk + 1 + self.config.read_ahead_chunks).min(chunks) {
+            if self.chunks.contains(&format!("{}/{k}", seg.segment_id)) {
+                continue;
+            }
+            let (reader, seg) = (self.clone(), seg.clone());
+            tokio::spawn(async move {
+                if let Err(e) = reader.chunk(&seg, k).await {
+                    tracing::debug!(segment = %seg.segment_id, chunk = k, error = %e, "read-ahead failed");
+                }
+            });
+        }
+    }
+
+    /// Position of the first batch whose last offset is >= `offset` (None: past the end).
+    async fn seek(
+        &self,
+        seg: &RemoteSegment,
+        offset: i64,
+    ) -> Result<Option<(u64, BatchHeader)>, ReadError> {
+        let index = self.index(seg).await?;
+        let rel = (offset - seg.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+        let n = index.partition_point(|e| e.0 <= rel);
+        let mut pos = if n == 0 { 0 } else { u64::from(index[n - 1].1) };
+        let size = seg.size_bytes as u64;
+        let object = || key_of(seg).path(ObjectKind::Log).to_string();
+        while pos < size {
+            let head = self
+                .read_range(seg, pos, (HEADER_LEN as u64).min(size - pos))
+                .await?;
+            let h = BatchHeader::parse(&head).map_err(|e| ReadError::Corrupt {
+                object: object(),
+                reason: format!("at byte {pos}: {e}"),
+            })?;
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes` (the first batch
+    /// whole if `whole_first`), each CRC-checked.
+    pub async fn read(
+        self: &Arc<Self>,
+        seg: &RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        whole_first: bool,
+    ) -> Result<Bytes, ReadError> {
+        let Some((pos, first)) = self.seek(seg, offset).await? else {
+            return Ok(Bytes::new());
+        };
+        if !whole_first && first.total_size() > max_bytes {
+            return Ok(Bytes::new());
+        }
+        let size = seg.size_bytes as u64;
+        let len = (size - pos).min(max_bytes.max(first.total_size()) as u64);
+        let buf = self.read_range(seg, pos, len).await?;
+        let mut keep = 0;
+        for item in BatchIter::new(&buf) {
+            let (h, range) = item.map_err(|e| ReadError::Corrupt {
+                object: key_of(seg).path(ObjectKind::Log).to_string(),
+                reason: e.to_string(),
+            })?;
+            h.validate(&buf[range.clone()]).map_err(|e| {
+                let object = key_of(seg).path(ObjectKind::Log).to_string();
+                tracing::error!(object = %object, offset = h.base_offset, error = %e, "corrupt batch in remote segment");
+                ReadError::Corrupt { object, reason: format!("batch at offset {}: {e}", h.base_offset) }
+            })?;
+            keep = range.end;
+        }
+        self.read_ahead(seg, (pos + len.max(1) - 1) / self.config.chunk_bytes);
+        Ok(buf.slice(..keep))
+    }
+
+    /// The first offset at or after `ts` in the segment, with its timestamp.
+    pub async fn offset_for_timestamp(
+        &self,
+        seg: &RemoteSegment,
+        ts: i64,
+    ) -> Result<Option<(i64, i64)>, ReadError> {
+        let size = seg.size_bytes as u64;
+        let mut pos = 0;
+        while pos < size {
+            let head = self
+                .read_range(seg, pos, (HEADER_LEN as u64).min(size - pos))
+                .await?;
+            let h = BatchHeader::parse(&head).map_err(|e| ReadError::Corrupt {
+                object: key_of(seg).path(ObjectKind::Log).to_string(),
+                reason: e.to_string(),
+            })?;
+            if h.max_timestamp >= ts {
+                let batch = self.read_range(seg, pos, h.total_size() as u64).await?;
+                return Ok(shale_proto::record::first_at_or_after(&batch, ts));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+}
+
+async fn get_range(
+    store: &ObjectStoreRef,
+    gets: &Semaphore,
+    stats: &ReaderStats,
+    path: &object_store::path::Path,
+    range: std::ops::Range<u64>,
+) -> Result<Bytes, ReadError> {
+    let _permit = gets
+        .acquire()
+        .await
+        .map_err(|e| ReadError::Cache(e.to_string()))?;
+    let bytes = store
+        .get_range(path, range)
+        .await
+        .map_err(|e| classify(path, e))?;
+    stats.gets.fetch_add(1, Ordering::Relaxed);
+    stats
+        .bytes_fetched
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(bytes)
+}
+
+async fn get_whole(
+    store: &ObjectStoreRef,
+    gets: &Semaphore,
+    stats: &ReaderStats,
+    path: &object_store::path::Path,
+) -> Result<Bytes, ReadError> {
+    let _permit = gets
+        .acquire()
+        .await
+        .map_err(|e| ReadError::Cache(e.to_string()))?;
+    let result = store.get(path).await.map_err(|e| classify(path, e))?;
+    let bytes = result.bytes().await.map_err(|e| classify(path, e))?;
+    stats.gets.fetch_add(1, Ordering::Relaxed);
+    stats
+        .bytes_fetched
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(bytes)
+}
+
+fn classify(path: &object_store::path::Path, e: object_store::Error) -> ReadError {
+    match e {
+        // A finished segment whose object is gone: the data is lost, not late.
+        object_store::Error::NotFound { .. } => ReadError::Corrupt {
+            object: path.to_string(),
+            reason: "the object is missing".into(),
+        },
+        other => ReadError::Unavailable {
+            object: path.to_string(),
+            reason: other.to_string(),
+        },
+    }
+}

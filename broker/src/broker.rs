@@ -45,6 +45,9 @@ pub struct Broker {
     pub(crate) uploader: Uploader,
     pub(crate) reader: Arc<RemoteReader>,
     pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
+    /// Bytes of all local partition logs: recomputed every flush check, raised by each
+    /// append in between (for `log.local_disk_limit_bytes`).
+    pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     reconcile_lock: tokio::sync::Mutex<()>,
     pub(crate) cancel: CancellationToken,
@@ -101,6 +104,7 @@ impl Broker {
             uploader,
             reader,
             upload_permits,
+            local_log_bytes: std::sync::atomic::AtomicU64::new(0),
             topics: RwLock::new(HashMap::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             cancel,
@@ -269,6 +273,21 @@ impl Broker {
                 })
                 .await?;
                 b.remote_retention_pass().await
+            },
+        );
+        self.spawn_every(
+            tasks,
+            log.flush_check_interval_ms,
+            "disk usage",
+            |b| async move {
+                let used = b
+                    .all_partitions()
+                    .iter()
+                    .map(|p| p.offsets().size_bytes)
+                    .sum();
+                b.local_log_bytes
+                    .store(used, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
             },
         );
         self.spawn_every(

@@ -103,6 +103,10 @@ pub struct LogSection {
     pub metadata_refresh_interval_ms: u64,
     /// How long graceful shutdown waits for in-flight work. Default: 10000 ms.
     pub shutdown_timeout_ms: u64,
+    /// Produce is refused with a retriable KAFKA_STORAGE_ERROR while the partition logs
+    /// on this broker hold this many bytes or more (e.g. while the object store is down
+    /// and nothing can be deleted). Default: 0 (no limit).
+    pub local_disk_limit_bytes: u64,
 }
 
 impl Default for LogSection {
@@ -112,6 +116,7 @@ impl Default for LogSection {
             flush_check_interval_ms: 100,
             metadata_refresh_interval_ms: 2_000,
             shutdown_timeout_ms: 10_000,
+            local_disk_limit_bytes: 0,
         }
     }
 }

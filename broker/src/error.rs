@@ -43,6 +43,10 @@ pub enum Error {
     InvalidRequiredAcks(i32),
     #[error("{0}")]
     InvalidRequest(String),
+    #[error(
+        "local disk limit reached: partition logs hold {used} bytes, the limit is {limit}; retry once segments are uploaded and deleted"
+    )]
+    LocalDiskFull { used: u64, limit: u64 },
     #[error("the broker is shutting down")]
     ShuttingDown,
     #[error("local storage failed: {0}")]
@@ -79,7 +83,7 @@ impl Error {
             InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             InvalidRequest(_) => ErrorCode::InvalidRequest,
             ShuttingDown => ErrorCode::LeaderNotAvailable,
-            Storage(_) => ErrorCode::KafkaStorageError,
+            Storage(_) | LocalDiskFull { .. } => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
             Tiering(_) | RemoteUnavailable(_) => ErrorCode::KafkaStorageError,
             RemoteCorrupt(_) => ErrorCode::CorruptMessage,

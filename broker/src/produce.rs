@@ -4,6 +4,7 @@
 //! append, which is also when the high watermark covers the batch.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
@@ -31,6 +32,16 @@ impl Broker {
         if self.cancel.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
+        let limit = self.config.log.local_disk_limit_bytes;
+        let used = self.local_log_bytes.load(Ordering::Relaxed);
+        if limit > 0 && used >= limit {
+            return Ok(data
+                .iter()
+                .map(|_| Err(Error::LocalDiskFull { used, limit }))
+                .collect());
+        }
+        let bytes: u64 = data.iter().map(|d| d.records.len() as u64).sum();
+        self.local_log_bytes.fetch_add(bytes, Ordering::Relaxed);
         let targets: Vec<(Result<Arc<Partition>>, Bytes)> = data
             .into_iter()
             .map(|d| (self.partition(&d.topic, d.partition), d.records))

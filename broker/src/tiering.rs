@@ -259,6 +259,15 @@ impl Broker {
             .map_err(remote_read_error)
     }
 
+    /// Ranged GETs of remote reads since start, and the bytes they fetched.
+    pub fn remote_read_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.reader.stats.gets.load(Relaxed),
+            self.reader.stats.bytes_fetched.load(Relaxed),
+        )
+    }
+
     /// Tier status of every partition of `topic` (all topics if `None`).
     pub fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<TieringStatus>> {
         let topics = match topic {

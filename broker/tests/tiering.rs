@@ -162,7 +162,11 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
     assert_eq!(s3.segment_objects(PREFIX), objects);
     let tiering = broker.cli_ok(&["tiering", "status", "t"], None);
     assert!(
-        tiering.lines().count() == 3 && tiering.contains("\ttrue\t"),
+        tiering.lines().count() == 4 && tiering.contains("\ttrue\t"),
+        "{tiering}"
+    );
+    assert!(
+        tiering.contains("remote reads since start: 0 GET requests"),
         "{tiering}"
     );
 }
@@ -481,6 +485,18 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
     );
     assert_eq!(from_time, "777\n778\n");
 
+    // One GET per chunk (plus one per offset index), never a LIST: the reader's counters.
+    let stats = c.tiering_status_full(Some("replay")).await.unwrap();
+    let remote_bytes: i64 = stats.partitions.iter().map(|s| s.remote_bytes).sum();
+    // Segments also still local are read locally; nothing is fetched twice.
+    assert!(
+        stats.remote_bytes_fetched > 0 && stats.remote_bytes_fetched <= remote_bytes + 64 * 1024,
+        "{stats:?}"
+    );
+    assert!(
+        stats.remote_get_requests as usize <= 2 * metas(&s3, 0).len() + 2,
+        "{stats:?}"
+    );
     // A restart with an empty cache reads it all again from the object store.
     broker.stop();
     std::fs::remove_dir_all(broker.data_dir().join("remote-cache")).unwrap();
@@ -546,4 +562,96 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
         .unwrap();
     assert_eq!(r.error_code, 0, "{}", r.error_message);
     assert!(!r.records.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
+    let mut s3 = S3Server::start("shale");
+    let extra = "[tiering]\nupload_interval_ms = 100\n\
+                 [log]\nretention_check_interval_ms = 100\nflush_check_interval_ms = 50\nlocal_disk_limit_bytes = 60000\n";
+    let (broker, _cfg) = start_tiered(&s3, extra).await;
+    let c = broker.client().await;
+    let configs = topic_configs(&[("segment.bytes", "4096"), ("local.retention.bytes", "4096")]);
+    c.create_topic("capped", 1, 1, configs).await.unwrap();
+    s3.kill();
+
+    let mut p = Producer::new(c.clone(), "capped", Acks::All)
+        .await
+        .unwrap()
+        .with_batch_size(1024);
+    let mut acked = 0usize;
+    let send = |n: usize, from: usize| {
+        (0..n)
+            .map(|i| ProducerRecord {
+                value: Some(format!("{:06}-{}", from + i, "d".repeat(90)).into()),
+                ..Default::default()
+            })
+            .collect::<Vec<_>>()
+    };
+    let refusal = loop {
+        match p.send_all(send(50, acked)).await {
+            Ok(_) => acked += 50,
+            Err(e) => break e,
+        }
+        assert!(acked < 5000, "the limit never applied");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    };
+    assert_eq!(
+        refusal.code(),
+        Some(shale_proto::ErrorCode::KafkaStorageError),
+        "{refusal}"
+    );
+    assert!(
+        refusal.to_string().contains("local disk limit"),
+        "{refusal}"
+    );
+    let st = c.tiering_status(Some("capped")).await.unwrap().remove(0);
+    assert_eq!(
+        st.local_log_start_offset, 0,
+        "nothing deleted while the store is down: {st:?}"
+    );
+
+    // The store returns: uploads drain, local retention frees space, produce resumes.
+    s3.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match p.send_all(send(50, acked)).await {
+            Ok(_) => {
+                acked += 50;
+                break;
+            }
+            Err(e) => assert_eq!(
+                e.code(),
+                Some(shale_proto::ErrorCode::KafkaStorageError),
+                "{e}"
+            ),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "produce never resumed\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = broker.cli_ok(
+        &[
+            "consume",
+            "capped",
+            "--from-beginning",
+            "--idle-timeout-ms",
+            "2000",
+            "--format",
+            "%o %s\\n",
+        ],
+        None,
+    );
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(
+        lines.len(),
+        acked,
+        "every acknowledged record is readable, remote or local"
+    );
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.starts_with(&format!("{i} {i:06}-")), "line {i}: {l}");
+    }
 }

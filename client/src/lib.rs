@@ -316,11 +316,16 @@ impl Client {
 
     /// Tier status per partition of `topic` (every topic if `None`).
     pub async fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<PartitionTieringStatus>> {
+        Ok(self.tiering_status_full(topic).await?.partitions)
+    }
+
+    /// Tier status with the broker's remote-read counters.
+    pub async fn tiering_status_full(&self, topic: Option<&str>) -> Result<TieringStatusResponse> {
         let req = TieringStatusRequest {
             topic: topic.unwrap_or_default().to_string(),
         };
         let r = self.admin.clone().tiering_status(req).await?.into_inner();
-        check_result(r.error)?;
-        Ok(r.partitions)
+        check_result(r.error.clone())?;
+        Ok(r)
     }
 }

@@ -175,7 +175,13 @@ impl Admin for AdminService {
                 remote_bytes: t.remote_bytes as i64,
             })
             .collect();
-        Ok(Response::new(TieringStatusResponse { error, partitions }))
+        let stats = self.broker.remote_read_stats();
+        Ok(Response::new(TieringStatusResponse {
+            error,
+            partitions,
+            remote_get_requests: stats.0 as i64,
+            remote_bytes_fetched: stats.1 as i64,
+        }))
     }
 
     async fn metadata(

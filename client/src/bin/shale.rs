@@ -192,7 +192,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce(client, args).await,
         Command::Consume(args) => consume(client, args).await,
         Command::Tiering(TieringCommand::Status { topic }) => {
-            let rows = client.tiering_status(topic.as_deref()).await?;
+            let status = client.tiering_status_full(topic.as_deref()).await?;
+            let rows = status.partitions;
             let mut out = String::from(
                 "TOPIC\tPARTITION\tTIERED\tLOG_START\tLOCAL_LOG_START\tREMOTE_START\tUPLOADED_TO\tLAG_SEGMENTS\tLAG_BYTES\tREMOTE_SEGMENTS\tREMOTE_BYTES\n",
             );
@@ -212,6 +213,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     r.remote_bytes
                 ));
             }
+            out.push_str(&format!(
+                "remote reads since start: {} GET requests, {} bytes\n",
+                status.remote_get_requests, status.remote_bytes_fetched
+            ));
             print!("{out}");
             Ok(())
         }

@@ -15,18 +15,28 @@ use shale_tiering::layout::{ObjectKind, SegmentKey, SegmentMeta};
 
 const PREFIX: &str = "cluster-a";
 
-async fn start_tiered(s3: &S3Server, extra_toml: &str) -> (Broker, tempfile::TempDir) {
+/// What a tiered broker needs kept alive: its config file and its metastore database.
+struct Tiered {
+    _cfg: tempfile::TempDir,
+    db: common::PgDatabase,
+}
+
+/// A broker on a real PostgreSQL metastore (a fresh database) and a real S3 server.
+async fn start_tiered(s3: &S3Server, extra_toml: &str) -> (Broker, Tiered) {
     let cfg_dir = tempfile::tempdir().unwrap();
     let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(extra_toml));
     let url = format!("s3://{}/{PREFIX}", s3.bucket);
-    let broker = Broker::start(&[
+    let db = common::PgDatabase::create();
+    let args = [
         "--config",
         cfg.to_str().unwrap(),
         "--object-store-url",
         &url,
-    ])
-    .await;
-    (broker, cfg_dir)
+        "--metastore-url",
+        &db.url(),
+    ];
+    let broker = Broker::start(&args).await;
+    (broker, Tiered { _cfg: cfg_dir, db })
 }
 
 fn topic_configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -73,11 +83,17 @@ async fn wait_uploaded(c: &Client, topic: &str, broker: &Broker) -> Vec<Partitio
 
 /// `.meta` documents in the bucket for one partition, by base offset.
 fn metas(s3: &S3Server, partition: i32) -> Vec<SegmentMeta> {
-    let mut out: Vec<SegmentMeta> = s3
-        .segment_objects(PREFIX)
+    metas_in(&s3.objects_dir(PREFIX), partition)
+}
+
+/// `.meta` documents stored below `dir` for one partition, by base offset.
+fn metas_in(dir: &std::path::Path, partition: i32) -> Vec<SegmentMeta> {
+    let mut out: Vec<SegmentMeta> = common::segment_objects_in(dir)
         .iter()
         .filter(|k| k.ends_with(".meta"))
-        .map(|k| serde_json::from_slice::<SegmentMeta>(&s3.read_object(PREFIX, k)).unwrap())
+        .map(|k| {
+            serde_json::from_slice::<SegmentMeta>(&std::fs::read(dir.join(k)).unwrap()).unwrap()
+        })
         .filter(|m| m.partition == partition)
         .collect();
     out.sort_by_key(|m| m.base_offset);
@@ -249,7 +265,7 @@ async fn object_store_outage_deletes_nothing_local_and_uploads_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
     let s3 = S3Server::start("shale");
-    let (mut broker, _cfg) = start_tiered(&s3, "[tiering]\nupload_interval_ms = 300\n").await;
+    let (mut broker, tiered) = start_tiered(&s3, "[tiering]\nupload_interval_ms = 300\n").await;
     let c = broker.client().await;
     c.create_topic("crash", 1, 1, topic_configs(&[("segment.bytes", "4096")]))
         .await
@@ -278,12 +294,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
         4,
         "objects of the interrupted copy: {orphans:?}"
     );
-    let metastore = shale_metastore::open(&format!(
-        "sqlite://{}/metastore.db",
-        broker.data_dir().display()
-    ))
-    .await
-    .unwrap();
+    let metastore = shale_metastore::open(&tiered.db.url()).await.unwrap();
     use RemoteSegmentState::*;
     let all_states = [CopyStarted, CopyFinished, DeleteStarted, DeleteFinished];
     let rows = metastore
@@ -392,12 +403,47 @@ fn consume_all(broker: &Broker, topic: &str) -> Vec<String> {
     out.lines().map(str::to_string).collect()
 }
 
+const REPLAY_TOML: &str = "[tiering]\nupload_interval_ms = 100\nchunk_bytes = 65536\ncache_memory_bytes = 1048576\n\
+                           cache_disk_bytes = 67108864\n[log]\nretention_check_interval_ms = 100\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_read_a_mostly_remote_log_transparently() {
-    let s3 = S3Server::start("shale");
-    let extra = "[tiering]\nupload_interval_ms = 100\nchunk_bytes = 65536\ncache_memory_bytes = 1048576\n\
-                 cache_disk_bytes = 67108864\n[log]\nretention_check_interval_ms = 100\n";
-    let (mut broker, _cfg) = start_tiered(&s3, extra).await;
+    let mut s3 = S3Server::start("shale");
+    let (mut broker, _tiered) = start_tiered(&s3, REPLAY_TOML).await;
+    replay_mostly_remote(&mut broker, &s3.objects_dir(PREFIX)).await;
+    // The object store goes away: an uncached remote read fails retriably, in bounded time.
+    broker.stop();
+    std::fs::remove_dir_all(broker.data_dir().join("remote-cache")).unwrap();
+    broker.start_again().await;
+    s3.kill();
+    let c = broker.client().await;
+    let third = metas_in(&s3.objects_dir(PREFIX), 0)[3].base_offset;
+    let r = c
+        .fetch_partition("replay", 0, third, 1 << 20, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error_code,
+        shale_proto::ErrorCode::KafkaStorageError as i32,
+        "{}",
+        r.error_message
+    );
+    assert!(r.records.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_default_reads_a_mostly_remote_log_transparently() {
+    // SQLite metastore and a file:// object store, as with no configuration at all.
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(cfg_dir.path(), REPLAY_TOML);
+    let mut broker = Broker::start(&["--config", cfg.to_str().unwrap()]).await;
+    let objects = broker.data_dir().join("objects");
+    replay_mostly_remote(&mut broker, &objects).await;
+}
+
+/// Produces a log that ends up mostly in the object store (objects stored as files
+/// under `objects`), then reads it back every way a consumer can, and damages it.
+async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
     let c = broker.client().await;
     let configs = topic_configs(&[
         ("segment.bytes", "16384"),
@@ -494,7 +540,7 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
         "{stats:?}"
     );
     assert!(
-        stats.remote_get_requests as usize <= 2 * metas(&s3, 0).len() + 2,
+        stats.remote_get_requests as usize <= 2 * metas_in(objects, 0).len() + 2,
         "{stats:?}"
     );
     // A restart with an empty cache reads it all again from the object store.
@@ -504,7 +550,7 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
     assert_same_lines(&consume_all(&broker, "replay"), &expected);
 
     // Damage: a flipped byte in one remote object, and a missing object in another.
-    let metas = metas(&s3, 0);
+    let metas = metas_in(objects, 0);
     let key = |m: &SegmentMeta| SegmentKey {
         topic_id: m.topic_id,
         partition: m.partition,
@@ -512,13 +558,7 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
         end_offset: m.end_offset,
         segment_id: m.segment_id,
     };
-    let object_file = |m: &SegmentMeta| {
-        s3.root
-            .path()
-            .join(&s3.bucket)
-            .join(PREFIX)
-            .join(key(m).path(ObjectKind::Log).as_ref())
-    };
+    let object_file = |m: &SegmentMeta| objects.join(key(m).path(ObjectKind::Log).as_ref());
     let mut raw = std::fs::read(object_file(&metas[0])).unwrap();
     let at = raw.len() - 10;
     raw[at] ^= 0xff;

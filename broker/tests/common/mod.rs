@@ -367,45 +367,105 @@ impl S3Server {
         )
     }
 
+    /// Where the objects under `prefix` lie on disk.
+    pub fn objects_dir(&self, prefix: &str) -> PathBuf {
+        self.root.path().join(&self.bucket).join(prefix)
+    }
+
     /// Keys (relative to `prefix` in the bucket) of every stored segment object.
     pub fn segment_objects(&self, prefix: &str) -> Vec<String> {
-        let base = self.root.path().join(&self.bucket).join(prefix);
-        let mut out = Vec::new();
-        let mut stack = vec![base.clone()];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries {
-                let path = e.unwrap().path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else {
-                    let rel = path
-                        .strip_prefix(&base)
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned();
-                    if [".log", ".index", ".timeindex", ".meta"]
-                        .iter()
-                        .any(|ext| rel.ends_with(ext))
-                    {
-                        out.push(rel);
-                    }
-                }
-            }
-        }
-        out.sort();
-        out
+        segment_objects_in(&self.objects_dir(prefix))
     }
 
     pub fn read_object(&self, prefix: &str, key: &str) -> Vec<u8> {
-        std::fs::read(self.root.path().join(&self.bucket).join(prefix).join(key)).unwrap()
+        std::fs::read(self.objects_dir(prefix).join(key)).unwrap()
     }
+}
+
+/// Keys (relative to `base`) of every segment object stored as a file below `base`
+/// (an `s3s-fs` bucket prefix, or a `file://` object store).
+pub fn segment_objects_in(base: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![base.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path
+                    .strip_prefix(base)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                if [".log", ".index", ".timeindex", ".meta"]
+                    .iter()
+                    .any(|ext| rel.ends_with(ext))
+                {
+                    out.push(rel);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 impl Drop for S3Server {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A fresh PostgreSQL database for one test, dropped afterwards. Uses `psql` against
+/// `SHALE_TEST_POSTGRES_URL`'s server (default 127.0.0.1:5432, user postgres).
+pub struct PgDatabase {
+    pub name: String,
+}
+
+fn psql(sql: &str) -> std::process::Output {
+    Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            "5432",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atqc",
+            sql,
+        ])
+        .output()
+        .expect("psql is missing: run infra/test-services.sh (it installs and starts PostgreSQL)")
+}
+
+impl PgDatabase {
+    pub fn create() -> Self {
+        let name = format!("shale_it_{}", uuid::Uuid::new_v4().simple());
+        let out = psql(&format!("CREATE DATABASE {name}"));
+        assert!(
+            out.status.success(),
+            "cannot create a PostgreSQL database ({}); start PostgreSQL with infra/test-services.sh",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PgDatabase { name }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = psql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
     }
 }

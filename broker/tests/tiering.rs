@@ -508,7 +508,7 @@ async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
     );
 
     // Offsets, by position and by time, read through the object store.
-    assert_same_lines(&consume_all(&broker, "replay"), &expected);
+    assert_same_lines(&consume_all(broker, "replay"), &expected);
     assert_eq!(
         c.list_offset("replay", 0, base_ts + 1234).await.unwrap(),
         Some(1234)
@@ -547,7 +547,7 @@ async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
     broker.stop();
     std::fs::remove_dir_all(broker.data_dir().join("remote-cache")).unwrap();
     broker.start_again().await;
-    assert_same_lines(&consume_all(&broker, "replay"), &expected);
+    assert_same_lines(&consume_all(broker, "replay"), &expected);
 
     // Damage: a flipped byte in one remote object, and a missing object in another.
     let metas = metas_in(objects, 0);

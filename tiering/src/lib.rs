@@ -2,6 +2,7 @@
 //! ([`layout`]), copying sealed segments there ([`uploader`]), and reading them back
 //! through a cache ([`reader`]).
 
+pub mod credentials;
 pub mod failpoint;
 pub mod layout;
 pub mod reader;

@@ -3,8 +3,8 @@
 //!
 //! - `s3://bucket[/prefix]`: any S3-compatible server. Endpoint, region, path-style and
 //!   plain HTTP come from [`S3Options`] (MinIO and `s3s-fs` need `endpoint`,
-//!   `path_style = true` and `allow_http = true`); credentials from the options or the
-//!   standard `AWS_*` environment variables, web identity or instance metadata.
+//!   `path_style = true` and `allow_http = true`); credentials from the options, or
+//!   else `aws-config`'s default chain (see [`crate::credentials`]).
 //!   Requests that fail with 5xx or time out are retried with backoff.
 //! - `file://PATH`: a local directory (created if missing): the embedded default.
 //! - `memory://`: in memory, for experiments.
@@ -104,11 +104,25 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
         if let Some(region) = &s3.region {
             builder = builder.with_region(region);
         }
-        if let Some(key) = &s3.access_key_id {
-            builder = builder.with_access_key_id(key);
-        }
-        if let Some(secret) = &s3.secret_access_key {
-            builder = builder.with_secret_access_key(secret);
+        match (&s3.access_key_id, &s3.secret_access_key) {
+            (Some(key), Some(secret)) => {
+                builder = builder
+                    .with_access_key_id(key)
+                    .with_secret_access_key(secret);
+            }
+            (None, None) => {
+                if let Some(chain) =
+                    crate::credentials::AwsConfigCredentials::from_default_chain().await
+                {
+                    builder = builder.with_credentials(Arc::new(chain));
+                }
+            }
+            _ => {
+                return Err(StoreError::InvalidUrl {
+                    url: url.into(),
+                    reason: "give both access_key_id and secret_access_key, or neither".into(),
+                });
+            }
         }
         let store = builder.build().map_err(|e| StoreError::InvalidUrl {
             url: url.into(),

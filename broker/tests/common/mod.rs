@@ -284,8 +284,8 @@ pub struct S3Server {
     pub root: tempfile::TempDir,
     pub port: u16,
     pub bucket: String,
-    access_key: String,
-    secret_key: String,
+    pub access_key: String,
+    pub secret_key: String,
     child: Option<Child>,
 }
 

@@ -272,7 +272,8 @@ impl Broker {
                     p.apply_retention(now).map(drop)
                 })
                 .await?;
-                b.remote_retention_pass().await
+                b.remote_retention_pass().await?;
+                b.sweep_deleted_topics().await
             },
         );
         self.spawn_every(

@@ -215,6 +215,33 @@ impl Broker {
         Ok(())
     }
 
+    /// Deletes the remote data of topics the metastore no longer has (deleted topics;
+    /// also what an interrupted earlier sweep left). Runs after every topic deletion
+    /// and with every retention pass.
+    pub(crate) async fn sweep_deleted_topics(&self) -> Result<()> {
+        let with_remote = self.metastore.remote_segment_topic_ids().await?;
+        if with_remote.is_empty() {
+            return Ok(());
+        }
+        // The metastore, not this broker's registry, says which topics exist.
+        let live: std::collections::HashSet<uuid::Uuid> = self
+            .metastore
+            .list_topics()
+            .await?
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        for id in with_remote.into_iter().filter(|id| !live.contains(id)) {
+            let n = self
+                .uploader
+                .purge_topic(id)
+                .await
+                .map_err(Error::Tiering)?;
+            tracing::info!(topic_id = %id, segments = n, "deleted remote segments of a deleted topic");
+        }
+        Ok(())
+    }
+
     /// Reads from the object store when `offset` lies below the local log start in a
     /// remote segment; `None` when the local log is the place to read.
     pub(crate) async fn read_remote(

@@ -115,7 +115,12 @@ impl Broker {
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
         let topic = self.metastore.delete_topic(name).await?;
         tracing::info!(topic = %topic.name, id = %topic.id, "deleted topic");
-        self.reconcile().await
+        self.reconcile().await?;
+        // Remote data goes too; if the object store is down, the retention pass retries.
+        if let Err(e) = self.sweep_deleted_topics().await {
+            tracing::warn!(topic = %topic.name, error = %e, "remote data of the deleted topic not removed yet");
+        }
+        Ok(())
     }
 
     pub async fn list_topics(&self) -> Result<Vec<Topic>> {

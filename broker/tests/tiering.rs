@@ -185,6 +185,18 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
         tiering.contains("remote reads since start: 0 GET requests"),
         "{tiering}"
     );
+
+    // Deleting the topic deletes its remote data too.
+    broker.cli_ok(&["topic", "delete", "t"], None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s3.segment_objects(PREFIX).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "remote objects of the deleted topic remain\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

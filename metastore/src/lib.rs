@@ -119,6 +119,11 @@ pub trait Metastore: Send + Sync + 'static {
         from: RemoteSegmentState,
         to: RemoteSegmentState,
     ) -> Result<RemoteSegment>;
+    /// Ids of topics with remote segments not yet `DELETE_FINISHED` (rows outlive
+    /// their topic, so a deleted topic's objects can still be found and removed).
+    async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>>;
+    /// Every remote segment of a topic, all partitions, not yet `DELETE_FINISHED`.
+    async fn undeleted_remote_segments(&self, topic_id: Uuid) -> Result<Vec<RemoteSegment>>;
     /// A partition's remote segments in any of `states`, by base offset.
     async fn list_remote_segments(
         &self,

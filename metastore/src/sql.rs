@@ -365,6 +365,24 @@ macro_rules! sql_metastore {
                 Ok(seg)
             }
 
+            async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>> {
+                let rows: Vec<(Uuid,)> = sqlx::query_as(
+                    "SELECT DISTINCT topic_id FROM remote_segments WHERE state <> 'DELETE_FINISHED'",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(|(id,)| id).collect())
+            }
+
+            async fn undeleted_remote_segments(&self, topic_id: Uuid) -> Result<Vec<RemoteSegment>> {
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 \
+                     AND state <> 'DELETE_FINISHED' ORDER BY partition_id, base_offset"
+                );
+                let rows: Vec<RemoteSegmentRow> = sqlx::query_as(&sql).bind(topic_id).fetch_all(&self.pool).await?;
+                rows.into_iter().map(remote_segment).collect()
+            }
+
             async fn list_remote_segments(
                 &self,
                 topic_id: Uuid,

@@ -356,6 +356,30 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
         ],
         "ordered by base offset, then creation"
     );
+    // Rows outlive their topic; what is not DELETE_FINISHED can be found by topic.
+    let ids = m.remote_segment_topic_ids().await.unwrap();
+    assert_eq!(ids, vec![topic]);
+    let undeleted: Vec<_> = m
+        .undeleted_remote_segments(topic)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.state)
+        .collect();
+    assert_eq!(undeleted, [CopyStarted, DeleteStarted, CopyFinished]);
+    m.delete_topic("tiered").await.unwrap();
+    assert_eq!(m.undeleted_remote_segments(topic).await.unwrap().len(), 3);
+    for s in m.undeleted_remote_segments(topic).await.unwrap() {
+        if s.state != DeleteStarted {
+            m.transition_remote_segment(s.segment_id, s.state, DeleteStarted)
+                .await
+                .unwrap();
+        }
+        m.transition_remote_segment(s.segment_id, DeleteStarted, DeleteFinished)
+            .await
+            .unwrap();
+    }
+    assert!(m.remote_segment_topic_ids().await.unwrap().is_empty());
 }
 
 macro_rules! metastore_suite {

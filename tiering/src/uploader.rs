@@ -275,6 +275,25 @@ impl Uploader {
         Ok(())
     }
 
+    /// Deletes the objects of every remote segment of a topic that no longer exists,
+    /// whatever state each row is in, and marks them `DELETE_FINISHED`.
+    pub async fn purge_topic(&self, topic_id: Uuid) -> Result<usize, UploadError> {
+        use RemoteSegmentState::*;
+        let rows = self.metastore.undeleted_remote_segments(topic_id).await?;
+        for row in &rows {
+            if row.state != DeleteStarted {
+                self.metastore
+                    .transition_remote_segment(row.segment_id, row.state, DeleteStarted)
+                    .await?;
+            }
+            self.delete_objects(row).await?;
+            self.metastore
+                .transition_remote_segment(row.segment_id, DeleteStarted, DeleteFinished)
+                .await?;
+        }
+        Ok(rows.len())
+    }
+
     async fn delete_objects(&self, seg: &RemoteSegment) -> Result<(), UploadError> {
         let key = key_of(seg);
         for kind in ObjectKind::ALL {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shale_proto::batch::{self, BatchHeader, BatchIter};
 
-use segment::{ChunkReader, LOG_SUFFIX, Segment};
+use segment::{ChunkReader, LOG_SUFFIX, SEEK_CHUNK, Segment};
 
 /// The subset of topic configuration the log itself obeys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,7 +329,7 @@ impl PartitionLog {
             return Ok(None);
         };
         let file = seg.file();
-        let mut reader = ChunkReader::new(&file, seg.size());
+        let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
         let Some(found) = reader.seek_timestamp(seg.lookup_time_position(ts), ts)? else {
             return Ok(None);
         };
@@ -433,7 +433,7 @@ impl ReadPlan {
         if self.offset >= self.max_offset {
             return Ok(Bytes::new());
         }
-        let mut reader = ChunkReader::new(&self.file, self.end);
+        let mut reader = ChunkReader::new(&self.file, self.end, SEEK_CHUNK);
         let Some(first) = reader.seek_offset(self.start, self.offset)? else {
             return Ok(Bytes::new());
         };

@@ -133,7 +133,7 @@ impl Segment {
     /// corrupt (CRC, when `check_crc`) or out-of-sequence batch, and rebuilds both indexes.
     fn recover(&mut self, index_interval: u64, check_crc: bool) -> io::Result<()> {
         let file = self.file.clone();
-        let mut reader = ChunkReader::new(&file, self.size);
+        let mut reader = ChunkReader::new(&file, self.size, SCAN_CHUNK);
         let mut pos = 0u64;
         while let Some(batch) = reader.next_batch(pos, check_crc) {
             let h = match batch {
@@ -290,17 +290,23 @@ pub(crate) struct ChunkReader<'a> {
     end: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    chunk: usize,
 }
 
-const SCAN_CHUNK: usize = 256 * 1024;
+/// Read size of whole-segment scans (recovery).
+pub(crate) const SCAN_CHUNK: usize = 256 * 1024;
+/// Read size of seeks from an index entry: at most `index.interval.bytes` of headers
+/// (4 KiB by default) lie between the entry and the target.
+pub(crate) const SEEK_CHUNK: usize = 16 * 1024;
 
 impl<'a> ChunkReader<'a> {
-    pub fn new(file: &'a File, end: u64) -> Self {
+    pub fn new(file: &'a File, end: u64, chunk: usize) -> Self {
         Self {
             file,
             end,
             buf: Vec::new(),
             buf_start: 0,
+            chunk,
         }
     }
 
@@ -312,7 +318,7 @@ impl<'a> ChunkReader<'a> {
         let have =
             pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
         if !have {
-            let want = len.max(SCAN_CHUNK).min((self.end - pos) as usize);
+            let want = len.max(self.chunk).min((self.end - pos) as usize);
             self.buf.resize(want, 0);
             self.file.read_exact_at(&mut self.buf, pos)?;
             self.buf_start = pos;

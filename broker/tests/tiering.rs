@@ -11,7 +11,7 @@ use common::{Broker, S3Server};
 use shale_client::{Acks, Client, Producer, ProducerRecord};
 use shale_metastore::RemoteSegmentState;
 use shale_proto::v1::PartitionTieringStatus;
-use shale_tiering::layout::{ObjectKind, SegmentKey, SegmentMeta};
+use shale_tiering::layout::{ObjectKind, SegmentMeta};
 
 const PREFIX: &str = "cluster-a";
 
@@ -135,13 +135,7 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
         assert_eq!(remote_bytes as i64, st.remote_bytes);
         let dir = broker.data_dir().join(format!("t-{}", st.partition));
         for m in &metas {
-            let key = SegmentKey {
-                topic_id: m.topic_id,
-                partition: m.partition,
-                base_offset: m.base_offset,
-                end_offset: m.end_offset,
-                segment_id: m.segment_id,
-            };
+            let key = m.key();
             // The objects are the local files byte for byte, with the CRCs .meta states.
             let log = s3.read_object(PREFIX, key.path(ObjectKind::Log).as_ref());
             assert_eq!(
@@ -569,14 +563,7 @@ async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
 
     // Damage: a flipped byte in one remote object, and a missing object in another.
     let metas = metas_in(objects, 0);
-    let key = |m: &SegmentMeta| SegmentKey {
-        topic_id: m.topic_id,
-        partition: m.partition,
-        base_offset: m.base_offset,
-        end_offset: m.end_offset,
-        segment_id: m.segment_id,
-    };
-    let object_file = |m: &SegmentMeta| objects.join(key(m).path(ObjectKind::Log).as_ref());
+    let object_file = |m: &SegmentMeta| objects.join(m.key().path(ObjectKind::Log).as_ref());
     let mut raw = std::fs::read(object_file(&metas[0])).unwrap();
     let at = raw.len() - 10;
     raw[at] ^= 0xff;

@@ -46,6 +46,17 @@ pub struct SegmentKey {
 }
 
 impl SegmentKey {
+    /// The key of a remote segment the metastore knows.
+    pub fn of(seg: &shale_metastore::RemoteSegment) -> Self {
+        Self {
+            topic_id: seg.topic_id,
+            partition: seg.partition,
+            base_offset: seg.base_offset,
+            end_offset: seg.end_offset,
+            segment_id: seg.segment_id,
+        }
+    }
+
     pub fn path(&self, kind: ObjectKind) -> Path {
         Path::from(format!(
             "{}/{}/{:020}-{:020}-{}.{}",
@@ -97,6 +108,19 @@ pub struct SegmentMeta {
     pub log_crc32c: u32,
     pub index_crc32c: u32,
     pub time_index_crc32c: u32,
+}
+
+impl SegmentMeta {
+    /// The key of the segment this document describes.
+    pub fn key(&self) -> SegmentKey {
+        SegmentKey {
+            topic_id: self.topic_id,
+            partition: self.partition,
+            base_offset: self.base_offset,
+            end_offset: self.end_offset,
+            segment_id: self.segment_id,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -76,16 +76,6 @@ pub struct RemoteReader {
     pub stats: Arc<ReaderStats>,
 }
 
-fn key_of(s: &RemoteSegment) -> SegmentKey {
-    SegmentKey {
-        topic_id: s.topic_id,
-        partition: s.partition,
-        base_offset: s.base_offset,
-        end_offset: s.end_offset,
-        segment_id: s.segment_id,
-    }
-}
-
 impl RemoteReader {
     pub async fn open(store: ObjectStoreRef, config: ReaderConfig) -> Result<Arc<Self>, ReadError> {
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| ReadError::Cache(e.to_string()))?;
@@ -121,7 +111,7 @@ impl RemoteReader {
         if let Some(e) = self.indexes.get(&seg.segment_id) {
             return Ok(e.value().clone());
         }
-        let path = key_of(seg).path(ObjectKind::Index);
+        let path = SegmentKey::of(seg).path(ObjectKind::Index);
         let raw = get_whole(&self.store, &self.gets, &self.stats, &path).await?;
         if raw.len() % 8 != 0 {
             return Err(ReadError::Corrupt {
@@ -150,7 +140,7 @@ impl RemoteReader {
         let end = (start + self.config.chunk_bytes).min(size);
         let key = format!("{}/{k}", seg.segment_id);
         let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
-        let path = key_of(seg).path(ObjectKind::Log);
+        let path = SegmentKey::of(seg).path(ObjectKind::Log);
         let object = path.to_string();
         let entry = self
             .chunks
@@ -241,7 +231,7 @@ impl RemoteReader {
         let n = index.partition_point(|e| e.0 <= rel);
         let mut pos = if n == 0 { 0 } else { u64::from(index[n - 1].1) };
         let size = seg.size_bytes as u64;
-        let object = || key_of(seg).path(ObjectKind::Log).to_string();
+        let object = || SegmentKey::of(seg).path(ObjectKind::Log).to_string();
         while pos < size {
             let head = self
                 .read_range(seg, pos, (HEADER_LEN as u64).min(size - pos))
@@ -279,11 +269,11 @@ impl RemoteReader {
         let mut keep = 0;
         for item in BatchIter::new(&buf) {
             let (h, range) = item.map_err(|e| ReadError::Corrupt {
-                object: key_of(seg).path(ObjectKind::Log).to_string(),
+                object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
                 reason: e.to_string(),
             })?;
             h.validate(&buf[range.clone()]).map_err(|e| {
-                let object = key_of(seg).path(ObjectKind::Log).to_string();
+                let object = SegmentKey::of(seg).path(ObjectKind::Log).to_string();
                 tracing::error!(object = %object, offset = h.base_offset, error = %e, "corrupt batch in remote segment");
                 ReadError::Corrupt { object, reason: format!("batch at offset {}: {e}", h.base_offset) }
             })?;
@@ -306,7 +296,7 @@ impl RemoteReader {
                 .read_range(seg, pos, (HEADER_LEN as u64).min(size - pos))
                 .await?;
             let h = BatchHeader::parse(&head).map_err(|e| ReadError::Corrupt {
-                object: key_of(seg).path(ObjectKind::Log).to_string(),
+                object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
                 reason: e.to_string(),
             })?;
             if h.max_timestamp >= ts {

@@ -94,16 +94,6 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn key_of(s: &RemoteSegment) -> SegmentKey {
-    SegmentKey {
-        topic_id: s.topic_id,
-        partition: s.partition,
-        base_offset: s.base_offset,
-        end_offset: s.end_offset,
-        segment_id: s.segment_id,
-    }
-}
-
 impl Uploader {
     pub fn new(
         store: ObjectStoreRef,
@@ -139,7 +129,7 @@ impl Uploader {
             updated_at_ms: now,
         };
         self.metastore.add_remote_segment(&row).await?;
-        let key = key_of(&row);
+        let key = SegmentKey::of(&row);
         let (log_bytes, log_crc32c) = self.put_file(&seg.log_path, &key, ObjectKind::Log).await?;
         let (index_bytes, index_crc32c) = self
             .put_file(&seg.index_path, &key, ObjectKind::Index)
@@ -295,7 +285,7 @@ impl Uploader {
     }
 
     async fn delete_objects(&self, seg: &RemoteSegment) -> Result<(), UploadError> {
-        let key = key_of(seg);
+        let key = SegmentKey::of(seg);
         for kind in ObjectKind::ALL {
             match self.store.delete(&key.path(kind)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

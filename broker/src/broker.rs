@@ -48,6 +48,7 @@ pub struct Broker {
     /// Bytes of all local partition logs: recomputed every flush check, raised by each
     /// append in between (for `log.local_disk_limit_bytes`).
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
+    pub(crate) request_stats: crate::metrics::RequestStats,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     reconcile_lock: tokio::sync::Mutex<()>,
     pub(crate) cancel: CancellationToken,
@@ -105,6 +106,7 @@ impl Broker {
             reader,
             upload_permits,
             local_log_bytes: std::sync::atomic::AtomicU64::new(0),
+            request_stats: crate::metrics::RequestStats::default(),
             topics: RwLock::new(HashMap::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             cancel,

@@ -6,6 +6,7 @@
 //! [broker]
 //! broker_id = 0                       # Default: 0.
 //! listen = "127.0.0.1:9093"           # Default: 127.0.0.1:9093.
+//! metrics_listen = "127.0.0.1:9095"   # Prometheus /metrics. Default: off.
 //! data_dir = "./shale-data"           # Default: ./shale-data.
 //! metastore_url = "sqlite://./shale-data/metastore.db"    # Default: SQLite in data_dir.
 //! object_store_url = "file://./shale-data/objects"        # Default: objects/ in data_dir.
@@ -64,6 +65,9 @@ pub struct Args {
     /// This broker's id.
     #[arg(long, env = "SHALE_BROKER_ID")]
     pub broker_id: Option<i32>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
+    #[arg(long, env = "SHALE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -89,6 +93,7 @@ struct BrokerSection {
     data_dir: Option<PathBuf>,
     metastore_url: Option<String>,
     object_store_url: Option<String>,
+    metrics_listen: Option<String>,
 }
 
 /// `[log]`: broker-wide log housekeeping.
@@ -169,6 +174,8 @@ impl Default for TieringSection {
 pub struct BrokerConfig {
     pub broker_id: i32,
     pub listen: SocketAddr,
+    /// Prometheus metrics endpoint. Default: off.
+    pub metrics_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub metastore_url: String,
     pub object_store_url: String,
@@ -216,6 +223,13 @@ impl BrokerConfig {
             key: "listen",
             reason: format!("'{listen}' is not a socket address ({e})"),
         })?;
+        let metrics_listen = match args.metrics_listen.or(file.broker.metrics_listen) {
+            Some(addr) => Some(addr.parse().map_err(|e| ConfigLoadError::Invalid {
+                key: "metrics_listen",
+                reason: format!("'{addr}' is not a socket address ({e})"),
+            })?),
+            None => None,
+        };
         let metastore_url = args
             .metastore_url
             .or(file.broker.metastore_url)
@@ -235,6 +249,7 @@ impl BrokerConfig {
         let config = Self {
             broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
             listen,
+            metrics_listen,
             data_dir,
             metastore_url,
             object_store_url,

@@ -68,12 +68,15 @@ impl Broker {
                 .filter_map(|r| r.as_ref().ok())
                 .map(|f| f.records.len())
                 .sum();
-            if total >= min_bytes.max(0) as usize
+            let done = total >= min_bytes.max(0) as usize
                 || results.iter().any(Result::is_err)
                 || watchers.is_empty()
                 || tokio::time::Instant::now() >= deadline
-                || self.cancel.is_cancelled()
-            {
+                || self.cancel.is_cancelled();
+            if done {
+                let stats = &self.request_stats;
+                crate::metrics::RequestStats::add(&stats.fetch_requests, 1);
+                crate::metrics::RequestStats::add(&stats.fetched_bytes, total as u64);
                 return results;
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));

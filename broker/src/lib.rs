@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod log;
+pub mod metrics;
 pub mod partition;
 pub mod produce;
 pub mod tiering;

@@ -69,6 +69,17 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let broker = Broker::start(config, cancel.clone()).await?;
     let mut tasks = JoinSet::new();
     broker.spawn_background(&mut tasks);
+    if let Some(addr) = broker.config.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        tasks.spawn(shale_broker::metrics::serve(
+            broker.clone(),
+            metrics,
+            cancel.clone(),
+        ));
+        tracing::info!(%addr, "metrics at /metrics");
+    }
     tracing::info!(
         listen = %broker.config.listen,
         data_dir = %broker.config.data_dir.display(),

@@ -42,6 +42,9 @@ impl Broker {
         }
         let bytes: u64 = data.iter().map(|d| d.records.len() as u64).sum();
         self.local_log_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let stats = &self.request_stats;
+        crate::metrics::RequestStats::add(&stats.produce_requests, 1);
+        crate::metrics::RequestStats::add(&stats.produced_bytes, bytes);
         let targets: Vec<(Result<Arc<Partition>>, Bytes)> = data
             .into_iter()
             .map(|d| (self.partition(&d.topic, d.partition), d.records))

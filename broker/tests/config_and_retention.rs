@@ -144,3 +144,53 @@ fn invalid_configuration_stops_start_up_with_an_error_naming_the_key() {
     let err = broker_fails_to_start(&["--config", missing.to_str().unwrap()], &[]);
     assert!(err.contains("missing.toml"), "{err}");
 }
+
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_describe_partitions_and_traffic() {
+    let port = common::free_port();
+    let broker = Broker::start(&["--metrics-listen", &format!("127.0.0.1:{port}")]).await;
+    broker.cli_ok(&["topic", "create", "m", "--partitions", "2"], None);
+    broker.cli_ok(&["produce", "m", "--partition", "1"], Some(b"a\nb\nc\n"));
+    let consumed = broker.cli_ok(
+        &["consume", "m", "--from-beginning", "--max-messages", "3"],
+        None,
+    );
+    assert_eq!(consumed, "a\nb\nc\n");
+
+    let page = http_get(port, "/metrics").await;
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    for line in [
+        "shale_partition_log_end_offset{topic=\"m\",partition=\"1\"} 3",
+        "shale_partition_log_end_offset{topic=\"m\",partition=\"0\"} 0",
+        "shale_partition_high_watermark{topic=\"m\",partition=\"1\"} 3",
+        "shale_produce_requests_total 1",
+        "# TYPE shale_fetched_bytes_total counter",
+        "shale_partition_remote_segments{topic=\"m\",partition=\"1\"} 0",
+    ] {
+        assert!(
+            page.lines().any(|l| l == line),
+            "missing {line:?} in\n{page}"
+        );
+    }
+    let fetched: u64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("shale_fetched_bytes_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(fetched > 0, "the consume's fetch is counted");
+    assert!(http_get(port, "/nope").await.starts_with("HTTP/1.1 404"));
+}

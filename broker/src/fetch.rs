@@ -142,27 +142,26 @@ impl Broker {
         limit: usize,
         whole_first: bool,
     ) -> Result<Fetched> {
-        let records = match self.read_remote(p, offset, limit, whole_first).await {
-            Some(remote) => remote?,
-            None => {
-                let offsets = p.offsets();
-                if offset < offsets.local_log_start_offset {
-                    return Err(Error::OffsetOutOfRange {
-                        offset,
-                        log_start: offsets.log_start_offset,
-                        log_end: offsets.log_end_offset,
-                    });
-                }
-                // Local reads are page-cache preads; keep them off the async workers.
-                tokio::task::block_in_place(|| {
-                    let (plan, _) = p.plan_read(offset)?;
-                    plan.read(limit, whole_first).map_err(Error::Storage)
-                })?
-            }
-        };
-        Ok(Fetched {
-            records,
-            offsets: p.offsets(),
+        let offsets = p.offsets();
+        if offset < offsets.local_log_start_offset {
+            // Below the local log: the object store, or out of range.
+            let Some(remote) = self.read_remote(p, offset, limit, whole_first).await else {
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start: offsets.log_start_offset,
+                    log_end: offsets.log_end_offset,
+                });
+            };
+            return Ok(Fetched {
+                records: remote?,
+                offsets,
+            });
+        }
+        // Local reads are page-cache preads; keep them off the async workers.
+        tokio::task::block_in_place(|| {
+            let (plan, offsets) = p.plan_read(offset)?;
+            let records = plan.read(limit, whole_first).map_err(Error::Storage)?;
+            Ok(Fetched { records, offsets })
         })
     }
 }

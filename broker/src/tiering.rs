@@ -242,8 +242,8 @@ impl Broker {
         Ok(())
     }
 
-    /// Reads from the object store when `offset` lies below the local log start in a
-    /// remote segment; `None` when the local log is the place to read.
+    /// Reads `offset` from the object store (the caller found it below the local log
+    /// start); `None` when no remote segment holds it.
     pub(crate) async fn read_remote(
         &self,
         p: &Partition,
@@ -251,10 +251,6 @@ impl Broker {
         max_bytes: usize,
         whole_first: bool,
     ) -> Option<Result<Bytes>> {
-        let local_start = p.offsets().local_log_start_offset;
-        if offset >= local_start {
-            return None;
-        }
         let state = p.remote_state();
         let seg = state.find(offset)?.clone();
         Some(

@@ -3,6 +3,7 @@
 //! PostgreSQL (clusters) and SQLite (the embedded single-node default) by the same SQL,
 //! and checked by one conformance suite run against both (`tests/conformance.rs`).
 
+mod cluster;
 mod remote;
 mod sql;
 
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use cluster::{BrokerLease, ControllerLease, PartitionState};
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
 
@@ -35,6 +37,9 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i32,
     pub configs: BTreeMap<String, String>,
+    /// Replica broker ids of each partition (`partitions` lists of
+    /// `replication_factor` ids), preferred leader first.
+    pub assignments: Vec<Vec<i32>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +69,21 @@ pub enum Error {
     },
     #[error("remote segment {segment_id} overlaps finished remote segment {other}")]
     RemoteSegmentOverlap { segment_id: Uuid, other: Uuid },
+    #[error(
+        "partition {partition} of topic {topic_id} changed (version {actual}, expected {expected})"
+    )]
+    PartitionStateConflict {
+        topic_id: Uuid,
+        partition: i32,
+        expected: i64,
+        actual: i64,
+    },
+    #[error("partition {partition} of topic {topic_id} has no state")]
+    PartitionStateNotFound { topic_id: Uuid, partition: i32 },
+    #[error("broker {0} still holds its lease")]
+    BrokerStillAlive(i32),
+    #[error("{0}")]
+    InvalidAssignment(String),
     #[error("metastore row is corrupt: {0}")]
     CorruptRow(String),
     #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
@@ -104,8 +124,54 @@ pub trait Metastore: Send + Sync + 'static {
         set: &BTreeMap<String, String>,
         delete: &[String],
     ) -> Result<Topic>;
-    /// Raises the partition count; never lowers it or leaves it equal.
-    async fn add_partitions(&self, name: &str, total: i32) -> Result<Topic>;
+    /// Raises the partition count; never lowers it or leaves it equal. `assignments`
+    /// holds the replicas of each new partition.
+    async fn add_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        assignments: &[Vec<i32>],
+    ) -> Result<Topic>;
+
+    /// Registers a broker or renews its lease (an upsert).
+    async fn renew_broker_lease(
+        &self,
+        broker_id: i32,
+        address: &str,
+        expires_ms: i64,
+    ) -> Result<()>;
+    /// Every broker that ever registered, by id (dead ones have a past lease).
+    async fn list_brokers(&self) -> Result<Vec<BrokerLease>>;
+    /// Takes or renews the controller lease: succeeds when nobody holds it, the
+    /// holder is `broker_id`, or the holder's lease has expired at `now_ms`.
+    async fn try_acquire_controller(
+        &self,
+        broker_id: i32,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<Option<ControllerLease>>;
+    async fn controller(&self) -> Result<Option<ControllerLease>>;
+    /// Every partition's state, by topic id and partition.
+    async fn list_partition_states(&self) -> Result<Vec<PartitionState>>;
+    /// Replaces a partition's leader/epoch/ISR if its version is still
+    /// `state.version` (compare-and-set); the stored version becomes one higher.
+    /// With `fence = Some((broker, now_ms))` it also requires that broker's lease to
+    /// have expired at `now_ms`, checked under a lock of the broker's row so a broker
+    /// renewing its lease at the same moment is ordered before or after, never
+    /// between: a broker that renewed and then read the metadata sees the change.
+    async fn update_partition_state(
+        &self,
+        state: &PartitionState,
+        fence: Option<(i32, i64)>,
+    ) -> Result<PartitionState>;
+    /// Waits for change notifications and signals `notify` for each; returns only on
+    /// error. Metastores without notifications return `Ok(())` at once (callers poll).
+    async fn listen_for_changes(&self, notify: Arc<tokio::sync::Notify>) -> Result<()> {
+        let _ = notify;
+        Ok(())
+    }
+    /// Whether this metastore can hold a cluster of several brokers.
+    fn supports_replication(&self) -> bool;
 
     /// Registers a segment whose copy is about to start (its state must be
     /// `CopyStarted`).

@@ -16,7 +16,11 @@ use sqlx::sqlite::{
 };
 use uuid::Uuid;
 
-use crate::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState, Result, Topic};
+use crate::cluster::{decode_ids, encode_ids};
+use crate::{
+    BrokerLease, ControllerLease, Error, Metastore, NewTopic, PartitionState, RemoteSegment,
+    RemoteSegmentState, Result, Topic,
+};
 
 pub struct PostgresMetastore {
     pool: PgPool,
@@ -109,9 +113,88 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
 const SELECT_TOPIC: &str =
     "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics WHERE name = $1";
 
+type PartitionStateRow = (Uuid, i32, String, i32, i32, String, i64);
+
+const PARTITION_STATE_COLUMNS: &str =
+    "topic_id, partition_id, replicas, leader, leader_epoch, isr, version";
+
+fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
+    let (topic_id, partition, replicas, leader, leader_epoch, isr, version) = row;
+    Ok(PartitionState {
+        topic_id,
+        partition,
+        replicas: decode_ids(&replicas)?,
+        leader,
+        leader_epoch,
+        isr: decode_ids(&isr)?,
+        version,
+    })
+}
+
+fn controller_lease((broker_id, epoch, lease_expires_ms): (i32, i64, i64)) -> ControllerLease {
+    ControllerLease {
+        broker_id,
+        epoch,
+        lease_expires_ms,
+    }
+}
+
+/// Checks that `assignments` gives `count` partitions `replication_factor` distinct
+/// replicas each.
+fn check_assignments(
+    assignments: &[Vec<i32>],
+    count: usize,
+    replication_factor: i32,
+) -> Result<()> {
+    if assignments.len() != count {
+        return Err(Error::InvalidAssignment(format!(
+            "{} replica assignments for {count} partitions",
+            assignments.len()
+        )));
+    }
+    for replicas in assignments {
+        let mut distinct = replicas.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if replicas.len() != replication_factor as usize || distinct.len() != replicas.len() {
+            return Err(Error::InvalidAssignment(format!(
+                "replicas {replicas:?} are not {replication_factor} distinct brokers"
+            )));
+        }
+    }
+    Ok(())
+}
+
 macro_rules! sql_metastore {
-    ($ty:ty, $db:ty) => {
+    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal) => {
         impl $ty {
+            async fn insert_partition_states<'e, E>(
+                exec: &mut E,
+                topic_id: Uuid,
+                first: i32,
+                assignments: &[Vec<i32>],
+            ) -> Result<()>
+            where
+                for<'c> &'c mut E: sqlx::Executor<'c, Database = $db>,
+            {
+                for (i, replicas) in assignments.iter().enumerate() {
+                    let s = PartitionState::initial(topic_id, first + i as i32, replicas.clone());
+                    sqlx::query(&format!(
+                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                    ))
+                    .bind(s.topic_id)
+                    .bind(s.partition)
+                    .bind(encode_ids(&s.replicas))
+                    .bind(s.leader)
+                    .bind(s.leader_epoch)
+                    .bind(encode_ids(&s.isr))
+                    .bind(s.version)
+                    .execute(&mut *exec)
+                    .await?;
+                }
+                Ok(())
+            }
+
             async fn load<'e, E>(exec: E, row: TopicRow) -> Result<Topic>
             where
                 E: sqlx::Executor<'e, Database = $db>,
@@ -136,6 +219,7 @@ macro_rules! sql_metastore {
         #[async_trait]
         impl Metastore for $ty {
             async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
+                check_assignments(&t.assignments, t.partitions.max(0) as usize, t.replication_factor)?;
                 let id = Uuid::new_v4();
                 let created_at_ms = now_ms();
                 let mut tx = self.pool.begin().await?;
@@ -162,6 +246,7 @@ macro_rules! sql_metastore {
                         .execute(&mut *tx)
                         .await?;
                 }
+                Self::insert_partition_states(&mut *tx, id, 0, &t.assignments).await?;
                 tx.commit().await?;
                 Ok(Topic {
                     id,
@@ -217,10 +302,12 @@ macro_rules! sql_metastore {
                     sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
                 let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
                 let topic = Self::load(&mut *tx, row).await?;
-                sqlx::query("DELETE FROM topic_configs WHERE topic_id = $1")
-                    .bind(topic.id)
-                    .execute(&mut *tx)
-                    .await?;
+                for table in ["topic_configs", "partition_state"] {
+                    sqlx::query(&format!("DELETE FROM {table} WHERE topic_id = $1"))
+                        .bind(topic.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 sqlx::query("DELETE FROM topics WHERE id = $1").bind(topic.id).execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(topic)
@@ -260,7 +347,7 @@ macro_rules! sql_metastore {
                 Ok(topic)
             }
 
-            async fn add_partitions(&self, name: &str, total: i32) -> Result<Topic> {
+            async fn add_partitions(&self, name: &str, total: i32, assignments: &[Vec<i32>]) -> Result<Topic> {
                 let mut tx = self.pool.begin().await?;
                 // One conditional UPDATE: concurrent callers cannot lower the count.
                 let updated = sqlx::query("UPDATE topics SET partitions = $2 WHERE name = $1 AND partitions < $2")
@@ -278,6 +365,23 @@ macro_rules! sql_metastore {
                         requested: total,
                     });
                 }
+                let first = total - assignments.len() as i32;
+                // The UPDATE above locked the row, so the old count is still `first`.
+                let old: Option<(i64,)> = sqlx::query_as(
+                    "SELECT COUNT(*) FROM partition_state WHERE topic_id = $1",
+                )
+                .bind(row.0)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if old.map(|(n,)| n) != Some(i64::from(first)) {
+                    return Err(Error::InvalidAssignment(format!(
+                        "{} replica assignments do not match the {} new partitions",
+                        assignments.len(),
+                        total - old.map_or(0, |(n,)| n as i32)
+                    )));
+                }
+                check_assignments(assignments, assignments.len(), row.3)?;
+                Self::insert_partition_states(&mut *tx, row.0, first, assignments).await?;
                 let topic = Self::load(&mut *tx, row).await?;
                 tx.commit().await?;
                 Ok(topic)
@@ -404,9 +508,166 @@ macro_rules! sql_metastore {
                 }
                 query.fetch_all(&self.pool).await?.into_iter().map(remote_segment).collect()
             }
+
+            async fn renew_broker_lease(&self, broker_id: i32, address: &str, expires_ms: i64) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO brokers (broker_id, address, lease_expires_ms, registered_at_ms) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (broker_id) DO UPDATE \
+                     SET address = excluded.address, lease_expires_ms = excluded.lease_expires_ms",
+                )
+                .bind(broker_id)
+                .bind(address)
+                .bind(expires_ms)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
+                let rows: Vec<(i32, String, i64, i64)> = sqlx::query_as(
+                    "SELECT broker_id, address, lease_expires_ms, registered_at_ms FROM brokers ORDER BY broker_id",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(broker_id, address, lease_expires_ms, registered_at_ms)| BrokerLease {
+                        broker_id,
+                        address,
+                        lease_expires_ms,
+                        registered_at_ms,
+                    })
+                    .collect())
+            }
+
+            async fn try_acquire_controller(
+                &self,
+                broker_id: i32,
+                now_ms: i64,
+                expires_ms: i64,
+            ) -> Result<Option<ControllerLease>> {
+                // One statement: insert the first lease, or take over a lapsed one, or
+                // renew our own; the epoch rises whenever the holder changes.
+                let row: Option<(i32, i64, i64)> = sqlx::query_as(
+                    "INSERT INTO controller (id, broker_id, epoch, lease_expires_ms) VALUES (1, $1, 1, $3) \
+                     ON CONFLICT (id) DO UPDATE SET \
+                       epoch = CASE WHEN controller.broker_id = excluded.broker_id THEN controller.epoch \
+                                    ELSE controller.epoch + 1 END, \
+                       broker_id = excluded.broker_id, \
+                       lease_expires_ms = excluded.lease_expires_ms \
+                     WHERE controller.broker_id = excluded.broker_id OR controller.lease_expires_ms <= $2 \
+                     RETURNING broker_id, epoch, lease_expires_ms",
+                )
+                .bind(broker_id)
+                .bind(now_ms)
+                .bind(expires_ms)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map(controller_lease))
+            }
+
+            async fn controller(&self) -> Result<Option<ControllerLease>> {
+                let row: Option<(i32, i64, i64)> =
+                    sqlx::query_as("SELECT broker_id, epoch, lease_expires_ms FROM controller WHERE id = 1")
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(row.map(controller_lease))
+            }
+
+            async fn list_partition_states(&self) -> Result<Vec<PartitionState>> {
+                let rows: Vec<PartitionStateRow> = sqlx::query_as(&format!(
+                    "SELECT {PARTITION_STATE_COLUMNS} FROM partition_state ORDER BY topic_id, partition_id"
+                ))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(partition_state).collect()
+            }
+
+            async fn update_partition_state(
+                &self,
+                s: &PartitionState,
+                fence: Option<(i32, i64)>,
+            ) -> Result<PartitionState> {
+                let mut tx = self.pool.begin().await?;
+                if let Some((broker_id, now_ms)) = fence {
+                    let lease: Option<(i64,)> = sqlx::query_as(concat!(
+                        "SELECT lease_expires_ms FROM brokers WHERE broker_id = $1",
+                        $for_update
+                    ))
+                    .bind(broker_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if lease.is_some_and(|(expires,)| expires > now_ms) {
+                        return Err(Error::BrokerStillAlive(broker_id));
+                    }
+                }
+                let updated = sqlx::query(
+                    "UPDATE partition_state SET leader = $3, leader_epoch = $4, isr = $5, version = version + 1 \
+                     WHERE topic_id = $1 AND partition_id = $2 AND version = $6",
+                )
+                .bind(s.topic_id)
+                .bind(s.partition)
+                .bind(s.leader)
+                .bind(s.leader_epoch)
+                .bind(encode_ids(&s.isr))
+                .bind(s.version)
+                .execute(&mut *tx)
+                .await?;
+                let row: Option<PartitionStateRow> = sqlx::query_as(&format!(
+                    "SELECT {PARTITION_STATE_COLUMNS} FROM partition_state WHERE topic_id = $1 AND partition_id = $2"
+                ))
+                .bind(s.topic_id)
+                .bind(s.partition)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else {
+                    return Err(Error::PartitionStateNotFound { topic_id: s.topic_id, partition: s.partition });
+                };
+                let current = partition_state(row)?;
+                if updated.rows_affected() == 0 {
+                    return Err(Error::PartitionStateConflict {
+                        topic_id: s.topic_id,
+                        partition: s.partition,
+                        expected: s.version,
+                        actual: current.version,
+                    });
+                }
+                tx.commit().await?;
+                Ok(current)
+            }
+
+            fn supports_replication(&self) -> bool {
+                $replicated
+            }
+
+            async fn listen_for_changes(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> Result<()> {
+                self.listen(&notify).await
+            }
         }
     };
 }
 
-sql_metastore!(PostgresMetastore, sqlx::Postgres);
-sql_metastore!(SqliteMetastore, sqlx::Sqlite);
+sql_metastore!(PostgresMetastore, sqlx::Postgres, " FOR UPDATE", true);
+sql_metastore!(SqliteMetastore, sqlx::Sqlite, "", false);
+
+impl SqliteMetastore {
+    /// One process, no notifications: brokers poll.
+    async fn listen(&self, _notify: &tokio::sync::Notify) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl PostgresMetastore {
+    /// LISTENs on the change channel (see the migration's triggers).
+    async fn listen(&self, notify: &tokio::sync::Notify) -> Result<()> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen("shale_changes").await?;
+        // Anything may have changed while we were not listening.
+        notify.notify_one();
+        loop {
+            listener.recv().await?;
+            notify.notify_one();
+        }
+    }
+}

@@ -93,6 +93,7 @@ fn new_topic(name: &str, partitions: i32) -> NewTopic {
         partitions,
         replication_factor: 1,
         configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+        assignments: vec![vec![0]; partitions.max(0) as usize],
     }
 }
 
@@ -174,9 +175,18 @@ async fn alter_configs_sets_and_deletes(m: &dyn Metastore) {
 
 async fn partitions_only_grow(m: &dyn Metastore) {
     m.create_topic(new_topic("grow", 2)).await.unwrap();
-    assert_eq!(m.add_partitions("grow", 5).await.unwrap().partitions, 5);
+    assert_eq!(
+        m.add_partitions("grow", 5, &[vec![0], vec![0], vec![0]])
+            .await
+            .unwrap()
+            .partitions,
+        5
+    );
+    let states = m.list_partition_states().await.unwrap();
+    assert_eq!(states.len(), 5);
+    assert!(states.iter().all(|s| s.leader == 0 && s.isr == vec![0]));
     for bad in [5, 3] {
-        let err = m.add_partitions("grow", bad).await.unwrap_err();
+        let err = m.add_partitions("grow", bad, &[]).await.unwrap_err();
         assert!(
             matches!(err, Error::PartitionCountNotIncreased { current: 5, requested, .. } if requested == bad),
             "{err:?}"
@@ -184,9 +194,105 @@ async fn partitions_only_grow(m: &dyn Metastore) {
     }
     assert_eq!(m.get_topic("grow").await.unwrap().unwrap().partitions, 5);
     assert!(matches!(
-        m.add_partitions("nope", 9).await,
+        m.add_partitions("nope", 9, &[vec![0]]).await,
         Err(Error::TopicNotFound(_))
     ));
+}
+
+async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
+    // Broker leases: upsert, renew, list.
+    m.renew_broker_lease(1, "127.0.0.1:1", 5_000).await.unwrap();
+    m.renew_broker_lease(2, "127.0.0.1:2", 1_000).await.unwrap();
+    m.renew_broker_lease(1, "127.0.0.1:11", 9_000)
+        .await
+        .unwrap();
+    let brokers = m.list_brokers().await.unwrap();
+    assert_eq!(brokers.len(), 2);
+    assert_eq!(
+        (brokers[0].address.as_str(), brokers[0].lease_expires_ms),
+        ("127.0.0.1:11", 9_000)
+    );
+    assert!(brokers[0].is_alive(8_999) && !brokers[1].is_alive(1_000));
+
+    // Controller lease: first taker wins, others wait for expiry, holder renews.
+    let c = m
+        .try_acquire_controller(1, 0, 2_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((c.broker_id, c.epoch), (1, 1));
+    assert_eq!(
+        m.try_acquire_controller(2, 1_999, 4_000).await.unwrap(),
+        None
+    );
+    let c = m
+        .try_acquire_controller(1, 1_000, 3_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((c.epoch, c.lease_expires_ms), (1, 3_000));
+    let c = m
+        .try_acquire_controller(2, 3_000, 6_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((c.broker_id, c.epoch), (2, 2));
+    assert_eq!(m.controller().await.unwrap(), Some(c));
+
+    // Partition state: created with the topic, changed by compare-and-set only.
+    let mut t = new_topic("replicated", 2);
+    t.replication_factor = 2;
+    t.assignments = vec![vec![1, 2], vec![2, 1]];
+    let topic = m.create_topic(t).await.unwrap();
+    let states = m.list_partition_states().await.unwrap();
+    assert_eq!(states.len(), 2);
+    let p0 = states.iter().find(|s| s.partition == 0).unwrap().clone();
+    assert_eq!((p0.topic_id, p0.leader, p0.leader_epoch), (topic.id, 1, 0));
+    assert_eq!((p0.isr.clone(), p0.version), (vec![1, 2], 0));
+
+    let mut next = p0.clone();
+    next.leader = 2;
+    next.leader_epoch = 1;
+    next.isr = vec![2];
+    // Broker 1's lease runs to 9000: a fenced change is refused before then.
+    let err = m
+        .update_partition_state(&next, Some((1, 8_000)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BrokerStillAlive(1)), "{err:?}");
+    let stored = m
+        .update_partition_state(&next, Some((1, 9_000)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored.leader, stored.leader_epoch, stored.version),
+        (2, 1, 1)
+    );
+    assert_eq!(stored.isr, vec![2]);
+    // A writer that read version 0 loses.
+    let err = m.update_partition_state(&p0, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PartitionStateConflict {
+                expected: 0,
+                actual: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Assignments that do not fit are refused and nothing is created.
+    let mut bad = new_topic("badly-assigned", 2);
+    bad.assignments = vec![vec![0]];
+    assert!(matches!(
+        m.create_topic(bad).await,
+        Err(Error::InvalidAssignment(_))
+    ));
+    assert!(m.get_topic("badly-assigned").await.unwrap().is_none());
+    // Deleting the topic deletes its partition states.
+    m.delete_topic("replicated").await.unwrap();
+    assert!(m.list_partition_states().await.unwrap().is_empty());
 }
 
 async fn survives_reopen(url_of: &str, m: &dyn Metastore) {
@@ -402,6 +508,7 @@ macro_rules! metastore_suite {
             case!(alter_configs_sets_and_deletes);
             case!(partitions_only_grow);
             case!(remote_segments_follow_the_state_machine);
+            case!(cluster_leases_and_partition_state);
         }
     };
 }
@@ -486,4 +593,34 @@ async fn concurrent_finishes_of_one_segment_start_yield_one_readable_copy_postgr
 async fn unsupported_url_is_a_clear_error() {
     let err = shale_metastore::open("mysql://x").await.err().unwrap();
     assert!(matches!(err, Error::UnsupportedUrl(_)));
+}
+
+#[tokio::test]
+async fn changes_are_announced_to_listeners_postgres() {
+    let f = postgres().await;
+    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+    let listener = {
+        let (m, n) = (f.store.clone(), notify.clone());
+        tokio::spawn(async move { m.listen_for_changes(n).await })
+    };
+    // The listener announces itself once when it starts listening.
+    tokio::time::timeout(std::time::Duration::from_secs(10), notify.notified())
+        .await
+        .expect("the listener never started");
+    f.store
+        .create_topic(new_topic("announced", 1))
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), notify.notified())
+        .await
+        .expect("creating a topic was not announced");
+    listener.abort();
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_cannot_replicate() {
+    let f = sqlite().await;
+    assert!(!f.store.supports_replication());
+    f.finish().await;
 }

@@ -1,0 +1,76 @@
+//! Cluster state: broker leases, the controller lease, and each partition's replica
+//! set, leader, leader epoch and ISR.
+
+use uuid::Uuid;
+
+/// A broker's registration: where to reach it and until when it is alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerLease {
+    pub broker_id: i32,
+    /// `host:port` of its gRPC listener.
+    pub address: String,
+    /// The broker is dead once the clock passes this (ms since the Unix epoch).
+    pub lease_expires_ms: i64,
+    pub registered_at_ms: i64,
+}
+
+impl BrokerLease {
+    pub fn is_alive(&self, now_ms: i64) -> bool {
+        self.lease_expires_ms > now_ms
+    }
+}
+
+/// Who holds the controller lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerLease {
+    pub broker_id: i32,
+    /// Raised each time the lease changes hands.
+    pub epoch: i64,
+    pub lease_expires_ms: i64,
+}
+
+/// Leader, epoch and ISR of one partition. `version` is raised by every change; a
+/// change names the version it read (compare-and-set), so a stale writer fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// -1: no leader (no eligible replica is alive).
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub version: i64,
+}
+
+impl PartitionState {
+    /// The state of a new partition: the first replica leads at epoch 0, all in sync.
+    pub fn initial(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> Self {
+        Self {
+            topic_id,
+            partition,
+            leader: replicas.first().copied().unwrap_or(-1),
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            replicas,
+            version: 0,
+        }
+    }
+}
+
+pub(crate) fn encode_ids(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+pub(crate) fn decode_ids(text: &str) -> crate::Result<Vec<i32>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|s| {
+            s.parse()
+                .map_err(|_| crate::Error::CorruptRow(format!("broker id list '{text}'")))
+        })
+        .collect()
+}

@@ -13,6 +13,7 @@
 //! trusted and scanned only when an index file is missing or malformed. What reached
 //! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
 
+mod epochs;
 mod index;
 mod segment;
 
@@ -25,7 +26,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shale_proto::batch::{self, BatchHeader, BatchIter};
 
-use segment::{ChunkReader, LOG_SUFFIX, SEEK_CHUNK, Segment};
+use epochs::EpochCache;
+pub use epochs::EpochEntry;
+use segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, SEEK_CHUNK, Segment};
 
 /// The subset of topic configuration the log itself obeys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +71,8 @@ pub enum LogError {
         log_start: i64,
         log_end: i64,
     },
+    #[error("replicated batch at offset {found} does not follow the log end {expected}")]
+    OutOfSequence { expected: i64, found: i64 },
     #[error("log I/O failed")]
     Io(#[from] io::Error),
 }
@@ -111,6 +116,7 @@ pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
     segments: BTreeMap<i64, Segment>,
+    epochs: EpochCache,
     unflushed_messages: u64,
     last_flush_ms: i64,
 }
@@ -141,13 +147,135 @@ impl PartitionLog {
             segments.insert(0, Segment::create(dir, 0)?);
             sync_dir(dir)?;
         }
+        let end = segments.last_key_value().map_or(0, |(_, s)| s.next_offset);
+        let epochs = match EpochCache::load(dir)? {
+            Some(mut epochs) => {
+                // Recovery may have cut a tail the checkpoint still names.
+                if epochs.truncate_from_end(end) {
+                    epochs.persist()?;
+                }
+                epochs
+            }
+            None => {
+                let epochs = EpochCache::new(dir, scan_epochs(&segments)?);
+                epochs.persist()?;
+                epochs
+            }
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             config,
             segments,
+            epochs,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
         })
+    }
+
+    /// Epoch of the last batch (-1: none).
+    pub fn latest_epoch(&self) -> i32 {
+        self.epochs.latest_epoch()
+    }
+
+    /// Leader epochs and their start offsets, oldest first.
+    pub fn epochs(&self) -> &[EpochEntry] {
+        self.epochs.entries()
+    }
+
+    /// The largest known epoch <= `epoch` and where it ended in this log.
+    pub fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Notes that `epoch` starts at the log end (a leader taking over).
+    pub fn start_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        if self.epochs.assign(epoch, end) {
+            self.epochs.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Removes every batch from the one holding `offset` on (a follower dropping a
+    /// divergent tail). Below the log start it empties the log, which restarts at
+    /// `offset`.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset() {
+            return self.reset_to(offset);
+        }
+        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        for base in doomed {
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        let (&base, seg) = self
+            .segments
+            .last_key_value()
+            .expect("a segment below the cut remains");
+        let file = seg.file();
+        let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
+        let cut = reader
+            .seek_offset(seg.lookup_position(offset), offset)?
+            .map_or(seg.size(), |b| b.position);
+        file.set_len(cut)?;
+        file.sync_all()?;
+        let reopened = Segment::open(&self.dir, base, None, self.config.index_interval_bytes)?;
+        self.segments.insert(base, reopened);
+        sync_dir(&self.dir)?;
+        let end = self.log_end_offset();
+        if self.epochs.truncate_from_end(end) {
+            self.epochs.persist()?;
+        }
+        tracing::info!(dir = %self.dir.display(), log_end_offset = end, "truncated log");
+        Ok(())
+    }
+
+    /// Deletes every segment and restarts the log, empty, at `offset` (a follower
+    /// whose leader's log no longer holds this log's end).
+    pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        self.segments
+            .insert(offset, Segment::create(&self.dir, offset)?);
+        sync_dir(&self.dir)?;
+        self.epochs.truncate_from_end(i64::MIN);
+        self.epochs.persist()?;
+        tracing::info!(dir = %self.dir.display(), offset, "log reset");
+        Ok(())
+    }
+
+    /// Appends batches copied from the leader, which carry their offsets and epochs.
+    /// The first must start at the log end and each follow the previous one.
+    pub fn append_replicated(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut next = self.log_end_offset();
+        for h in headers {
+            if h.base_offset != next {
+                return Err(LogError::OutOfSequence {
+                    expected: next,
+                    found: h.base_offset,
+                });
+            }
+            next = h.last_offset() + 1;
+        }
+        let info = self.write_batches(records, headers, now_ms)?;
+        let mut changed = false;
+        for h in headers {
+            changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+        }
+        if changed {
+            self.epochs.persist()?;
+        }
+        Ok(info)
     }
 
     pub fn dir(&self) -> &Path {
@@ -213,6 +341,22 @@ impl PartitionLog {
             next = h.last_offset() + 1;
             pos += h.total_size();
         }
+        let info = self.write_batches(records, headers, now_ms)?;
+        if self.epochs.assign(leader_epoch, first_offset) {
+            self.epochs.persist()?;
+        }
+        Ok(info)
+    }
+
+    /// Writes batches that carry their final offsets, rolling segments as needed.
+    fn write_batches(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let first_offset = self.log_end_offset();
+        let next = headers.last().map_or(first_offset, |h| h.last_offset() + 1);
         // Write runs of batches that fit the active segment, rolling between runs.
         let (mut start, mut run_start, mut run_bytes) = (0usize, 0usize, 0u64);
         for i in 0..headers.len() {
@@ -350,11 +494,21 @@ impl PartitionLog {
     /// uploader needs them (their files never change again).
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
         let mut out = Vec::new();
-        let mut iter = self.segments.range(after.saturating_add(1)..).peekable();
+        // From the segment holding `after + 1`: after a change of leader it may start
+        // below it (segments roll at different offsets on different replicas).
+        let from = self
+            .segments
+            .range(..=after.saturating_add(1))
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        let mut iter = self.segments.range(from..).peekable();
         while let Some((base, seg)) = iter.next() {
             let Some((next_base, _)) = iter.peek() else {
                 break;
             }; // the active segment
+            if **next_base - 1 <= after {
+                continue;
+            }
             out.push(SealedSegmentInfo {
                 base_offset: *base,
                 end_offset: **next_base - 1,
@@ -456,6 +610,65 @@ impl ReadPlan {
         buf.truncate(keep);
         Ok(buf)
     }
+}
+
+/// Copies the batches of a sealed segment from offset `from` (which must start a
+/// batch) into a new segment in `into`, with its own indexes: the part of a segment
+/// the object store does not hold yet, when the remote log ends inside it.
+pub fn export_segment_tail(
+    seg: &SealedSegmentInfo,
+    from: i64,
+    into: &Path,
+    index_interval: u64,
+) -> Result<SealedSegmentInfo, LogError> {
+    let file = File::open(&seg.log_path)?;
+    let size = file.metadata()?.len();
+    let mut reader = ChunkReader::new(&file, size, SCAN_CHUNK);
+    let mut pos = 0;
+    let start = loop {
+        match reader.next_batch(pos, false) {
+            Some(Ok(h)) if h.base_offset == from => break pos,
+            Some(Ok(h)) if h.base_offset < from => pos += h.total_size() as u64,
+            _ => {
+                return Err(LogError::Io(io::Error::other(format!(
+                    "no batch starts at offset {from} in {}",
+                    seg.log_path.display()
+                ))));
+            }
+        }
+    };
+    let path = segment::segment_path(into, from, LOG_SUFFIX);
+    let mut out = File::create(&path)?;
+    let mut src = &file;
+    io::Seek::seek(&mut src, io::SeekFrom::Start(start))?;
+    io::copy(&mut io::Read::take(src, size - start), &mut out)?;
+    drop(out);
+    let mut tail = Segment::open(into, from, Some(seg.end_offset + 1), index_interval)?;
+    tail.seal()?;
+    Ok(SealedSegmentInfo {
+        base_offset: from,
+        end_offset: seg.end_offset,
+        max_timestamp: tail.max_timestamp,
+        size_bytes: tail.size(),
+        log_path: path,
+        index_path: segment::segment_path(into, from, "index"),
+        time_index_path: segment::segment_path(into, from, "timeindex"),
+    })
+}
+
+/// Rebuilds the epoch list from the batch headers (a log without a checkpoint).
+fn scan_epochs(segments: &BTreeMap<i64, Segment>) -> io::Result<Vec<EpochEntry>> {
+    let mut epochs = EpochCache::new(Path::new(""), Vec::new());
+    for seg in segments.values() {
+        let file = seg.file();
+        let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
+        let mut pos = 0;
+        while let Some(Ok(h)) = reader.next_batch(pos, false) {
+            epochs.assign(h.partition_leader_epoch, h.base_offset);
+            pos += h.total_size() as u64;
+        }
+    }
+    Ok(epochs.entries().to_vec())
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -349,8 +349,13 @@ fn tiered_retention_deletes_only_uploaded_segments() {
             .all(|s| s.log_path.exists() && s.index_path.exists() && s.time_index_path.exists())
     );
     assert_eq!(
-        log.sealed_segments_after(sealed[1].base_offset)[0].base_offset,
+        log.sealed_segments_after(sealed[1].end_offset)[0].base_offset,
         sealed[2].base_offset
+    );
+    // A remote log ending inside a segment: that segment comes first.
+    assert_eq!(
+        log.sealed_segments_after(sealed[1].base_offset)[0],
+        sealed[1]
     );
     // Nothing uploaded: nothing deleted, though retention.bytes = 0 wants it all gone.
     assert_eq!(
@@ -495,4 +500,82 @@ proptest! {
             prop_assert_eq!(&tail[..], &model[mid..]);
         }
     }
+}
+
+#[test]
+fn truncation_cuts_at_batch_boundaries_across_segments_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..60u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    let segments = log.segment_count();
+    assert!(segments > 3);
+    // Mid-batch: the whole batch holding offset 100 (99..=101) goes.
+    log.truncate_to(100).unwrap();
+    assert_eq!(log.log_end_offset(), 99);
+    assert!(log.segment_count() < segments);
+    assert_eq!(read_all(&log, 0, 1 << 20).len(), 99);
+    // Appends continue densely after the cut, and a reopen agrees.
+    assert_eq!(append(&mut log, batch(0, 2, 1000, 40), 0).first_offset, 99);
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 101);
+    assert_eq!(read_all(&log, 0, 1 << 20).len(), 101);
+    // Below the log start: the log restarts empty there.
+    log.reset_to(500).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
+    assert!(log.epochs().is_empty());
+}
+
+#[test]
+fn epochs_follow_appends_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut b = batch(0, 3, 1000, 10);
+    let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
+    log.append(&mut b, &mut h, 0, 0).unwrap();
+    log.start_epoch(2).unwrap();
+    let mut b = batch(0, 3, 1000, 10);
+    let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
+    log.append(&mut b, &mut h, 2, 0).unwrap();
+    assert_eq!(log.epoch_end_offset(0), Some((0, 3)));
+    assert_eq!(log.epoch_end_offset(1), Some((0, 3)));
+    assert_eq!(log.epoch_end_offset(2), Some((2, 6)));
+    log.truncate_to(3).unwrap();
+    assert_eq!(log.latest_epoch(), 0);
+    // Without its checkpoint, the epochs are rebuilt from the batches.
+    drop(log);
+    std::fs::remove_file(dir.path().join(epochs::CHECKPOINT_FILE)).unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.epoch_end_offset(0), Some((0, 3)));
+}
+
+#[test]
+fn a_segment_tail_exports_as_a_segment_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..30u64 {
+        append(&mut log, batch(i * 3, 3, 1000 + i as i64, 40), 0);
+    }
+    let seg = log.sealed_segments_after(-1).remove(0);
+    let from = seg.base_offset + 3;
+    let out = tempfile::tempdir().unwrap();
+    let tail = export_segment_tail(&seg, from, out.path(), 256).unwrap();
+    assert_eq!((tail.base_offset, tail.end_offset), (from, seg.end_offset));
+    let copied = std::fs::read(&tail.log_path).unwrap();
+    let original = std::fs::read(&seg.log_path).unwrap();
+    assert!(original.ends_with(&copied) && copied.len() < original.len());
+    assert_eq!(
+        BatchIter::new(&copied)
+            .next()
+            .unwrap()
+            .unwrap()
+            .0
+            .base_offset,
+        from
+    );
+    assert!(tail.index_path.exists() && tail.time_index_path.exists());
+    // Not at a batch start: refused.
+    assert!(export_segment_tail(&seg, from + 1, out.path(), 256).is_err());
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use shale_proto::v1::ErrorResult;
 use shale_proto::v1::admin_server::AdminServer;
 use shale_proto::v1::data_server::DataServer;
+use shale_proto::v1::replication_server::ReplicationServer;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -29,7 +30,10 @@ pub async fn serve(
     let data = DataServer::new(data::DataService::new(broker.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let admin = AdminServer::new(admin::AdminService::new(broker))
+    let admin = AdminServer::new(admin::AdminService::new(broker.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let replication = ReplicationServer::new(crate::replication::ReplicationService::new(broker))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     Server::builder()
@@ -39,6 +43,7 @@ pub async fn serve(
         .max_frame_size(1024 * 1024)
         .add_service(data)
         .add_service(admin)
+        .add_service(replication)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shale_metastore::{Metastore, Topic};
+use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
 use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio::task::JoinSet;
@@ -32,11 +32,21 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A topic as this broker serves it.
+/// A topic as this broker knows it.
 pub struct TopicState {
     pub meta: Topic,
     pub config: Arc<TopicConfig>,
-    pub partitions: Vec<Arc<Partition>>,
+    /// Leader, epoch, replicas and ISR of every partition, by partition (the
+    /// metastore's view at the last refresh).
+    pub states: Vec<PartitionState>,
+    /// The partitions this broker holds a replica of, by partition.
+    pub partitions: Vec<Option<Arc<Partition>>>,
+}
+
+impl TopicState {
+    pub fn state(&self, partition: i32) -> Option<&PartitionState> {
+        self.states.iter().find(|s| s.partition == partition)
+    }
 }
 
 pub struct Broker {
@@ -50,7 +60,19 @@ pub struct Broker {
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
     pub(crate) request_stats: crate::metrics::RequestStats,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    /// Registered brokers at the last refresh.
+    brokers: RwLock<Vec<BrokerLease>>,
     reconcile_lock: tokio::sync::Mutex<()>,
+    /// Signalled when the metastore announces a change (or a broker finds its view
+    /// stale): the metadata refresh runs at once.
+    pub(crate) changes: Arc<tokio::sync::Notify>,
+    /// Bumped on every leader append (wakes waiting replica fetches).
+    pub(crate) appended: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Until when this broker may act as leader (see `cluster.rs`).
+    pub(crate) lease_deadline: std::sync::Mutex<Option<std::time::Instant>>,
+    pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
+    /// Replica fetchers by leader broker id.
+    pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -108,9 +130,29 @@ impl Broker {
             local_log_bytes: std::sync::atomic::AtomicU64::new(0),
             request_stats: crate::metrics::RequestStats::default(),
             topics: RwLock::new(HashMap::new()),
+            brokers: RwLock::new(Vec::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
+            changes: Arc::new(tokio::sync::Notify::new()),
+            appended: Arc::new(tokio::sync::watch::Sender::new(0)),
+            lease_deadline: std::sync::Mutex::new(None),
+            controller_epoch: std::sync::atomic::AtomicI64::new(0),
+            fetchers: std::sync::Mutex::new(HashMap::new()),
             cancel,
         });
+        broker.reconcile().await.context("cannot load topics")?;
+        broker
+            .step_down_after_restart()
+            .await
+            .context("cannot hand over leadership held before this start")?;
+        broker
+            .renew_lease()
+            .await
+            .context("cannot register the broker")?;
+        // Lead at once what this broker should lead, if it is the controller.
+        broker
+            .controller_pass()
+            .await
+            .context("controller pass failed")?;
         broker.reconcile().await.context("cannot load topics")?;
         let known: HashMap<String, uuid::Uuid> = broker
             .topics_snapshot()
@@ -118,7 +160,12 @@ impl Broker {
             .map(|t| (t.meta.name.clone(), t.meta.id))
             .collect();
         let data_dir = broker.config.data_dir.clone();
-        tokio::task::spawn_blocking(move || remove_orphans(&data_dir, &known)).await??;
+        tokio::task::spawn_blocking(move || {
+            // Segment tails a copy left behind when the broker stopped.
+            let _ = std::fs::remove_dir_all(data_dir.join("tier-tmp"));
+            remove_orphans(&data_dir, &known)
+        })
+        .await??;
         Ok(broker)
     }
 
@@ -140,22 +187,71 @@ impl Broker {
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))
     }
 
+    /// This broker's replica of a partition; `NotLeader` (naming the leader) if it
+    /// holds none.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>> {
         let state = self.topic(topic)?;
-        usize::try_from(partition)
+        let slot = usize::try_from(partition)
             .ok()
-            .and_then(|p| state.partitions.get(p).cloned())
+            .and_then(|p| state.partitions.get(p))
             .ok_or_else(|| Error::UnknownPartition {
                 topic: topic.to_string(),
                 partition,
-            })
+            })?;
+        slot.clone().ok_or_else(|| Error::NotLeader {
+            topic: topic.to_string(),
+            partition,
+            leader: state.state(partition).map_or(-1, |s| s.leader),
+        })
+    }
+
+    /// A partition this broker leads (what clients produce to and read from).
+    pub fn leader_partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>> {
+        let p = self.partition(topic, partition)?;
+        let role = p.role();
+        if role.leader != self.config.broker_id {
+            return Err(Error::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: role.leader,
+            });
+        }
+        Ok(p)
+    }
+
+    /// This broker's replica of a partition, by topic id (replication).
+    pub(crate) fn partition_by_id(&self, topic_id: &str, partition: i32) -> Result<Arc<Partition>> {
+        let id: uuid::Uuid = topic_id
+            .parse()
+            .map_err(|_| Error::InvalidRequest(format!("'{topic_id}' is not a topic id")))?;
+        let topic = self
+            .topics_snapshot()
+            .into_iter()
+            .find(|t| t.meta.id == id)
+            .ok_or_else(|| Error::UnknownTopic(topic_id.to_string()))?;
+        self.partition(&topic.meta.name, partition)
     }
 
     pub(crate) fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.topics_snapshot()
             .iter()
-            .flat_map(|t| t.partitions.iter().cloned())
+            .flat_map(|t| t.partitions.iter().flatten().cloned())
             .collect()
+    }
+
+    /// Registered brokers at the last metadata refresh.
+    pub fn brokers(&self) -> Vec<BrokerLease> {
+        self.brokers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn broker_address(&self, id: i32) -> Option<String> {
+        self.brokers()
+            .into_iter()
+            .find(|b| b.broker_id == id)
+            .map(|b| b.address)
     }
 
     /// The effective config of a topic with these overrides.
@@ -167,10 +263,14 @@ impl Broker {
     }
 
     /// Brings local partitions in line with the metastore: first removes topics that
-    /// are gone (or re-created under a new id), then opens and reconfigures the rest.
+    /// are gone (or re-created under a new id), then opens the replicas this broker
+    /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.
     pub async fn reconcile(&self) -> Result<()> {
         let _guard = self.reconcile_lock.lock().await;
         let wanted = self.metastore.list_topics().await?;
+        let all_states = self.metastore.list_partition_states().await?;
+        let brokers = self.metastore.list_brokers().await?;
+        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
         let mut current = self
             .topics
             .read()
@@ -188,51 +288,92 @@ impl Broker {
             *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
             self.delete_local(removed).await?;
         }
+        let me = self.config.broker_id;
+        let mut states_of: HashMap<uuid::Uuid, Vec<PartitionState>> = HashMap::new();
+        for s in all_states {
+            states_of.entry(s.topic_id).or_default().push(s);
+        }
         let mut next = HashMap::with_capacity(wanted.len());
+        let mut to_apply = Vec::new();
         for meta in wanted {
             let config = Arc::new(self.resolve_config(&meta.configs).unwrap_or_else(|e| {
                 tracing::error!(topic = %meta.name, error = %e, "stored topic config is invalid, using defaults");
                 self.config.topic_defaults.clone()
             }));
+            let states = states_of.remove(&meta.id).unwrap_or_default();
             let existing = current.get(&meta.name);
-            if let Some(state) = existing.filter(|s| s.meta == meta) {
-                next.insert(meta.name.clone(), state.clone());
-                continue;
-            }
             let mut partitions = existing.map(|s| s.partitions.clone()).unwrap_or_default();
             if existing.is_some_and(|s| *s.config != *config) {
-                partitions.iter().for_each(|p| p.set_config(config.clone()));
+                partitions
+                    .iter()
+                    .flatten()
+                    .for_each(|p| p.set_config(config.clone()));
             }
-            let (data_dir, name, id, cfg) = (
-                self.config.data_dir.clone(),
-                meta.name.clone(),
-                meta.id,
-                config.clone(),
-            );
-            let (from, to) = (partitions.len() as i32, meta.partitions);
-            let opened = tokio::task::spawn_blocking(move || {
-                (from..to)
-                    .map(|p| {
-                        Partition::open(&data_dir, &name, p, id, cfg.clone(), now_ms())
-                            .map(Arc::new)
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))??;
-            if !opened.is_empty() {
+            partitions.resize(meta.partitions.max(0) as usize, None);
+            let missing: Vec<i32> = states
+                .iter()
+                .filter(|s| s.replicas.contains(&me))
+                .map(|s| s.partition)
+                .filter(|&p| partitions.get(p as usize).is_some_and(Option::is_none))
+                .collect();
+            if !missing.is_empty() {
+                let (data_dir, name, id, cfg) = (
+                    self.config.data_dir.clone(),
+                    meta.name.clone(),
+                    meta.id,
+                    config.clone(),
+                );
+                let appended = self.appended.clone();
+                let opened = tokio::task::spawn_blocking(move || {
+                    missing
+                        .into_iter()
+                        .map(|p| {
+                            let open = Partition::open(
+                                &data_dir,
+                                &name,
+                                p,
+                                id,
+                                cfg.clone(),
+                                me,
+                                appended.clone(),
+                                now_ms(),
+                            );
+                            open.map(|part| (p, Arc::new(part)))
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??;
                 tracing::info!(topic = %meta.name, partitions = opened.len(), "opened partitions");
+                for (p, part) in opened {
+                    partitions[p as usize] = Some(part);
+                }
             }
-            partitions.extend(opened);
+            for s in &states {
+                if let Some(Some(p)) = partitions.get(s.partition as usize) {
+                    to_apply.push((p.clone(), s.clone()));
+                }
+            }
             next.insert(
                 meta.name.clone(),
                 Arc::new(TopicState {
                     meta,
                     config,
+                    states,
                     partitions,
                 }),
             );
         }
+        tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            for (p, s) in to_apply {
+                if let Err(e) = p.apply_state(&s, now) {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot apply the partition's role");
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
         *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
         self.load_remote_indexes().await;
         Ok(())
@@ -243,7 +384,7 @@ impl Broker {
     async fn delete_local(&self, removed: Vec<Arc<TopicState>>) -> Result<()> {
         let dirs: Vec<(std::path::PathBuf, uuid::Uuid)> = removed
             .iter()
-            .flat_map(|s| s.partitions.iter().map(|p| (p.dir(), p.topic_id)))
+            .flat_map(|s| s.partitions.iter().flatten().map(|p| (p.dir(), p.topic_id)))
             .collect();
         for s in &removed {
             tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
@@ -312,12 +453,59 @@ impl Broker {
                 on_each_partition(parts, "flush", |p, now| p.flush_if_due(now).map(drop)).await
             },
         );
+        // Metadata: re-read on every announced change, and polled as the fallback.
+        let broker = self.clone();
+        tasks.spawn(async move {
+            let every = Duration::from_millis(broker.config.log.metadata_refresh_interval_ms);
+            loop {
+                tokio::select! {
+                    _ = broker.cancel.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                    _ = broker.changes.notified() => {}
+                }
+                if let Err(e) = broker.reconcile().await {
+                    tracing::warn!(error = %e, "metadata refresh failed");
+                }
+                broker.ensure_fetchers();
+            }
+        });
+        let broker = self.clone();
+        tasks.spawn(async move {
+            loop {
+                let listening = broker.metastore.listen_for_changes(broker.changes.clone());
+                tokio::select! {
+                    _ = broker.cancel.cancelled() => break,
+                    r = listening => match r {
+                        Ok(()) => break, // no notifications here: polling only
+                        Err(e) => tracing::warn!(error = %e, "metastore change feed lost, reconnecting"),
+                    },
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let cluster = self.config.cluster.clone();
         self.spawn_every(
             tasks,
-            log.metadata_refresh_interval_ms,
-            "metadata refresh",
-            |b| async move { b.reconcile().await },
+            cluster.heartbeat_interval_ms,
+            "lease renewal",
+            |b| async move { b.renew_lease().await },
         );
+        self.spawn_every(
+            tasks,
+            cluster.controller_interval_ms,
+            "controller",
+            |b| async move { b.controller_pass().await },
+        );
+        self.spawn_every(
+            tasks,
+            (cluster.replica_lag_time_max_ms / 4).max(1),
+            "ISR shrink",
+            |b| async move { b.shrink_isrs().await },
+        );
+        self.spawn_every(tasks, 250, "replica fetchers", |b| async move {
+            b.ensure_fetchers();
+            Ok(())
+        });
     }
 
     fn spawn_every<F, Fut>(
@@ -351,8 +539,10 @@ impl Broker {
         });
     }
 
-    /// Fsyncs every partition (after the server stopped taking requests).
+    /// Gives up the lease and fsyncs every partition (after the server stopped taking
+    /// requests).
     pub async fn shutdown(&self) {
+        self.release_lease().await;
         if let Err(e) = on_each_partition(self.all_partitions(), "flush at shutdown", |p, now| {
             p.flush(now)
         })

@@ -27,6 +27,15 @@
 //! upload_interval_ms = 1000               # Default: 1 s.
 //! upload_concurrency = 2                  # Default: 2.
 //!
+//! [cluster]
+//! advertised_address = "127.0.0.1:9093"  # Default: the listen address.
+//! lease_ms = 6000                         # Default: 6 s.
+//! heartbeat_interval_ms = 1000            # Default: 1 s.
+//! controller_interval_ms = 500            # Default: 500 ms.
+//! replica_lag_time_max_ms = 10000         # Default: 10 s.
+//! replica_fetch_max_wait_ms = 500         # Default: 500 ms.
+//! default_replication_factor = 1          # Default: 1.
+//!
 //! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
 //! "retention.ms" = 86400000
 //! ```
@@ -82,6 +91,8 @@ struct FileConfig {
     #[serde(default)]
     tiering: TieringSection,
     #[serde(default)]
+    cluster: ClusterSection,
+    #[serde(default)]
     topic_defaults: BTreeMap<String, toml::Value>,
 }
 
@@ -122,6 +133,45 @@ impl Default for LogSection {
             metadata_refresh_interval_ms: 2_000,
             shutdown_timeout_ms: 10_000,
             local_disk_limit_bytes: 0,
+        }
+    }
+}
+
+/// `[cluster]`: membership, leases, controller and replication.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// `host:port` other brokers and clients use to reach this broker. Default: the
+    /// listen address.
+    pub advertised_address: Option<String>,
+    /// How long a broker's registration lasts without renewal. The controller moves
+    /// leadership away from a broker whose lease expired; the broker itself stops
+    /// acknowledging writes after 3/4 of it. Default: 6000 ms.
+    pub lease_ms: u64,
+    /// How often the lease is renewed. Default: 1000 ms.
+    pub heartbeat_interval_ms: u64,
+    /// How often the controller (and candidates for it) looks at leases and leaders.
+    /// Default: 500 ms.
+    pub controller_interval_ms: u64,
+    /// A follower that has not caught up with the leader for this long leaves the ISR
+    /// (Kafka's `replica.lag.time.max.ms`). Default: 10000 ms.
+    pub replica_lag_time_max_ms: u64,
+    /// How long a leader holds a replica fetch that finds no new data. Default: 500 ms.
+    pub replica_fetch_max_wait_ms: u64,
+    /// Replication factor of topics created without one. Default: 1.
+    pub default_replication_factor: i32,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            advertised_address: None,
+            lease_ms: 6_000,
+            heartbeat_interval_ms: 1_000,
+            controller_interval_ms: 500,
+            replica_lag_time_max_ms: 10_000,
+            replica_fetch_max_wait_ms: 500,
+            default_replication_factor: 1,
         }
     }
 }
@@ -183,6 +233,7 @@ pub struct BrokerConfig {
     /// `[object_store]`: settings of an `s3://` store.
     pub object_store: shale_tiering::S3Options,
     pub tiering: TieringSection,
+    pub cluster: ClusterSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
 }
@@ -206,6 +257,14 @@ pub enum ConfigLoadError {
 }
 
 impl BrokerConfig {
+    /// Where other brokers and clients reach this one.
+    pub fn advertised_address(&self) -> String {
+        self.cluster
+            .advertised_address
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
+    }
+
     pub fn load(args: Args) -> Result<Self, ConfigLoadError> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
@@ -256,6 +315,7 @@ impl BrokerConfig {
             log: file.log,
             object_store: file.object_store,
             tiering: file.tiering,
+            cluster: file.cluster,
             topic_defaults,
         };
         config.validate()?;
@@ -276,6 +336,22 @@ impl BrokerConfig {
             || self.metastore_url.starts_with("postgres"))
         {
             return invalid("metastore_url", "must start with sqlite:// or postgres://");
+        }
+        if let Some(addr) = &self.cluster.advertised_address
+            && addr
+                .rsplit_once(':')
+                .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        {
+            return invalid("cluster.advertised_address", "must be host:port");
+        }
+        if self.cluster.heartbeat_interval_ms * 3 > self.cluster.lease_ms {
+            return invalid(
+                "cluster.heartbeat_interval_ms",
+                "must be at most a third of cluster.lease_ms",
+            );
+        }
+        if self.cluster.default_replication_factor < 1 {
+            return invalid("cluster.default_replication_factor", "must be >= 1");
         }
         if self.tiering.chunk_bytes < 64 * 1024 {
             return invalid("tiering.chunk_bytes", "must be at least 65536");
@@ -311,6 +387,18 @@ impl BrokerConfig {
             (
                 "log.metadata_refresh_interval_ms",
                 self.log.metadata_refresh_interval_ms,
+            ),
+            (
+                "cluster.heartbeat_interval_ms",
+                self.cluster.heartbeat_interval_ms,
+            ),
+            (
+                "cluster.controller_interval_ms",
+                self.cluster.controller_interval_ms,
+            ),
+            (
+                "cluster.replica_lag_time_max_ms",
+                self.cluster.replica_lag_time_max_ms,
             ),
         ] {
             if v == 0 {

@@ -59,6 +59,24 @@ pub enum Error {
     RemoteCorrupt(#[source] shale_tiering::reader::ReadError),
     #[error("{0}; retry later")]
     RemoteUnavailable(#[source] shale_tiering::reader::ReadError),
+    #[error("this broker does not lead partition {partition} of '{topic}' (leader: {leader})")]
+    NotLeader {
+        topic: String,
+        partition: i32,
+        leader: i32,
+    },
+    #[error("this broker's lease lapsed: it may no longer lead; refresh metadata and retry")]
+    LeaseLapsed,
+    #[error("leader epoch {sent} is older than the current epoch {current}")]
+    FencedLeaderEpoch { sent: i32, current: i32 },
+    #[error("broker {0} is not a replica of this partition")]
+    NotReplica(i32),
+    #[error("the ISR has {isr} members, fewer than min.insync.replicas = {min}")]
+    NotEnoughReplicas { isr: usize, min: usize },
+    #[error("written, but the ISR shrank to {isr} members, fewer than min.insync.replicas = {min}")]
+    NotEnoughReplicasAfterAppend { isr: usize, min: usize },
+    #[error("the ISR did not replicate up to offset {last_offset} in time")]
+    ReplicationTimeout { last_offset: i64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -73,6 +91,14 @@ impl Error {
             TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             InvalidPartitions(_) => ErrorCode::InvalidPartitions,
             InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
+            NotLeader { leader, .. } if *leader < 0 => ErrorCode::LeaderNotAvailable,
+            NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
+            FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
+            LeaseLapsed => ErrorCode::NotLeaderOrFollower,
+            NotReplica(_) => ErrorCode::ReplicaNotAvailable,
+            NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
+            NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
+            ReplicationTimeout { .. } => ErrorCode::RequestTimedOut,
             InvalidConfig(_) => ErrorCode::InvalidConfig,
             MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
             CorruptMessage(_) => ErrorCode::CorruptMessage,
@@ -128,6 +154,7 @@ impl From<LogError> for Error {
                 log_end,
             },
             LogError::Io(e) => Error::Storage(e),
+            e @ LogError::OutOfSequence { .. } => Error::Internal(e.to_string()),
         }
     }
 }

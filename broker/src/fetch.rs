@@ -42,7 +42,7 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
         let lookups: Vec<Result<Arc<Partition>>> = specs
             .iter()
-            .map(|s| self.partition(&s.topic, s.partition))
+            .map(|s| self.leader_partition(&s.topic, s.partition))
             .collect();
         if lookups.iter().any(Result::is_err) {
             // An unknown partition answers at once, with whatever the others hold.
@@ -96,7 +96,7 @@ impl Broker {
         partition: i32,
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>> {
-        let p = self.partition(topic, partition)?;
+        let p = self.leader_partition(topic, partition)?;
         if timestamp >= 0
             && let Some(found) = self.remote_offset_for_timestamp(&p, timestamp).await?
         {

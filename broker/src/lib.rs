@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fetch;
@@ -12,6 +13,7 @@ pub mod log;
 pub mod metrics;
 pub mod partition;
 pub mod produce;
+pub mod replication;
 pub mod tiering;
 pub mod topic_config;
 pub mod topics;

@@ -23,6 +23,8 @@ pub struct RequestStats {
     pub produced_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// Batch bytes this broker copied from leaders as a follower.
+    pub replicated_bytes: AtomicU64,
 }
 
 impl RequestStats {
@@ -128,6 +130,11 @@ pub fn render(broker: &Broker) -> String {
             load(&s.fetched_bytes),
         ),
         (
+            "shale_replicated_bytes_total",
+            "Record-batch bytes copied from leaders (as a follower).",
+            load(&s.replicated_bytes),
+        ),
+        (
             "shale_remote_get_requests_total",
             "Ranged GETs of remote reads.",
             gets,
@@ -197,6 +204,7 @@ pub fn render(broker: &Broker) -> String {
         .flat_map(|t| {
             t.partitions
                 .iter()
+                .flatten()
                 .map(|p| (p.topic.clone(), p.index, p.offsets()))
                 .collect::<Vec<_>>()
         })

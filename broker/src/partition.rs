@@ -1,21 +1,31 @@
-//! One partition on this broker: its log, its effective config, and its high
-//! watermark, published on a `watch` channel that long-polling fetches wait on.
+//! One partition replica on this broker: its log, its role (leader or follower, epoch,
+//! ISR), the leader's view of its followers, its effective config, and its high
+//! watermark, published on a `watch` channel that long-polling fetches and acks=all
+//! produces wait on.
 //!
 //! All methods that touch the disk are blocking; callers run them on the blocking pool.
-//! The log sits behind a `std::sync::Mutex` held only for in-memory work and the
-//! append `write`; fetches plan under the lock and read with `pread` after it.
+//! Log and role sit together behind one `std::sync::Mutex` held only for in-memory work
+//! and the append `write`, so an append checks leadership and stamps the epoch
+//! atomically; fetches plan under the lock and read with `pread` after it.
+//!
+//! # High watermark
+//! The leader's HW is the smallest log end offset over the ISR (its own included), and
+//! never goes down while it leads. A follower's HW is the leader's, capped by its own
+//! log end. Consumers read only below the HW.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use shale_metastore::RemoteSegment;
+use shale_metastore::{PartitionState, RemoteSegment};
 use shale_proto::batch::{self, BatchHeader};
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::log::{PartitionLog, ReadPlan, RetentionOutcome, SealedSegmentInfo, TierBounds};
+use crate::replication::{FollowerFetch, LeaderRead};
 use crate::topic_config::{TimestampType, TopicConfig};
 
 const METADATA_FILE: &str = "partition.metadata";
@@ -100,17 +110,61 @@ pub struct Appended {
     /// -1 unless the topic stamps LogAppendTime.
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
+    /// Epoch the batches were stamped with.
+    pub leader_epoch: i32,
+}
+
+/// This replica's role, as the metastore last said (`version` is the partition
+/// state's compare-and-set version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub version: i64,
+}
+
+/// A follower's log end, the epoch of its last batch, and whom it follows at which
+/// epoch: what its next replica fetch says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerPosition {
+    pub log_end_offset: i64,
+    pub last_epoch: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// What the leader knows of one follower.
+#[derive(Debug, Clone, Copy)]
+struct FollowerProgress {
+    /// The follower's log end offset (its last fetch offset).
+    leo: i64,
+    /// Last time the follower had fetched up to the leader's log end of its previous
+    /// fetch (Kafka's lastCaughtUpTime).
+    caught_up_ms: i64,
+    /// The leader's log end when it answered the follower's previous fetch.
+    leader_leo_at_last_fetch: i64,
+}
+
+/// Log and role: changed together under one lock.
+struct Replica {
+    log: PartitionLog,
+    role: Role,
+    followers: HashMap<i32, FollowerProgress>,
 }
 
 pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
     pub topic_id: Uuid,
-    log: Mutex<PartitionLog>,
+    /// This broker's id.
+    broker_id: i32,
+    replica: Mutex<Replica>,
     config: RwLock<Arc<TopicConfig>>,
-    /// Leader epoch stamped into appended batches (0 until replication assigns epochs).
-    leader_epoch: i32,
     high_watermark: watch::Sender<i64>,
+    /// Bumped on every leader append: wakes replica fetches waiting for data.
+    appended: Arc<watch::Sender<u64>>,
     remote: Mutex<RemoteState>,
     /// Serializes the tier's work on this partition (copies, remote retention), which
     /// reads and writes `remote` across awaits.
@@ -120,12 +174,16 @@ pub struct Partition {
 impl Partition {
     /// Opens (creating or recovering) the partition's log. A directory left by an older
     /// topic of the same name (different topic id) is removed first.
+    /// It serves nothing (leads nothing) until [`Partition::apply_state`] gives it a role.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         data_dir: &Path,
         topic: &str,
         index: i32,
         topic_id: Uuid,
         config: Arc<TopicConfig>,
+        broker_id: i32,
+        appended: Arc<watch::Sender<u64>>,
         now_ms: i64,
     ) -> Result<Self> {
         let dir = partition_dir(data_dir, topic, index);
@@ -139,24 +197,311 @@ impl Partition {
             write_metadata(&dir, topic_id).map_err(Error::Storage)?;
         }
         let log = PartitionLog::open(&dir, config.log_config(), now_ms)?;
-        let leo = log.log_end_offset();
+        // Until the leader says more (or, leading alone, the whole log is committed).
+        let hw = log.log_start_offset();
         Ok(Self {
             topic: topic.into(),
             index,
             topic_id,
-            log: Mutex::new(log),
+            broker_id,
+            replica: Mutex::new(Replica {
+                log,
+                role: Role {
+                    leader: -1,
+                    leader_epoch: -1,
+                    replicas: Vec::new(),
+                    isr: Vec::new(),
+                    version: -1,
+                },
+                followers: HashMap::new(),
+            }),
             config: RwLock::new(config),
-            leader_epoch: 0,
-            high_watermark: watch::Sender::new(leo),
+            high_watermark: watch::Sender::new(hw),
+            appended,
             remote: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
         })
     }
 
-    fn log(&self) -> MutexGuard<'_, PartitionLog> {
+    fn replica(&self) -> MutexGuard<'_, Replica> {
         // A panic while holding the lock leaves the log as consistent as a crash would;
         // keep serving rather than poison every later request.
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
+        self.replica.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn role(&self) -> Role {
+        self.replica().role.clone()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.replica().role.leader == self.broker_id
+    }
+
+    fn not_leader(&self, role: &Role) -> Error {
+        Error::NotLeader {
+            topic: self.topic.to_string(),
+            partition: self.index,
+            leader: role.leader,
+        }
+    }
+
+    fn ensure_leader(&self, role: &Role) -> Result<()> {
+        if role.leader == self.broker_id {
+            Ok(())
+        } else {
+            Err(self.not_leader(role))
+        }
+    }
+
+    /// Adopts the metastore's view of this partition if it is newer than the one held.
+    /// Taking the lead starts a new epoch in the log at its end; the follower states
+    /// start afresh.
+    pub fn apply_state(&self, state: &PartitionState, now_ms: i64) -> Result<()> {
+        let mut r = self.replica();
+        if state.version <= r.role.version {
+            return Ok(());
+        }
+        let was_leading_epoch = (r.role.leader == self.broker_id).then_some(r.role.leader_epoch);
+        r.role = Role {
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            replicas: state.replicas.clone(),
+            isr: state.isr.clone(),
+            version: state.version,
+        };
+        if state.leader == self.broker_id && was_leading_epoch != Some(state.leader_epoch) {
+            r.log.start_epoch(state.leader_epoch)?;
+            let leo = r.log.log_end_offset();
+            r.followers = state
+                .replicas
+                .iter()
+                .filter(|&&b| b != self.broker_id)
+                .map(|&b| {
+                    let p = FollowerProgress {
+                        leo: -1,
+                        caught_up_ms: now_ms,
+                        leader_leo_at_last_fetch: leo,
+                    };
+                    (b, p)
+                })
+                .collect();
+            // Re-read the remote log before copying to it: the last leader moved it on.
+            self.remote
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .needs_cleanup = true;
+            tracing::info!(topic = %self.topic, partition = self.index, epoch = state.leader_epoch,
+                log_end_offset = leo, isr = ?state.isr, "leading partition");
+        } else if state.leader != self.broker_id && was_leading_epoch.is_some() {
+            r.followers.clear();
+            tracing::info!(topic = %self.topic, partition = self.index, leader = state.leader,
+                epoch = state.leader_epoch, "no longer leading partition");
+        }
+        self.advance_hw(&r);
+        Ok(())
+    }
+
+    /// Records an ISR this broker (as leader) wrote to the metastore.
+    pub fn set_isr(&self, isr: Vec<i32>, version: i64) {
+        let mut r = self.replica();
+        if version > r.role.version {
+            r.role.isr = isr;
+            r.role.version = version;
+        }
+        self.advance_hw(&r);
+    }
+
+    /// Leader: raises the HW to the smallest log end over the ISR (followers not heard
+    /// from since this epoch began hold it where it is).
+    fn advance_hw(&self, r: &Replica) {
+        if r.role.leader != self.broker_id {
+            return;
+        }
+        let current = self.high_watermark();
+        let hw = r
+            .role
+            .isr
+            .iter()
+            .filter(|&&b| b != self.broker_id)
+            .map(|b| r.followers.get(b).map_or(-1, |f| f.leo))
+            .map(|leo| if leo < 0 { current } else { leo })
+            .fold(r.log.log_end_offset(), i64::min);
+        if hw > current {
+            self.high_watermark.send_replace(hw);
+        }
+    }
+
+    /// Leader: followers in the ISR that have not caught up within `lag_ms`; the ISR
+    /// without them, if any.
+    pub fn isr_to_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<(Role, Vec<i32>)> {
+        let r = self.replica();
+        if r.role.leader != self.broker_id {
+            return None;
+        }
+        let isr: Vec<i32> = r
+            .role
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| {
+                *b == self.broker_id
+                    || r.followers
+                        .get(b)
+                        .is_some_and(|f| now_ms - f.caught_up_ms <= lag_ms)
+            })
+            .collect();
+        (isr.len() < r.role.isr.len()).then(|| (r.role.clone(), isr))
+    }
+
+    /// Leader: answers one partition of a follower's replica fetch: checks the
+    /// follower's epoch and divergence, records its progress, reads from its offset.
+    pub fn serve_replica(&self, f: &FollowerFetch, now_ms: i64) -> Result<LeaderRead> {
+        let (plan, out) = {
+            let mut r = self.replica();
+            self.ensure_leader(&r.role)?;
+            if f.current_leader_epoch < r.role.leader_epoch {
+                return Err(Error::FencedLeaderEpoch {
+                    sent: f.current_leader_epoch,
+                    current: r.role.leader_epoch,
+                });
+            }
+            if f.current_leader_epoch > r.role.leader_epoch {
+                // This broker has not heard of the new epoch yet.
+                return Err(self.not_leader(&r.role));
+            }
+            let leo = r.log.log_end_offset();
+            let local_start = r.log.log_start_offset();
+            let mut out = LeaderRead {
+                records: Bytes::new(),
+                high_watermark: self.high_watermark(),
+                local_log_start_offset: local_start,
+                diverging: None,
+                expand_isr: None,
+            };
+            if f.fetch_offset > local_start && f.last_fetched_epoch >= 0 {
+                match r.log.epoch_end_offset(f.last_fetched_epoch) {
+                    Some((epoch, end))
+                        if epoch == f.last_fetched_epoch && end >= f.fetch_offset => {}
+                    Some((epoch, end)) => {
+                        out.diverging = Some((epoch, end));
+                        return Ok(out);
+                    }
+                    None => {
+                        out.diverging = Some((-1, local_start));
+                        return Ok(out);
+                    }
+                }
+            }
+            if f.fetch_offset < local_start || f.fetch_offset > leo {
+                return Err(Error::OffsetOutOfRange {
+                    offset: f.fetch_offset,
+                    log_start: local_start,
+                    log_end: leo,
+                });
+            }
+            let caught_up = match r.followers.get_mut(&f.replica_id) {
+                Some(p) => {
+                    if f.fetch_offset >= p.leader_leo_at_last_fetch {
+                        p.caught_up_ms = now_ms;
+                    }
+                    p.leo = f.fetch_offset;
+                    p.leader_leo_at_last_fetch = leo;
+                    p.leo >= self.high_watermark()
+                }
+                None => return Err(Error::NotReplica(f.replica_id)),
+            };
+            self.advance_hw(&r);
+            out.high_watermark = self.high_watermark();
+            if caught_up && !r.role.isr.contains(&f.replica_id) {
+                let mut isr = r.role.isr.clone();
+                isr.push(f.replica_id);
+                isr.sort_unstable();
+                out.expand_isr = Some((r.role.clone(), isr));
+            }
+            (r.log.plan_read(f.fetch_offset, leo)?, out)
+        };
+        let records = plan.read(f.max_bytes, true).map_err(Error::Storage)?;
+        Ok(LeaderRead { records, ..out })
+    }
+
+    /// Every batch of the local log (tests compare replicas with it).
+    #[cfg(test)]
+    fn read_replica_bytes(&self) -> (Bytes, i64) {
+        let r = self.replica();
+        let leo = r.log.log_end_offset();
+        let plan = r.log.plan_read(r.log.log_start_offset(), leo).unwrap();
+        (plan.read(usize::MAX, true).unwrap(), leo)
+    }
+
+    /// Follower: where its log stands, for the next replica fetch (`None` while this
+    /// broker leads or the partition has no leader).
+    pub fn follower_position(&self) -> Option<FollowerPosition> {
+        let r = self.replica();
+        if r.role.leader == self.broker_id || r.role.leader < 0 {
+            return None;
+        }
+        Some(FollowerPosition {
+            log_end_offset: r.log.log_end_offset(),
+            last_epoch: r.log.latest_epoch(),
+            leader: r.role.leader,
+            leader_epoch: r.role.leader_epoch,
+        })
+    }
+
+    /// Follower: appends batches from the leader (checked like a produce, but kept
+    /// with their offsets and epochs) and takes the leader's HW, capped by its own end.
+    pub fn append_from_leader(&self, records: &[u8], leader_hw: i64, now_ms: i64) -> Result<()> {
+        let headers = if records.is_empty() {
+            Vec::new()
+        } else {
+            validate_batches(records, i64::MAX)?
+        };
+        let mut r = self.replica();
+        if r.role.leader == self.broker_id {
+            return Err(Error::Internal(
+                "a leader does not take batches from a replica fetch".into(),
+            ));
+        }
+        if !headers.is_empty() {
+            r.log.append_replicated(records, &headers, now_ms)?;
+        }
+        let hw = leader_hw.min(r.log.log_end_offset());
+        self.high_watermark.send_if_modified(|cur| {
+            let changed = *cur != hw;
+            *cur = hw;
+            changed
+        });
+        Ok(())
+    }
+
+    /// Follower: cuts the divergent tail the leader pointed at (its `epoch` ended at
+    /// `end_offset` there).
+    pub fn truncate_diverged(&self, epoch: i32, end_offset: i64) -> Result<()> {
+        let mut r = self.replica();
+        let own_end = r
+            .log
+            .epoch_end_offset(epoch)
+            .map_or(end_offset, |(_, end)| end);
+        let target = end_offset.min(own_end);
+        tracing::info!(topic = %self.topic, partition = self.index, epoch, leader_end_offset = end_offset,
+            log_end_offset = r.log.log_end_offset(), truncate_to = target, "follower log diverged from the leader");
+        r.log.truncate_to(target)?;
+        let leo = r.log.log_end_offset();
+        self.high_watermark.send_if_modified(|cur| {
+            let changed = *cur > leo;
+            *cur = (*cur).min(leo);
+            changed
+        });
+        Ok(())
+    }
+
+    /// Follower: restarts the log empty at `offset` (the leader's local log start, when
+    /// this log ends before it).
+    pub fn reset_to(&self, offset: i64) -> Result<()> {
+        let mut r = self.replica();
+        r.log.reset_to(offset)?;
+        self.high_watermark.send_replace(offset);
+        Ok(())
     }
 
     pub fn config(&self) -> Arc<TopicConfig> {
@@ -167,7 +512,7 @@ impl Partition {
     }
 
     pub fn set_config(&self, config: Arc<TopicConfig>) {
-        self.log().set_config(config.log_config());
+        self.replica().log.set_config(config.log_config());
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
@@ -181,7 +526,7 @@ impl Partition {
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
-        self.offsets_of(&self.log())
+        self.offsets_of(&self.replica().log)
     }
 
     fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
@@ -201,9 +546,10 @@ impl Partition {
         }
     }
 
-    /// Validates and appends the batches a producer sent. Nothing is written unless
-    /// every batch is valid.
-    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<Appended> {
+    /// Validates and appends the batches a producer sent, if this broker leads the
+    /// partition (and, with `min_isr`, the ISR has that many members). Nothing is
+    /// written unless every batch is valid.
+    pub fn append(&self, records: &[u8], min_isr: Option<usize>, now_ms: i64) -> Result<Appended> {
         let config = self.config();
         let mut headers = validate_batches(records, config.max_message_bytes)?;
         let mut buf = BytesMut::from(records);
@@ -219,25 +565,75 @@ impl Partition {
             }
             TimestampType::CreateTime => -1,
         };
-        let mut log = self.log();
-        let info = log.append(&mut buf, &mut headers, self.leader_epoch, now_ms)?;
-        let log_start_offset = log.log_start_offset();
-        // One node: everything appended is committed.
-        self.high_watermark.send_replace(info.last_offset + 1);
+        let mut r = self.replica();
+        self.ensure_leader(&r.role)?;
+        if let Some(min) = min_isr
+            && r.role.isr.len() < min
+        {
+            return Err(Error::NotEnoughReplicas {
+                isr: r.role.isr.len(),
+                min,
+            });
+        }
+        let epoch = r.role.leader_epoch;
+        let info = r.log.append(&mut buf, &mut headers, epoch, now_ms)?;
+        let log_start_offset = r.log.log_start_offset();
+        self.advance_hw(&r);
+        drop(r);
+        self.appended.send_modify(|n| *n = n.wrapping_add(1));
         Ok(Appended {
             base_offset: info.first_offset,
             last_offset: info.last_offset,
             log_append_time_ms,
             log_start_offset,
+            leader_epoch: epoch,
         })
     }
 
     /// Plans a read from `offset` bounded by the high watermark.
     pub fn plan_read(&self, offset: i64) -> Result<(ReadPlan, PartitionOffsets)> {
-        let log = self.log();
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
         let hw = self.high_watermark();
-        let plan = log.plan_read(offset, hw)?;
-        Ok((plan, self.offsets_of(&log)))
+        let plan = r.log.plan_read(offset, hw)?;
+        Ok((plan, self.offsets_of(&r.log)))
+    }
+
+    /// Waits until the HW passes `last_offset` while this broker still leads at
+    /// `epoch` (acks=all), then checks the ISR still has `min_isr` members.
+    pub async fn wait_committed(
+        &self,
+        last_offset: i64,
+        epoch: i32,
+        min_isr: usize,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        let mut hw = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
+                let r = self.replica();
+                if r.role.leader != self.broker_id || r.role.leader_epoch != epoch {
+                    return Err(self.not_leader(&r.role));
+                }
+                if *hw.borrow_and_update() > last_offset {
+                    if r.role.isr.len() < min_isr {
+                        return Err(Error::NotEnoughReplicasAfterAppend {
+                            isr: r.role.isr.len(),
+                            min: min_isr,
+                        });
+                    }
+                    return Ok(());
+                }
+            }
+            // Role changes do not touch the HW: look again at least every 100 ms.
+            let wake =
+                (tokio::time::Instant::now() + std::time::Duration::from_millis(100)).min(deadline);
+            let _ = tokio::time::timeout_at(wake, hw.changed()).await;
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::ReplicationTimeout { last_offset });
+            }
+        }
     }
 
     /// Reads whole batches from `offset`; see [`ReadPlan::read`].
@@ -256,10 +652,12 @@ impl Partition {
     /// included), -4 earliest local, else the first local offset with timestamp >=
     /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
     pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
-        let log = self.log();
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let log = &r.log;
         match timestamp {
             -1 => Ok(Some((self.high_watermark(), -1))),
-            -2 => Ok(Some((self.offsets_of(&log).log_start_offset, -1))),
+            -2 => Ok(Some((self.offsets_of(log).log_start_offset, -1))),
             -4 => Ok(Some((log.log_start_offset(), -1))),
             ts if ts >= 0 => Ok(log
                 .offset_for_timestamp(ts)?
@@ -271,7 +669,7 @@ impl Partition {
     }
 
     pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch
+        self.replica().role.leader_epoch
     }
 
     /// Local retention. A tiered partition deletes only segments already in the object
@@ -291,16 +689,16 @@ impl Partition {
                 }
             }
         });
-        Ok(self.log().apply_retention(now_ms, tier)?)
+        Ok(self.replica().log.apply_retention(now_ms, tier)?)
     }
 
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
-        self.log().sealed_segments_after(after)
+        self.replica().log.sealed_segments_after(after)
     }
 
     /// Local bytes of the segments after `offset` (those not in the object store).
     pub fn bytes_after(&self, offset: i64) -> u64 {
-        self.log().bytes_after(offset)
+        self.replica().log.bytes_after(offset)
     }
 
     pub fn remote_state(&self) -> RemoteState {
@@ -315,16 +713,16 @@ impl Partition {
     }
 
     pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {
-        Ok(self.log().flush_if_due(now_ms)?)
+        Ok(self.replica().log.flush_if_due(now_ms)?)
     }
 
     /// Fsyncs the log (graceful shutdown).
     pub fn flush(&self, now_ms: i64) -> Result<()> {
-        Ok(self.log().flush(now_ms)?)
+        Ok(self.replica().log.flush(now_ms)?)
     }
 
     pub fn dir(&self) -> PathBuf {
-        self.log().dir().to_path_buf()
+        self.replica().log.dir().to_path_buf()
     }
 }
 
@@ -386,8 +784,117 @@ mod tests {
         b.build().to_vec()
     }
 
+    fn open_replica(dir: &Path, id: Uuid, config: TopicConfig, broker: i32) -> Partition {
+        let appended = Arc::new(watch::Sender::new(0));
+        Partition::open(dir, "t", 0, id, Arc::new(config), broker, appended, 0).unwrap()
+    }
+
+    /// A partition this broker (1) leads alone.
     fn open(dir: &Path, id: Uuid, config: TopicConfig) -> Partition {
-        Partition::open(dir, "t", 0, id, Arc::new(config), 0).unwrap()
+        let p = open_replica(dir, id, config, 1);
+        p.apply_state(&PartitionState::initial(id, 0, vec![1]), 0)
+            .unwrap();
+        p
+    }
+
+    fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
+        FollowerFetch {
+            replica_id,
+            current_leader_epoch: epoch,
+            fetch_offset: at.0,
+            last_fetched_epoch: at.1,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    /// One round of the follower's fetch loop against `leader`.
+    fn replicate_once(leader: &Partition, follower: &Partition, follower_id: i32) {
+        let pos = follower.follower_position().unwrap();
+        let at = (pos.log_end_offset, pos.last_epoch);
+        let read = leader
+            .serve_replica(&fetch(follower_id, pos.leader_epoch, at), 0)
+            .unwrap();
+        match read.diverging {
+            Some((e, end)) => follower.truncate_diverged(e, end).unwrap(),
+            None => follower
+                .append_from_leader(&read.records, read.high_watermark, 0)
+                .unwrap(),
+        }
+    }
+
+    fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> PartitionState {
+        PartitionState {
+            topic_id: id,
+            partition: 0,
+            replicas: vec![1, 2],
+            leader,
+            leader_epoch: epoch,
+            isr,
+            version,
+        }
+    }
+
+    /// Replicas on brokers 1 (leading, epoch 0) and 2, both in the ISR.
+    fn two_replicas(d1: &Path, d2: &Path, id: Uuid) -> (Partition, Partition) {
+        let a = open_replica(d1, id, TopicConfig::default(), 1);
+        let b = open_replica(d2, id, TopicConfig::default(), 2);
+        let s0 = state(id, 1, 0, vec![1, 2], 0);
+        a.apply_state(&s0, 0).unwrap();
+        b.apply_state(&s0, 0).unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn followers_copy_the_leader_and_the_hw_follows_the_isr() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+        // Only the leader takes produce; a follower answers NOT_LEADER_OR_FOLLOWER.
+        let err = b.append(&batch(1, 1), None, 0).unwrap_err();
+        assert_eq!(err.code(), shale_proto::ErrorCode::NotLeaderOrFollower);
+        let err = a.append(&batch(1, 1), Some(3), 0).unwrap_err();
+        assert_eq!(err.code(), shale_proto::ErrorCode::NotEnoughReplicas);
+        assert_eq!(a.offsets().log_end_offset, 0, "refused before writing");
+        a.append(&batch(3, 10), Some(2), 0).unwrap();
+        a.append(&batch(2, 10), Some(2), 0).unwrap();
+        assert_eq!(a.high_watermark(), 0, "the follower has nothing yet");
+        replicate_once(&a, &b, 2);
+        assert_eq!(b.offsets().log_end_offset, 5);
+        assert_eq!(a.high_watermark(), 0, "the leader learns on the next fetch");
+        replicate_once(&a, &b, 2);
+        assert_eq!((a.high_watermark(), b.high_watermark()), (5, 5));
+        // A fetch with an old epoch is fenced.
+        let err = a.serve_replica(&fetch(2, -1, (5, 0)), 0).unwrap_err();
+        assert_eq!(err.code(), shale_proto::ErrorCode::FencedLeaderEpoch);
+    }
+
+    #[test]
+    fn a_deposed_leader_truncates_its_divergent_tail() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let id = Uuid::new_v4();
+        let (a, b) = two_replicas(d1.path(), d2.path(), id);
+        a.append(&batch(4, 10), None, 0).unwrap();
+        replicate_once(&a, &b, 2);
+        // Broker 1 writes a tail nobody copies, then loses the lead to broker 2.
+        a.append(&batch(3, 99), None, 0).unwrap();
+        let s1 = state(id, 2, 1, vec![2], 1);
+        a.apply_state(&s1, 0).unwrap();
+        b.apply_state(&s1, 0).unwrap();
+        b.append(&batch(2, 20), None, 0).unwrap();
+        assert_eq!(a.offsets().log_end_offset, 7);
+        // First round: diverged at the end of epoch 0 on broker 2 (offset 4).
+        replicate_once(&b, &a, 1);
+        assert_eq!(a.offsets().log_end_offset, 4);
+        replicate_once(&b, &a, 1);
+        assert_eq!(a.offsets().log_end_offset, 6);
+        let (left, _) = a.read_replica_bytes();
+        let (right, _) = b.read_replica_bytes();
+        assert_eq!(left, right, "the logs are identical after truncation");
+        // The checkpoint survives a restart.
+        drop(a);
+        let a = open_replica(d1.path(), id, TopicConfig::default(), 1);
+        a.apply_state(&s1, 0).unwrap();
+        let pos = a.follower_position().unwrap();
+        assert_eq!((pos.log_end_offset, pos.last_epoch, pos.leader), (6, 1, 2));
     }
 
     #[test]
@@ -398,7 +905,7 @@ mod tests {
             ..TopicConfig::default()
         };
         let p = open(dir.path(), Uuid::new_v4(), config);
-        p.append(&batch(2, 10), 0).unwrap();
+        p.append(&batch(2, 10), None, 0).unwrap();
         let before = p.offsets();
 
         let good = batch(1, 10);
@@ -421,7 +928,7 @@ mod tests {
             (batch(1, 600), shale_proto::ErrorCode::MessageTooLarge),
         ];
         for (bytes, code) in cases {
-            let err = p.append(&bytes, 0).unwrap_err();
+            let err = p.append(&bytes, None, 0).unwrap_err();
             assert_eq!(err.code(), code, "{err}");
         }
         assert_eq!(p.offsets(), before);
@@ -435,7 +942,7 @@ mod tests {
             ..TopicConfig::default()
         };
         let p = open(dir.path(), Uuid::new_v4(), config);
-        let a = p.append(&batch(3, 5), 77_000).unwrap();
+        let a = p.append(&batch(3, 5), None, 77_000).unwrap();
         assert_eq!(a.log_append_time_ms, 77_000);
         let (bytes, _) = p.read(0, 1 << 20, true).unwrap();
         let h = BatchHeader::parse(&bytes).unwrap();
@@ -449,7 +956,7 @@ mod tests {
     fn directory_of_an_older_topic_with_the_same_name_is_discarded() {
         let dir = tempfile::tempdir().unwrap();
         let old = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
-        old.append(&batch(5, 5), 0).unwrap();
+        old.append(&batch(5, 5), None, 0).unwrap();
         drop(old);
         let new = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
         assert_eq!(new.offsets().log_end_offset, 0);

@@ -1,7 +1,9 @@
 //! The produce path: route each partition's batches to its log, answer per acks.
 //!
-//! One node has no followers, so `acks=all` is answered like `acks=1`: after the
-//! append, which is also when the high watermark covers the batch.
+//! `acks=0` and `acks=1` are answered after the leader's append; `acks=all` once the
+//! high watermark covers the batch, i.e. every ISR member has it, and only if the ISR
+//! had `min.insync.replicas` members when the batch was appended and still has when
+//! it is acknowledged. Nothing is acknowledged without a valid broker lease.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,6 +13,9 @@ use bytes::Bytes;
 use crate::broker::{Broker, now_ms};
 use crate::error::{Error, Result};
 use crate::partition::{Appended, Partition};
+
+/// A partition whose append an acks=all produce waits on, with its min.insync.replicas.
+type Committing = (Arc<Partition>, usize);
 
 /// One partition's share of a produce request.
 pub struct ProduceData {
@@ -24,6 +29,7 @@ impl Broker {
     pub async fn produce(
         &self,
         acks: i32,
+        timeout: std::time::Duration,
         data: Vec<ProduceData>,
     ) -> Result<Vec<Result<Appended>>> {
         if !matches!(acks, -1..=1) {
@@ -31,6 +37,9 @@ impl Broker {
         }
         if self.cancel.is_cancelled() {
             return Err(Error::ShuttingDown);
+        }
+        if !self.lease_valid() {
+            return Err(Error::LeaseLapsed);
         }
         let limit = self.config.log.local_disk_limit_bytes;
         let used = self.local_log_bytes.load(Ordering::Relaxed);
@@ -49,14 +58,41 @@ impl Broker {
             .into_iter()
             .map(|d| (self.partition(&d.topic, d.partition), d.records))
             .collect();
-        tokio::task::spawn_blocking(move || {
-            let now = now_ms();
-            targets
+        let appended: Vec<(Result<Appended>, Option<Committing>)> =
+            tokio::task::spawn_blocking(move || {
+                let now = now_ms();
+                targets
+                    .into_iter()
+                    .map(|(p, records)| match p {
+                        Err(e) => (Err(e), None),
+                        Ok(p) => {
+                            let min_isr = p.config().min_insync_replicas.max(1) as usize;
+                            let r = p.append(&records, (acks == -1).then_some(min_isr), now);
+                            (r, Some((p, min_isr)))
+                        }
+                    })
+                    .collect()
+            })
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let results = futures::future::join_all(appended.into_iter().map(|(r, p)| async move {
+            let a = r?;
+            if acks == -1
+                && let Some((p, min_isr)) = p
+            {
+                p.wait_committed(a.last_offset, a.leader_epoch, min_isr, timeout)
+                    .await?;
+            }
+            Ok(a)
+        }))
+        .await;
+        // A lease that lapsed meanwhile may already be someone else's leadership.
+        if !self.lease_valid() {
+            return Ok(results
                 .into_iter()
-                .map(|(p, records)| p?.append(&records, now))
-                .collect()
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))
+                .map(|r| r.and(Err(Error::LeaseLapsed)))
+                .collect());
+        }
+        Ok(results)
     }
 }

@@ -9,6 +9,15 @@
 //! failed copy, the upload pass cleans up what unfinished copies left behind. Local
 //! segments are deleted only once uploaded, so an outage of the object store never
 //! loses data. All tier work on one partition is serialized by its `tier_lock`.
+//!
+//! # Leadership
+//! Only the leader copies, and only segments wholly below the high watermark (so the
+//! object store never holds a record a failover could take back). Followers re-read
+//! the finished segments every pass, for their read index and local retention. A new
+//! leader cleans up and re-reads before its first copy, then continues from the
+//! highest finished offset; where that lies inside one of its local segments (replicas
+//! roll segments at different offsets) it copies the rest of that segment as a
+//! segment of its own, so the remote log has neither a gap nor an overlap.
 
 use std::sync::Arc;
 
@@ -79,6 +88,12 @@ impl Broker {
             let broker = self.clone();
             running.spawn(async move {
                 let _permit = permit;
+                if !p.is_leader() {
+                    if let Err(e) = broker.refresh_remote_index(&p).await {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot read remote segments");
+                    }
+                    return;
+                }
                 if let Err(e) = broker.tier_partition(&p).await {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "segment copy failed, will retry");
                 }
@@ -124,6 +139,21 @@ impl Broker {
         Ok(state)
     }
 
+    /// A follower's pass: the finished segments as the leader left them.
+    async fn refresh_remote_index(&self, p: &Partition) -> Result<()> {
+        let _tier = p.tier_lock.lock().await;
+        let finished = self
+            .uploader
+            .finished_segments(&partition_ref(p))
+            .await
+            .map_err(Error::Tiering)?;
+        p.set_remote_state(RemoteState {
+            needs_cleanup: true,
+            ..remote_state_of(finished)
+        });
+        Ok(())
+    }
+
     async fn tier_partition(&self, p: &Partition) -> Result<()> {
         let _tier = p.tier_lock.lock().await;
         let mut state = self.load_remote_index_locked(p).await?;
@@ -133,13 +163,36 @@ impl Broker {
                 .clean_unfinished(&pref)
                 .await
                 .map_err(Error::Tiering)?;
-            state.needs_cleanup = false;
+            // Another leader may have finished copies since this broker last looked.
+            let finished = self
+                .uploader
+                .finished_segments(&pref)
+                .await
+                .map_err(Error::Tiering)?;
+            state = remote_state_of(finished);
             p.set_remote_state(state.clone());
         }
+        let committed = p.high_watermark();
         for seg in p.sealed_segments_after(state.end_offset) {
-            if self.cancel.is_cancelled() {
+            if self.cancel.is_cancelled() || seg.end_offset >= committed {
                 break;
             }
+            // The remote log ends inside this segment: copy the rest of it.
+            let tail_dir;
+            let seg = if seg.base_offset <= state.end_offset {
+                tail_dir = tempfile_dir(&self.config.data_dir)?;
+                let (seg, from, dir) = (seg, state.end_offset + 1, tail_dir.clone());
+                let interval = p.config().index_interval_bytes.max(0) as u64;
+                tokio::task::spawn_blocking(move || {
+                    crate::log::export_segment_tail(&seg, from, &dir, interval)
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??
+            } else {
+                tail_dir = std::path::PathBuf::new();
+                seg
+            };
+            let _cleanup = RemoveOnDrop(tail_dir);
             let sealed = SealedSegment {
                 base_offset: seg.base_offset,
                 end_offset: seg.end_offset,
@@ -299,7 +352,7 @@ impl Broker {
         };
         let mut out = Vec::new();
         for t in topics {
-            for p in &t.partitions {
+            for p in t.partitions.iter().flatten() {
                 let remote = p.remote_state();
                 let offsets = p.offsets();
                 let pending = p.sealed_segments_after(remote.end_offset);
@@ -320,6 +373,26 @@ impl Broker {
         }
         out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(out)
+    }
+}
+
+/// A fresh directory under `{data_dir}/tier-tmp` for a segment tail being copied.
+fn tempfile_dir(data_dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    let dir = data_dir
+        .join("tier-tmp")
+        .join(uuid::Uuid::new_v4().simple().to_string());
+    std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
+    Ok(dir)
+}
+
+/// Removes a temporary directory when dropped (nothing for an empty path).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 

@@ -49,7 +49,8 @@ pub struct PartitionDescription {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
-    pub offsets: PartitionOffsets,
+    /// This broker's replica's offsets; `None` if it holds no replica.
+    pub offsets: Option<PartitionOffsets>,
 }
 
 #[derive(Debug, Clone)]
@@ -79,19 +80,22 @@ impl Broker {
     ) -> Result<Topic> {
         validate_topic_name(name)?;
         Self::check_partitions(partitions)?;
-        let brokers = 1;
-        if replication_factor < 1 || replication_factor > brokers {
-            return Err(Error::InvalidReplicationFactor(format!(
-                "replication factor {replication_factor} is invalid: it must be between 1 and the \
-                 {brokers} available broker(s)"
-            )));
-        }
+        // -1: the broker's default, as in Kafka's CreateTopics.
+        let replication_factor = if replication_factor == -1 {
+            self.config.cluster.default_replication_factor
+        } else {
+            replication_factor
+        };
+        let assignments = self
+            .assign_replicas(name, 0, partitions, replication_factor)
+            .await?;
         self.resolve_config(&configs)?;
         let new = NewTopic {
             name: name.to_string(),
             partitions,
             replication_factor,
             configs,
+            assignments,
         };
         if validate_only {
             if self.metastore.get_topic(name).await?.is_some() {
@@ -187,7 +191,17 @@ impl Broker {
         if validate_only {
             return Ok(());
         }
-        self.metastore.add_partitions(name, total).await?;
+        let assignments = self
+            .assign_replicas(
+                name,
+                topic.partitions,
+                total - topic.partitions,
+                topic.replication_factor,
+            )
+            .await?;
+        self.metastore
+            .add_partitions(name, total, &assignments)
+            .await?;
         tracing::info!(topic = name, total, "added partitions");
         self.reconcile().await
     }
@@ -201,17 +215,19 @@ impl Broker {
                 self.topic(name)?
             }
         };
-        let broker_id = self.config.broker_id;
         let partitions = state
-            .partitions
+            .states
             .iter()
-            .map(|p| PartitionDescription {
-                partition: p.index,
-                leader: broker_id,
-                leader_epoch: 0,
-                replicas: vec![broker_id],
-                isr: vec![broker_id],
-                offsets: p.offsets(),
+            .map(|s| PartitionDescription {
+                partition: s.partition,
+                leader: s.leader,
+                leader_epoch: s.leader_epoch,
+                replicas: s.replicas.clone(),
+                isr: s.isr.clone(),
+                offsets: state
+                    .partitions
+                    .get(s.partition as usize)
+                    .and_then(|p| p.as_ref().map(|p| p.offsets())),
             })
             .collect();
         Ok(TopicDescription {

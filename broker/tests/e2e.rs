@@ -143,8 +143,12 @@ async fn sigkill_mid_produce_keeps_every_acknowledged_record() {
     configs.insert("segment.bytes".to_string(), "65536".to_string());
     client.create_topic("events", 2, 1, configs).await.unwrap();
 
-    // Produce until the broker dies under us; remember what was acknowledged.
-    let mut producer = Producer::new(client.clone(), "events", Acks::Leader)
+    // Produce until the broker dies under us (no retrying a dead broker for long);
+    // remember what was acknowledged.
+    let short_retry = client
+        .clone()
+        .with_retry_timeout(Duration::from_millis(500));
+    let mut producer = Producer::new(short_retry, "events", Acks::Leader)
         .await
         .unwrap()
         .with_batch_size(4096);

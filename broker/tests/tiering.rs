@@ -620,7 +620,9 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
     c.create_topic("capped", 1, 1, configs).await.unwrap();
     s3.kill();
 
-    let mut p = Producer::new(c.clone(), "capped", Acks::All)
+    // The refusal is retriable: a producer retries it until its deadline (short here).
+    let short_retry = c.clone().with_retry_timeout(Duration::from_millis(300));
+    let mut p = Producer::new(short_retry, "capped", Acks::All)
         .await
         .unwrap()
         .with_batch_size(1024);

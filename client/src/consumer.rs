@@ -9,9 +9,9 @@ use bytes::Bytes;
 use shale_proto::ErrorCode;
 use shale_proto::batch::BatchIter;
 use shale_proto::record::decode_records;
-use shale_proto::v1::{FetchPartition, FetchRequest};
+use shale_proto::v1::{FetchPartition, FetchPartitionResult, FetchRequest};
 
-use crate::{Client, Error, Result, check};
+use crate::{ByLeader, Client, Error, Result, check};
 
 /// Where a consumer starts in each partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,56 +85,106 @@ impl Consumer {
         &self.positions
     }
 
-    /// One fetch: waits up to `max_wait` for records and returns what arrived, in
-    /// offset order per partition.
+    /// One fetch per partition leader (in parallel): waits up to `max_wait` for
+    /// records and returns what arrived, in offset order per partition. Partitions
+    /// whose leader moved or is unreachable are skipped this time (their metadata is
+    /// refreshed for the next poll).
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumedRecord>> {
-        let req = FetchRequest {
-            max_wait_ms: max_wait.as_millis().min(u128::from(u32::MAX)) as u32,
-            min_bytes: 1,
-            max_bytes: self.max_bytes,
-            partitions: self
-                .positions
-                .iter()
-                .map(|(p, o)| FetchPartition {
-                    topic: self.topic.to_string(),
-                    partition: *p,
-                    fetch_offset: *o,
-                    partition_max_bytes: self.partition_max_bytes,
-                })
-                .collect(),
-        };
-        let resp = self.client.data.clone().fetch(req).await?.into_inner();
-        let mut out = Vec::new();
-        for part in resp.partitions {
-            if part.error_code == ErrorCode::OffsetOutOfRange as i32 {
-                self.reset_out_of_range(part.partition).await?;
-                continue;
+        let mut by_leader: ByLeader<FetchPartition> = BTreeMap::new();
+        let mut trouble = false;
+        for (&p, &offset) in &self.positions {
+            match self.client.leader(&self.topic, p).await {
+                Ok((leader, data)) => by_leader
+                    .entry(leader)
+                    .or_insert_with(|| (data, Vec::new()))
+                    .1
+                    .push(FetchPartition {
+                        topic: self.topic.to_string(),
+                        partition: p,
+                        fetch_offset: offset,
+                        partition_max_bytes: self.partition_max_bytes,
+                    }),
+                Err(e) if e.is_retriable() => trouble = true,
+                Err(e) => return Err(e),
             }
-            check(part.error_code, &part.error_message)?;
-            let Some(position) = self.positions.get_mut(&part.partition) else {
-                continue;
-            };
-            for batch in BatchIter::new(&part.records) {
-                let (h, range) = batch?;
-                if !h.is_control() {
-                    for r in decode_records(&part.records.slice(range))? {
-                        if r.offset >= *position {
-                            out.push(ConsumedRecord {
-                                topic: self.topic.clone(),
-                                partition: part.partition,
-                                offset: r.offset,
-                                timestamp: r.timestamp,
-                                key: r.key,
-                                value: r.value,
-                                headers: r.headers,
-                            });
-                        }
+        }
+        let max_wait_ms = max_wait.as_millis().min(u128::from(u32::MAX)) as u32;
+        let timeout = self.client.request_timeout() + max_wait;
+        let fetches = by_leader.into_values().map(|(mut data, partitions)| {
+            let mut req = tonic::Request::new(FetchRequest {
+                max_wait_ms,
+                min_bytes: 1,
+                max_bytes: self.max_bytes,
+                partitions,
+            });
+            req.set_timeout(timeout);
+            async move { data.fetch(req).await }
+        });
+        let mut out = Vec::new();
+        for resp in futures::future::join_all(fetches).await {
+            let resp = match resp {
+                Ok(r) => r.into_inner(),
+                Err(status) => {
+                    let e = Error::Rpc(status);
+                    if !e.is_retriable() {
+                        return Err(e);
                     }
+                    trouble = true;
+                    continue;
                 }
-                *position = (*position).max(h.last_offset() + 1);
+            };
+            for part in resp.partitions {
+                if part.error_code == ErrorCode::OffsetOutOfRange as i32 {
+                    self.reset_out_of_range(part.partition).await?;
+                    continue;
+                }
+                if let Err(e) = check(part.error_code, &part.error_message) {
+                    if !e.is_retriable() {
+                        return Err(e);
+                    }
+                    trouble = true;
+                    continue;
+                }
+                self.take_records(&part, &mut out)?;
+            }
+        }
+        if trouble {
+            self.client.invalidate(&self.topic);
+            if out.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         Ok(out)
+    }
+
+    fn take_records(
+        &mut self,
+        part: &FetchPartitionResult,
+        out: &mut Vec<ConsumedRecord>,
+    ) -> Result<()> {
+        let Some(position) = self.positions.get_mut(&part.partition) else {
+            return Ok(());
+        };
+        for batch in BatchIter::new(&part.records) {
+            let (h, range) = batch?;
+            if !h.is_control() {
+                for r in decode_records(&part.records.slice(range))? {
+                    if r.offset >= *position {
+                        out.push(ConsumedRecord {
+                            topic: self.topic.clone(),
+                            partition: part.partition,
+                            offset: r.offset,
+                            timestamp: r.timestamp,
+                            key: r.key,
+                            value: r.value,
+                            headers: r.headers,
+                        });
+                    }
+                }
+            }
+            *position = (*position).max(h.last_offset() + 1);
+        }
+        Ok(())
     }
 
     /// Moves a position that fell outside the log (retention, or a bad start offset)

@@ -1,13 +1,20 @@
 //! Shale's Rust client: a connection ([`Client`]), admin calls, a producer and a
 //! consumer, all over the broker's gRPC API; and the `shale` CLI built on them.
+//!
+//! Admin calls go to the bootstrap broker (any broker can answer them: the metastore
+//! is shared). Produce, fetch and list-offsets go to each partition's leader, found
+//! through a metadata call and cached; when a broker answers that it does not lead
+//! (or cannot be reached) the client refreshes the metadata and retries with backoff
+//! until its deadline.
 
 pub mod consumer;
 pub mod format;
 pub mod partitioner;
 pub mod producer;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shale_proto::ErrorCode;
 use shale_proto::v1::admin_client::AdminClient;
@@ -67,6 +74,46 @@ impl Error {
             _ => None,
         }
     }
+
+    /// Whether the broker said leadership is elsewhere or in flux (refresh and retry).
+    pub fn is_leadership(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::NotLeaderOrFollower
+                    | ErrorCode::LeaderNotAvailable
+                    | ErrorCode::FencedLeaderEpoch
+                    | ErrorCode::ReplicaNotAvailable
+            )
+        )
+    }
+
+    /// Whether the same request may succeed later (leadership moving, a broker down,
+    /// replication catching up), as Kafka's retriable errors.
+    pub fn is_retriable(&self) -> bool {
+        use tonic::Code;
+        match self {
+            Error::Connect { .. } => true,
+            Error::Rpc(s) => matches!(
+                s.code(),
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+            ),
+            Error::Broker { .. } => matches!(
+                self.code(),
+                Some(
+                    ErrorCode::NotLeaderOrFollower
+                        | ErrorCode::LeaderNotAvailable
+                        | ErrorCode::RequestTimedOut
+                        | ErrorCode::NotEnoughReplicas
+                        | ErrorCode::NotEnoughReplicasAfterAppend
+                        | ErrorCode::FencedLeaderEpoch
+                        | ErrorCode::KafkaStorageError
+                        | ErrorCode::ReplicaNotAvailable
+                )
+            ),
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -88,42 +135,272 @@ fn check_result(r: Option<ErrorResult>) -> Result<()> {
     r.map_or(Ok(()), |e| check(e.error_code, &e.error_message))
 }
 
-/// A connection to a broker. Cheap to clone; clones share the HTTP/2 connection.
+/// What the client knows of the cluster: broker addresses, partition leaders, and a
+/// channel per broker.
+#[derive(Default)]
+struct ClusterView {
+    brokers: HashMap<i32, String>,
+    leaders: HashMap<(String, i32), i32>,
+    partition_counts: HashMap<String, i32>,
+    channels: HashMap<String, Channel>,
+}
+
+/// Requests being assembled per leader broker: its data client and the partitions' parts.
+pub(crate) type ByLeader<T> = BTreeMap<i32, (DataClient<Channel>, Vec<T>)>;
+
+/// How long data calls keep retrying retriable errors. Default: 60 s.
+const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A connection to a cluster. Cheap to clone; clones share connections and metadata.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) data: DataClient<Channel>,
     admin: AdminClient<Channel>,
+    bootstrap_channel: Channel,
+    /// Every address given at bootstrap, tried in turn when metadata is needed.
+    bootstrap: Vec<String>,
+    view: Arc<Mutex<ClusterView>>,
+    /// Per-call deadline of data calls (a paused broker never answers).
+    request_timeout: Duration,
+    retry_timeout: Duration,
+}
+
+fn endpoint(address: &str) -> Result<Endpoint> {
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("http://{address}")
+    };
+    Ok(Endpoint::from_shared(url)
+        .map_err(|source| Error::Connect {
+            address: address.to_string(),
+            source,
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(8 * 1024 * 1024)
+        .initial_connection_window_size(32 * 1024 * 1024))
+}
+
+fn admin_client(channel: Channel) -> AdminClient<Channel> {
+    AdminClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+pub(crate) fn data_client(channel: Channel) -> DataClient<Channel> {
+    DataClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+fn broker_error(code: ErrorCode, message: String) -> Error {
+    Error::from_code(code as i32, message).unwrap_or_else(|| Error::Invalid("no error".into()))
 }
 
 impl Client {
-    /// Connects to `bootstrap` (`host:port`, or a full `http://` URL).
+    /// Connects to the first reachable broker of `bootstrap` (`host:port` or an
+    /// `http://` URL, or several separated by commas).
     pub async fn connect(bootstrap: &str) -> Result<Self> {
-        let url = if bootstrap.contains("://") {
-            bootstrap.to_string()
-        } else {
-            format!("http://{bootstrap}")
+        let addresses: Vec<String> = bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        let mut last = None;
+        for address in &addresses {
+            match endpoint(address)?.connect().await {
+                Ok(channel) => {
+                    let mut view = ClusterView::default();
+                    view.channels.insert(address.clone(), channel.clone());
+                    return Ok(Self {
+                        admin: admin_client(channel.clone()),
+                        bootstrap_channel: channel,
+                        bootstrap: addresses.clone(),
+                        view: Arc::new(Mutex::new(view)),
+                        request_timeout: Duration::from_secs(30),
+                        retry_timeout: DEFAULT_RETRY_TIMEOUT,
+                    });
+                }
+                Err(source) => {
+                    last = Some(Error::Connect {
+                        address: address.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Invalid("no bootstrap address given".into())))
+    }
+
+    /// How long one data call may take before it counts as failed (and is retried).
+    /// Default: 30 s.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long data calls keep retrying retriable errors. Default: 60 s.
+    pub fn with_retry_timeout(mut self, timeout: Duration) -> Self {
+        self.retry_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn retry_deadline(&self) -> Instant {
+        Instant::now() + self.retry_timeout
+    }
+
+    fn view(&self) -> std::sync::MutexGuard<'_, ClusterView> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A channel to `address` (connected lazily, reused).
+    fn channel(&self, address: &str) -> Result<Channel> {
+        if let Some(c) = self.view().channels.get(address) {
+            return Ok(c.clone());
+        }
+        let channel = endpoint(address)?.connect_lazy();
+        self.view()
+            .channels
+            .insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Reads the metadata of `topic` (and the live brokers) from the first broker that
+    /// answers: the bootstrap broker, else any known or bootstrap address.
+    pub async fn refresh_metadata(&self, topic: &str) -> Result<MetadataResponse> {
+        let req = MetadataRequest {
+            topics: vec![topic.into()],
         };
-        let connect_err = |source| Error::Connect {
-            address: bootstrap.to_string(),
-            source,
+        let mut candidates: Vec<Option<String>> = vec![None];
+        candidates.extend(self.view().brokers.values().cloned().map(Some));
+        candidates.extend(self.bootstrap.iter().cloned().map(Some));
+        let mut last = None;
+        for address in candidates {
+            let mut admin = match &address {
+                None => self.admin.clone(),
+                Some(a) => admin_client(self.channel(a)?),
+            };
+            let mut request = tonic::Request::new(req.clone());
+            request.set_timeout(Duration::from_secs(5));
+            match admin.metadata(request).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    let mut view = self.view();
+                    view.brokers = r
+                        .brokers
+                        .iter()
+                        .map(|b| (b.broker_id, b.address.clone()))
+                        .collect();
+                    for t in &r.topics {
+                        if t.error_code == ErrorCode::None as i32 {
+                            view.partition_counts
+                                .insert(t.name.clone(), t.partitions.len() as i32);
+                            for p in &t.partitions {
+                                view.leaders.insert((t.name.clone(), p.partition), p.leader);
+                            }
+                        }
+                    }
+                    return Ok(r);
+                }
+                Err(e) => last = Some(Error::Rpc(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Invalid("no broker to ask for metadata".into())))
+    }
+
+    /// Forgets the cached leaders of `topic` (after a leader refused or vanished).
+    pub(crate) fn invalidate(&self, topic: &str) {
+        self.view().leaders.retain(|(t, _), _| t != topic);
+    }
+
+    /// The leader of a partition and a data client for it.
+    pub(crate) async fn leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i32, DataClient<Channel>)> {
+        let key = (topic.to_string(), partition);
+        let cached = self.view().leaders.get(&key).copied();
+        let leader = match cached {
+            Some(l) => l,
+            None => {
+                self.refresh_metadata(topic).await?;
+                let found = self.view().leaders.get(&key).copied();
+                let count = self.view().partition_counts.get(topic).copied();
+                match (found, count) {
+                    (Some(l), _) => l,
+                    (None, None) => {
+                        return Err(broker_error(
+                            ErrorCode::UnknownTopicOrPartition,
+                            format!("topic '{topic}' does not exist"),
+                        ));
+                    }
+                    (None, Some(n)) => {
+                        return Err(broker_error(
+                            ErrorCode::UnknownTopicOrPartition,
+                            format!(
+                                "partition {partition} of topic '{topic}' does not exist (it has {n})"
+                            ),
+                        ));
+                    }
+                }
+            }
         };
-        let channel = Endpoint::from_shared(url)
-            .map_err(connect_err)?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(8 * 1024 * 1024)
-            .initial_connection_window_size(32 * 1024 * 1024)
-            .connect()
-            .await
-            .map_err(connect_err)?;
-        Ok(Self {
-            data: DataClient::new(channel.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            admin: AdminClient::new(channel)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        })
+        let address = self.view().brokers.get(&leader).cloned();
+        let Some(address) = address.filter(|_| leader >= 0) else {
+            self.invalidate(topic);
+            return Err(broker_error(
+                ErrorCode::LeaderNotAvailable,
+                format!("partition {partition} of '{topic}' has no live leader right now"),
+            ));
+        };
+        Ok((leader, data_client(self.channel(&address)?)))
+    }
+
+    /// Runs `call` against the partition's leader, refreshing metadata and retrying
+    /// with backoff on retriable errors until the retry deadline.
+    pub(crate) async fn with_leader<T, F, Fut>(
+        &self,
+        topic: &str,
+        partition: i32,
+        mut call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(DataClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = self.retry_deadline();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let r = match self.leader(topic, partition).await {
+                Ok((_, data)) => call(data).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    tracing::debug!(topic, partition, error = %e, "retrying");
+                    self.invalidate(topic);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Live brokers and the controller.
+    pub async fn cluster_status(&self) -> Result<ClusterStatusResponse> {
+        Ok(self
+            .admin
+            .clone()
+            .cluster_status(ClusterStatusRequest {})
+            .await?
+            .into_inner())
     }
 
     pub async fn create_topic(
@@ -220,14 +497,7 @@ impl Client {
 
     /// Partition count of a topic (fails with UNKNOWN_TOPIC_OR_PARTITION if absent).
     pub async fn partition_count(&self, topic: &str) -> Result<i32> {
-        let r = self
-            .admin
-            .clone()
-            .metadata(MetadataRequest {
-                topics: vec![topic.into()],
-            })
-            .await?
-            .into_inner();
+        let r = self.refresh_metadata(topic).await?;
         let t = r
             .topics
             .into_iter()
@@ -245,21 +515,26 @@ impl Client {
         partition: i32,
         timestamp: i64,
     ) -> Result<Option<i64>> {
-        let req = ListOffsetsRequest {
-            partitions: vec![ListOffsetsPartition {
-                topic: topic.into(),
-                partition,
-                timestamp,
-            }],
-        };
-        let r = self.data.clone().list_offsets(req).await?.into_inner();
-        let p = r
-            .partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Invalid("empty list offsets response".into()))?;
-        check(p.error_code, &p.error_message)?;
-        Ok((p.offset >= 0).then_some(p.offset))
+        let timeout = self.request_timeout;
+        self.with_leader(topic, partition, |mut data| async move {
+            let mut req = tonic::Request::new(ListOffsetsRequest {
+                partitions: vec![ListOffsetsPartition {
+                    topic: topic.into(),
+                    partition,
+                    timestamp,
+                }],
+            });
+            req.set_timeout(timeout);
+            let r = data.list_offsets(req).await?.into_inner();
+            let p = r
+                .partitions
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Invalid("empty list offsets response".into()))?;
+            check(p.error_code, &p.error_message)?;
+            Ok((p.offset >= 0).then_some(p.offset))
+        })
+        .await
     }
 
     /// One fetch of one partition, returned as the broker answered it (error code
@@ -272,22 +547,43 @@ impl Client {
         max_bytes: i32,
         max_wait_ms: u32,
     ) -> Result<FetchPartitionResult> {
-        let req = FetchRequest {
-            max_wait_ms,
-            min_bytes: 1,
-            max_bytes,
-            partitions: vec![FetchPartition {
-                topic: topic.into(),
-                partition,
-                fetch_offset: offset,
-                partition_max_bytes: max_bytes,
-            }],
+        let timeout = self.request_timeout + Duration::from_millis(u64::from(max_wait_ms));
+        let fetch = |mut data: DataClient<Channel>| async move {
+            let mut req = tonic::Request::new(FetchRequest {
+                max_wait_ms,
+                min_bytes: 1,
+                max_bytes,
+                partitions: vec![FetchPartition {
+                    topic: topic.into(),
+                    partition,
+                    fetch_offset: offset,
+                    partition_max_bytes: max_bytes,
+                }],
+            });
+            req.set_timeout(timeout);
+            data.fetch(req)
+                .await?
+                .into_inner()
+                .partitions
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Invalid("empty fetch response".into()))
         };
-        let r = self.data.clone().fetch(req).await?.into_inner();
-        r.partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Invalid("empty fetch response".into()))
+        if let Err(e) = self.leader(topic, partition).await
+            && !e.is_retriable()
+        {
+            // No such partition: let the broker say so, as it would to any client.
+            return fetch(data_client(self.bootstrap_channel.clone())).await;
+        }
+        self.with_leader(topic, partition, |data| async move {
+            let p = fetch(data).await?;
+            // Leadership errors are retried; others are the caller's to read.
+            match Error::from_code(p.error_code, p.error_message.clone()) {
+                Some(e) if e.is_leadership() => Err(e),
+                _ => Ok(p),
+            }
+        })
+        .await
     }
 
     /// Sends one produce request for one partition as is and returns the broker's answer.
@@ -298,16 +594,24 @@ impl Client {
         acks: i32,
         records: bytes::Bytes,
     ) -> Result<PartitionProduceResult> {
-        let req = ProduceRequest {
+        // No such partition: send it anyway, so the broker answers as to any client.
+        let mut data = match self.leader(topic, partition).await {
+            Ok((_, data)) => data,
+            Err(e) if e.is_retriable() => return Err(e),
+            Err(_) => data_client(self.bootstrap_channel.clone()),
+        };
+        let timeout = self.request_timeout;
+        let mut req = tonic::Request::new(ProduceRequest {
             acks,
-            timeout_ms: 30_000,
+            timeout_ms: timeout.as_millis() as u32,
             partitions: vec![PartitionProduceData {
                 topic: topic.into(),
                 partition,
                 records,
             }],
-        };
-        let r = self.data.clone().produce(req).await?.into_inner();
+        });
+        req.set_timeout(timeout + Duration::from_secs(5));
+        let r = data.produce(req).await?.into_inner();
         r.partitions
             .into_iter()
             .next()

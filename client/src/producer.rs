@@ -5,14 +5,16 @@
 //! plus its position among that partition's records.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use shale_proto::record::{BatchBuilder, Record};
+use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::{PartitionProduceData, ProduceRequest};
+use tonic::transport::Channel;
 
 use crate::partitioner::partition_for_key;
-use crate::{Client, Error, Result, check};
+use crate::{ByLeader, Client, Error, Result, check};
 
 /// Acknowledgement level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,26 +191,113 @@ impl Producer {
             .collect())
     }
 
+    /// Sends partitions' batches to their leaders (one request per leader, in
+    /// parallel), retrying partitions that got a retriable error (after a metadata
+    /// refresh and backoff) until the client's retry deadline. A partition's batches
+    /// are only resent after their previous attempt ended, which keeps its order.
     async fn send_request(&self, data: Vec<(i32, Bytes)>) -> Result<Vec<(i32, i64)>> {
-        let req = ProduceRequest {
+        let deadline = self.client.retry_deadline();
+        let mut pending = data;
+        let mut done = Vec::with_capacity(pending.len());
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let mut groups: ByLeader<(i32, Bytes)> = BTreeMap::new();
+            let mut retry = Vec::new();
+            let mut last_error = None;
+            for (p, records) in pending {
+                match self.client.leader(&self.topic, p).await {
+                    Ok((leader, data)) => groups
+                        .entry(leader)
+                        .or_insert_with(|| (data, Vec::new()))
+                        .1
+                        .push((p, records)),
+                    Err(e) if e.is_retriable() => {
+                        retry.push((p, records));
+                        last_error = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let sends = groups
+                .into_values()
+                .map(|(data, parts)| self.send_to(data, parts));
+            for (parts, outcome) in futures::future::join_all(sends).await {
+                match outcome {
+                    Ok(results) => {
+                        for ((p, records), r) in parts.into_iter().zip(results) {
+                            match r {
+                                Ok(base) => done.push((p, base)),
+                                Err(e) if e.is_retriable() => {
+                                    retry.push((p, records));
+                                    last_error = Some(e);
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    Err(e) if e.is_retriable() => {
+                        retry.extend(parts);
+                        last_error = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some(error) = last_error else {
+                return Ok(done);
+            };
+            if Instant::now() + backoff >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(topic = %self.topic, partitions = retry.len(), %error, "retrying produce");
+            self.client.invalidate(&self.topic);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            pending = retry;
+        }
+    }
+
+    /// One produce request to one broker; per partition, its base offset or error.
+    async fn send_to(
+        &self,
+        mut data: DataClient<Channel>,
+        parts: Vec<(i32, Bytes)>,
+    ) -> (Vec<(i32, Bytes)>, Result<Vec<Result<i64>>>) {
+        let timeout = self.client.request_timeout();
+        let mut req = tonic::Request::new(ProduceRequest {
             acks: self.acks.wire(),
-            timeout_ms: 30_000,
-            partitions: data
-                .into_iter()
+            timeout_ms: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
+            partitions: parts
+                .iter()
                 .map(|(partition, records)| PartitionProduceData {
                     topic: self.topic.clone(),
-                    partition,
-                    records,
+                    partition: *partition,
+                    records: records.clone(),
                 })
                 .collect(),
+        });
+        // The broker answers acks=all within `timeout`; give the network a little more.
+        req.set_timeout(timeout + Duration::from_secs(2));
+        let outcome = match data.produce(req).await {
+            Ok(resp) => {
+                let by_partition: BTreeMap<i32, _> = resp
+                    .into_inner()
+                    .partitions
+                    .into_iter()
+                    .map(|p| (p.partition, p))
+                    .collect();
+                Ok(parts
+                    .iter()
+                    .map(|(partition, _)| {
+                        let p = by_partition.get(partition).ok_or_else(|| {
+                            Error::Invalid("partition missing from produce response".into())
+                        })?;
+                        check(p.error_code, &p.error_message)?;
+                        Ok(p.base_offset)
+                    })
+                    .collect())
+            }
+            Err(status) => Err(Error::Rpc(status)),
         };
-        let resp = self.client.data.clone().produce(req).await?.into_inner();
-        resp.partitions
-            .into_iter()
-            .map(|p| {
-                check(p.error_code, &p.error_message)?;
-                Ok((p.partition, p.base_offset))
-            })
-            .collect()
+        (parts, outcome)
     }
 }

@@ -93,18 +93,21 @@ impl Admin for AdminService {
         let partitions = d
             .partitions
             .iter()
-            .map(|p| PartitionDescription {
-                partition: p.partition,
-                leader: p.leader,
-                leader_epoch: p.leader_epoch,
-                replicas: p.replicas.clone(),
-                isr: p.isr.clone(),
-                log_start_offset: p.offsets.log_start_offset,
-                local_log_start_offset: p.offsets.local_log_start_offset,
-                high_watermark: p.offsets.high_watermark,
-                log_end_offset: p.offsets.log_end_offset,
-                size_bytes: p.offsets.size_bytes as i64,
-                segments: p.offsets.segments as i32,
+            .map(|p| {
+                let o = p.offsets;
+                PartitionDescription {
+                    partition: p.partition,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    log_start_offset: o.map_or(-1, |o| o.log_start_offset),
+                    local_log_start_offset: o.map_or(-1, |o| o.local_log_start_offset),
+                    high_watermark: o.map_or(-1, |o| o.high_watermark),
+                    log_end_offset: o.map_or(-1, |o| o.log_end_offset),
+                    size_bytes: o.map_or(-1, |o| o.size_bytes as i64),
+                    segments: o.map_or(-1, |o| o.segments as i32),
+                }
             })
             .collect();
         Ok(Response::new(DescribeTopicResponse {
@@ -189,43 +192,92 @@ impl Admin for AdminService {
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
         let wanted = request.into_inner().topics;
-        let broker_id = self.broker.config.broker_id;
-        let states = self.broker.topics_snapshot();
+        let mut states = self.broker.topics_snapshot();
+        if wanted
+            .iter()
+            .any(|name| !states.iter().any(|s| &s.meta.name == name))
+        {
+            // Created elsewhere since the last refresh: catch up once.
+            if self.broker.reconcile().await.is_ok() {
+                states = self.broker.topics_snapshot();
+            }
+        }
         let topics = if wanted.is_empty() {
             states
                 .iter()
-                .map(|s| topic_metadata(&s.meta.name, Some(&s.meta), broker_id))
+                .map(|s| topic_metadata(&s.meta.name, Some(s)))
                 .collect()
         } else {
             wanted
                 .iter()
                 .map(|name| {
                     let state = states.iter().find(|s| &s.meta.name == name);
-                    topic_metadata(name, state.map(|s| &s.meta), broker_id)
+                    topic_metadata(name, state.map(|s| &**s))
                 })
                 .collect()
         };
-        Ok(Response::new(MetadataResponse {
-            brokers: vec![BrokerInfo {
-                broker_id,
-                address: self.broker.config.listen.to_string(),
-            }],
-            topics,
+        let now = crate::broker::now_ms();
+        let brokers = self
+            .broker
+            .brokers()
+            .into_iter()
+            .filter(|b| b.is_alive(now))
+            .map(|b| BrokerInfo {
+                broker_id: b.broker_id,
+                address: b.address,
+            })
+            .collect();
+        Ok(Response::new(MetadataResponse { brokers, topics }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusResponse>, Status> {
+        let (controller, brokers) = self
+            .broker
+            .cluster_status()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(ClusterStatusResponse {
+            controller_id: controller.map_or(-1, |c| c.broker_id),
+            controller_epoch: controller.map_or(-1, |c| c.epoch),
+            brokers: brokers
+                .into_iter()
+                .map(|b| BrokerStatus {
+                    broker_id: b.lease.broker_id,
+                    address: b.lease.address,
+                    alive: b.alive,
+                    lease_expires_ms: b.lease.lease_expires_ms,
+                    leader_partitions: b.leader_partitions,
+                    replica_partitions: b.replica_partitions,
+                })
+                .collect(),
         }))
     }
 }
 
-fn topic_metadata(name: &str, meta: Option<&Topic>, broker_id: i32) -> TopicMetadata {
-    match meta {
+fn topic_metadata(name: &str, topic: Option<&crate::broker::TopicState>) -> TopicMetadata {
+    match topic {
         Some(t) => TopicMetadata {
             name: name.to_string(),
             error_code: shale_proto::ErrorCode::None as i32,
-            topic_id: t.id.to_string(),
-            partitions: (0..t.partitions)
-                .map(|partition| PartitionMetadata {
-                    partition,
-                    leader: broker_id,
-                    leader_epoch: 0,
+            topic_id: t.meta.id.to_string(),
+            partitions: (0..t.meta.partitions)
+                .map(|partition| match t.state(partition) {
+                    Some(s) => PartitionMetadata {
+                        partition,
+                        leader: s.leader,
+                        leader_epoch: s.leader_epoch,
+                        replicas: s.replicas.clone(),
+                        isr: s.isr.clone(),
+                    },
+                    None => PartitionMetadata {
+                        partition,
+                        leader: -1,
+                        leader_epoch: -1,
+                        ..Default::default()
+                    },
                 })
                 .collect(),
         },

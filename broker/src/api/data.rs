@@ -43,7 +43,11 @@ impl Data for DataService {
                 records: p.records,
             })
             .collect();
-        let results = match self.broker.produce(req.acks, data).await {
+        let timeout = Duration::from_millis(match req.timeout_ms {
+            0 => 30_000,
+            ms => u64::from(ms),
+        });
+        let results = match self.broker.produce(req.acks, timeout, data).await {
             Ok(results) => results,
             // A request-level error (bad acks, shutting down) answers every partition.
             Err(e) => keys.iter().map(|_| Err(clone_request_error(&e))).collect(),
@@ -145,6 +149,7 @@ fn clone_request_error(e: &crate::error::Error) -> crate::error::Error {
     match e {
         Error::InvalidRequiredAcks(a) => Error::InvalidRequiredAcks(*a),
         Error::ShuttingDown => Error::ShuttingDown,
+        Error::LeaseLapsed => Error::LeaseLapsed,
         other => Error::Internal(other.to_string()),
     }
 }

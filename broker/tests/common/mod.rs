@@ -173,6 +173,16 @@ impl Broker {
         }
     }
 
+    /// SIGSTOP: the process freezes (no heartbeat, no answers) until [`Broker::resume`].
+    pub fn pause(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), "-CONT");
+    }
+
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -223,6 +233,15 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill {sig} {pid} failed");
 }
 
 pub fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {

@@ -17,7 +17,7 @@ use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
     about = "Command-line client for the Shale broker"
 )]
 struct Cli {
-    /// Broker address.
+    /// Broker address(es), `host:port[,host:port…]`.
     #[arg(
         long,
         global = true,
@@ -25,6 +25,12 @@ struct Cli {
         default_value = "127.0.0.1:9093"
     )]
     bootstrap: String,
+    /// How long one produce/fetch call may take before it is retried elsewhere.
+    #[arg(long, global = true, default_value_t = 30_000)]
+    request_timeout_ms: u64,
+    /// How long produce/fetch keep retrying while leadership moves.
+    #[arg(long, global = true, default_value_t = 60_000)]
+    retry_timeout_ms: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,6 +47,9 @@ enum Command {
     /// Tiered storage.
     #[command(subcommand)]
     Tiering(TieringCommand),
+    /// The cluster.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Print partition offsets: `topic:partition:offset` per line.
     Offsets {
         topic: String,
@@ -56,7 +65,8 @@ enum TopicCommand {
         name: String,
         #[arg(long, default_value_t = 1)]
         partitions: i32,
-        #[arg(long, default_value_t = 1)]
+        /// Default: the broker's `cluster.default_replication_factor`.
+        #[arg(long, default_value_t = -1)]
         replication_factor: i32,
         /// Topic config override, `key=value` (repeatable).
         #[arg(long = "config", value_parser = parse_kv)]
@@ -81,6 +91,12 @@ enum TopicCommand {
     Delete {
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Brokers (alive or not, lease expiry, partitions led and held) and the controller.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -186,8 +202,34 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::connect(&cli.bootstrap).await?;
+    let client = Client::connect(&cli.bootstrap)
+        .await?
+        .with_request_timeout(Duration::from_millis(cli.request_timeout_ms))
+        .with_retry_timeout(Duration::from_millis(cli.retry_timeout_ms));
     match cli.command {
+        Command::Cluster(ClusterCommand::Status) => {
+            let s = client.cluster_status().await?;
+            let controller = match s.controller_id {
+                -1 => "none".to_string(),
+                id => format!("{id} (epoch {})", s.controller_epoch),
+            };
+            println!("Controller: {controller}");
+            println!(
+                "BROKER\tADDRESS\tALIVE\tLEASE_EXPIRES_MS\tLEADER_PARTITIONS\tREPLICA_PARTITIONS"
+            );
+            for b in s.brokers {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    b.broker_id,
+                    b.address,
+                    b.alive,
+                    b.lease_expires_ms,
+                    b.leader_partitions,
+                    b.replica_partitions
+                );
+            }
+            Ok(())
+        }
         Command::Topic(cmd) => topic(client, cmd).await,
         Command::Produce(args) => produce(client, args).await,
         Command::Consume(args) => consume(client, args).await,
@@ -273,9 +315,10 @@ async fn topic(client: Client, cmd: TopicCommand) -> anyhow::Result<()> {
             for p in d.partitions {
                 let ids = |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
                 println!(
-                    "\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLocalLogStartOffset: {}\tHighWatermark: {}\tLogEndOffset: {}\tSizeBytes: {}\tSegments: {}",
+                    "\tPartition: {}\tLeader: {}\tLeaderEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLocalLogStartOffset: {}\tHighWatermark: {}\tLogEndOffset: {}\tSizeBytes: {}\tSegments: {}",
                     p.partition,
                     p.leader,
+                    p.leader_epoch,
                     ids(&p.replicas),
                     ids(&p.isr),
                     p.log_start_offset,

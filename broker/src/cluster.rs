@@ -1,0 +1,335 @@
+//! Membership and control: this broker's lease, the controller, replica assignment.
+//!
+//! # Leases and fencing
+//! Every broker renews a lease row in the metastore every `heartbeat_interval_ms`,
+//! writing an expiry of (time the renewal was sent + `lease_ms`). It trusts its own
+//! lease only until 3/4 of `lease_ms` after sending the last successful renewal; past
+//! that it refuses produce and acknowledges nothing (see [`Broker::lease_valid`]). The
+//! controller moves leadership only once the full lease has expired, and does so in a
+//! transaction that locks the old leader's lease row. So the old leader has stopped
+//! acknowledging before a new one can start, and a broker whose lease lapsed (paused,
+//! cut off) re-reads the metadata after renewing before it acknowledges again.
+//!
+//! # Controller
+//! One broker holds the controller lease (a compare-and-set row with an epoch). Each
+//! `controller_interval_ms` it looks for partitions whose leader's lease expired (or
+//! that have none) and elects the first live ISR member in replica order, bumping the
+//! leader epoch and dropping dead brokers from the ISR; with no live ISR member it
+//! elects a live out-of-sync replica only if `unclean.leader.election.enable`, and
+//! otherwise leaves the partition offline (leader -1) until an ISR member returns.
+//! Every change is a compare-and-set on the partition's version.
+//!
+//! # Restarts
+//! A starting broker first marks its lease expired and waits until the controller has
+//! moved every partition it led elsewhere (or offline), so it never resumes leading at
+//! an epoch whose log it may have lost (power loss); it rejoins as a follower, or is
+//! elected again at a new epoch.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use shale_metastore::{BrokerLease, PartitionState};
+
+use crate::broker::{Broker, now_ms};
+use crate::error::{Error, Result};
+
+/// A broker as `shale cluster status` shows it.
+#[derive(Debug, Clone)]
+pub struct BrokerStatus {
+    pub lease: BrokerLease,
+    pub alive: bool,
+    pub leader_partitions: i32,
+    pub replica_partitions: i32,
+}
+
+impl Broker {
+    /// Whether this broker may act as leader now (its lease is surely not expired).
+    pub fn lease_valid(&self) -> bool {
+        self.lease_deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|d| Instant::now() < d)
+    }
+
+    /// Renews this broker's lease. After a lapse, the metadata is read again before the
+    /// lease counts as valid.
+    pub(crate) async fn renew_lease(&self) -> Result<()> {
+        let lease_ms = self.config.cluster.lease_ms;
+        let sent = Instant::now();
+        let lapsed = !self.lease_valid();
+        self.metastore
+            .renew_broker_lease(
+                self.config.broker_id,
+                &self.config.advertised_address(),
+                now_ms() + lease_ms as i64,
+            )
+            .await?;
+        if lapsed {
+            tracing::info!(
+                broker = self.config.broker_id,
+                "lease (re)acquired, reloading metadata"
+            );
+            self.reconcile().await?;
+        }
+        *self
+            .lease_deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
+            Some(sent + Duration::from_millis(lease_ms * 3 / 4));
+        Ok(())
+    }
+
+    /// Gives up the lease (graceful shutdown), so leadership moves at once.
+    pub(crate) async fn release_lease(&self) {
+        *self
+            .lease_deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        let id = self.config.broker_id;
+        if let Err(e) = self
+            .metastore
+            .renew_broker_lease(id, &self.config.advertised_address(), 0)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot release the broker lease");
+        }
+        let now = now_ms();
+        if let Ok(Some(c)) = self.metastore.controller().await
+            && c.broker_id == id
+            && let Err(e) = self.metastore.try_acquire_controller(id, now, now).await
+        {
+            tracing::warn!(error = %e, "cannot release the controller lease");
+        }
+    }
+
+    /// Start-up fence (see the module docs): waits, acting as controller if nobody
+    /// else does, until no partition names this broker as leader, or `2 × lease_ms`.
+    pub(crate) async fn step_down_after_restart(&self) -> Result<()> {
+        let id = self.config.broker_id;
+        self.metastore
+            .renew_broker_lease(id, &self.config.advertised_address(), 0)
+            .await?;
+        let deadline = Instant::now() + Duration::from_millis(2 * self.config.cluster.lease_ms);
+        loop {
+            let led = self
+                .metastore
+                .list_partition_states()
+                .await?
+                .iter()
+                .filter(|s| s.leader == id)
+                .count();
+            if led == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    partitions = led,
+                    "no controller moved this broker's leadership away; continuing"
+                );
+                return Ok(());
+            }
+            self.controller_pass().await?;
+            tokio::time::sleep(Duration::from_millis(
+                self.config.cluster.controller_interval_ms,
+            ))
+            .await;
+        }
+    }
+
+    /// Live brokers (lease not expired), by id.
+    pub(crate) async fn live_brokers(&self) -> Result<Vec<i32>> {
+        let now = now_ms();
+        Ok(self
+            .metastore
+            .list_brokers()
+            .await?
+            .into_iter()
+            .filter(|b| b.is_alive(now))
+            .map(|b| b.broker_id)
+            .collect())
+    }
+
+    /// Replicas for `count` new partitions starting at `first`: leaders spread
+    /// round-robin over the live brokers, followers on the next ones.
+    pub(crate) async fn assign_replicas(
+        &self,
+        topic: &str,
+        first: i32,
+        count: i32,
+        replication_factor: i32,
+    ) -> Result<Vec<Vec<i32>>> {
+        if replication_factor > 1 && !self.metastore.supports_replication() {
+            return Err(Error::InvalidReplicationFactor(format!(
+                "replication factor {replication_factor} needs a cluster: with the SQLite \
+                 metastore Shale runs one broker, so it must be 1 (use a postgres:// metastore)"
+            )));
+        }
+        let live = self.live_brokers().await?;
+        if replication_factor < 1 || replication_factor as usize > live.len() {
+            return Err(Error::InvalidReplicationFactor(format!(
+                "replication factor {replication_factor} is invalid: it must be between 1 and the \
+                 {} live broker(s)",
+                live.len()
+            )));
+        }
+        // A per-topic start spreads the leaders of many small topics too.
+        let start = topic
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        let n = live.len();
+        Ok((first..first + count)
+            .map(|p| {
+                (0..replication_factor as usize)
+                    .map(|j| live[(start + p as usize + j) % n])
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// One controller round: take or renew the controller lease, then elect leaders
+    /// where needed. Does nothing on brokers that are not the controller.
+    pub(crate) async fn controller_pass(&self) -> Result<()> {
+        let now = now_ms();
+        let id = self.config.broker_id;
+        let lease_ms = self.config.cluster.lease_ms as i64;
+        let Some(lease) = self
+            .metastore
+            .try_acquire_controller(id, now, now + lease_ms)
+            .await?
+        else {
+            return Ok(());
+        };
+        let was = self
+            .controller_epoch
+            .swap(lease.epoch, std::sync::atomic::Ordering::Relaxed);
+        if was != lease.epoch {
+            tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
+        }
+        let live: HashSet<i32> = self.live_brokers().await?.into_iter().collect();
+        let unclean: HashSet<uuid::Uuid> = self
+            .topics_snapshot()
+            .iter()
+            .filter(|t| t.config.unclean_leader_election_enable)
+            .map(|t| t.meta.id)
+            .collect();
+        for state in self.metastore.list_partition_states().await? {
+            let Some(next) = elect(&state, &live, unclean.contains(&state.topic_id)) else {
+                continue;
+            };
+            let fence = (state.leader >= 0).then_some((state.leader, now_ms()));
+            match self.metastore.update_partition_state(&next, fence).await {
+                Ok(stored) => tracing::info!(
+                    topic_id = %stored.topic_id, partition = stored.partition,
+                    old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
+                    isr = ?stored.isr, "controller changed the partition leader"
+                ),
+                Err(e) => tracing::info!(topic_id = %state.topic_id, partition = state.partition,
+                    error = %e, "leader change not written"),
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn cluster_status(
+        &self,
+    ) -> Result<(Option<shale_metastore::ControllerLease>, Vec<BrokerStatus>)> {
+        let now = now_ms();
+        let controller = self
+            .metastore
+            .controller()
+            .await?
+            .filter(|c| c.lease_expires_ms > now);
+        let states = self.metastore.list_partition_states().await?;
+        let brokers = self
+            .metastore
+            .list_brokers()
+            .await?
+            .into_iter()
+            .map(|lease| BrokerStatus {
+                alive: lease.is_alive(now),
+                leader_partitions: states
+                    .iter()
+                    .filter(|s| s.leader == lease.broker_id)
+                    .count() as i32,
+                replica_partitions: states
+                    .iter()
+                    .filter(|s| s.replicas.contains(&lease.broker_id))
+                    .count() as i32,
+                lease,
+            })
+            .collect();
+        Ok((controller, brokers))
+    }
+}
+
+/// The controller's decision for one partition: `None` if its leader is alive (or it
+/// stays offline).
+fn elect(state: &PartitionState, live: &HashSet<i32>, unclean: bool) -> Option<PartitionState> {
+    if state.leader >= 0 && live.contains(&state.leader) {
+        return None;
+    }
+    let live_isr: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|b| state.isr.contains(b) && live.contains(b))
+        .collect();
+    let (leader, isr) = if let Some(&leader) = live_isr.first() {
+        (leader, live_isr)
+    } else if let Some(&leader) = state.replicas.iter().find(|b| unclean && live.contains(b)) {
+        tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
+            "unclean leader election: records acknowledged by the old ISR may be lost");
+        (leader, vec![leader])
+    } else if state.leader >= 0 {
+        // Offline until an ISR member returns; the ISR is kept so it can lead again.
+        (-1, state.isr.clone())
+    } else {
+        return None;
+    };
+    Some(PartitionState {
+        leader,
+        leader_epoch: state.leader_epoch + 1,
+        isr,
+        ..state.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(leader: i32, isr: &[i32]) -> PartitionState {
+        PartitionState {
+            topic_id: uuid::Uuid::nil(),
+            partition: 0,
+            replicas: vec![1, 2, 3],
+            leader,
+            leader_epoch: 4,
+            isr: isr.to_vec(),
+            version: 9,
+        }
+    }
+
+    #[test]
+    fn elections_pick_live_isr_members_in_replica_order() {
+        let live = |ids: &[i32]| ids.iter().copied().collect::<HashSet<_>>();
+        assert_eq!(elect(&state(1, &[1, 2, 3]), &live(&[1, 2, 3]), false), None);
+        let next = elect(&state(1, &[1, 3, 2]), &live(&[2, 3]), false).unwrap();
+        assert_eq!(
+            (next.leader, next.leader_epoch, next.isr.clone()),
+            (2, 5, vec![2, 3])
+        );
+        // Only an out-of-sync replica alive: offline unless unclean election is on.
+        let offline = elect(&state(1, &[1, 2]), &live(&[3]), false).unwrap();
+        assert_eq!((offline.leader, offline.isr.clone()), (-1, vec![1, 2]));
+        assert_eq!(elect(&offline, &live(&[3]), false), None);
+        let unclean = elect(&offline, &live(&[3]), true).unwrap();
+        assert_eq!(
+            (unclean.leader, unclean.leader_epoch, unclean.isr),
+            (3, 6, vec![3])
+        );
+        // An ISR member returning leads again.
+        let back = elect(&offline, &live(&[2, 3]), false).unwrap();
+        assert_eq!((back.leader, back.isr), (2, vec![2]));
+    }
+}

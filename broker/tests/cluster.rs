@@ -1,0 +1,506 @@
+//! Replication and fail-over with real brokers: three `shale-broker` processes on
+//! loopback ports sharing a real PostgreSQL metastore and a real S3 server (`s3s-fs`),
+//! under a steady acks=all producer (replication factor 3, min.insync.replicas 2).
+//! Brokers are killed with SIGKILL, paused with SIGSTOP, restarted one by one, and cut
+//! off from PostgreSQL; afterwards a checker reads every partition from offset 0 and
+//! compares it with what was acknowledged: nothing acknowledged may be lost, offsets
+//! must be dense, and each partition must keep the order records were sent in.
+//! Fail-over and catch-up times are printed, never asserted.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Broker, PgDatabase, S3Server};
+use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
+use shale_proto::ErrorCode;
+use shale_proto::v1::data_client::DataClient;
+use shale_proto::v1::{PartitionProduceData, ProduceRequest};
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 3;
+
+/// Short leases so faults resolve in seconds.
+const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
+    controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
+    [log]\nmetadata_refresh_interval_ms = 500\n";
+
+struct Cluster {
+    /// Broker id `i + 1` at index `i`.
+    brokers: Vec<Broker>,
+    _cfg: tempfile::TempDir,
+    _s3: S3Server,
+    _db: PgDatabase,
+}
+
+impl Cluster {
+    /// Starts `n` brokers on a fresh database, reached through `via` if given.
+    async fn start(n: i32, via: Option<&PgProxy>) -> Self {
+        let s3 = S3Server::start("shale-cluster");
+        let cfg_dir = tempfile::tempdir().unwrap();
+        let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(CLUSTER_TOML));
+        let db = PgDatabase::create();
+        let url = match via {
+            Some(proxy) => db.url().replace(":5432/", &format!(":{}/", proxy.port)),
+            None => db.url(),
+        };
+        let object_store = format!("s3://{}/cluster", s3.bucket);
+        let mut brokers = Vec::new();
+        for id in 1..=n {
+            let id = id.to_string();
+            let args = [
+                "--config",
+                cfg.to_str().unwrap(),
+                "--broker-id",
+                &id,
+                "--metastore-url",
+                &url,
+                "--object-store-url",
+                &object_store,
+            ];
+            brokers.push(Broker::start(&args).await);
+        }
+        Cluster {
+            brokers,
+            _cfg: cfg_dir,
+            _s3: s3,
+            _db: db,
+        }
+    }
+
+    fn broker(&mut self, id: i32) -> &mut Broker {
+        &mut self.brokers[(id - 1) as usize]
+    }
+
+    fn bootstrap(&self) -> String {
+        self.brokers
+            .iter()
+            .map(Broker::address)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn client(&self) -> Client {
+        Client::connect(&self.bootstrap())
+            .await
+            .unwrap()
+            .with_request_timeout(Duration::from_secs(5))
+    }
+
+    /// Leader, epoch and ISR of every partition, as broker `via` reports them.
+    async fn partitions(&self, via: i32) -> Vec<(i32, i32, Vec<i32>)> {
+        let c = Client::connect(&self.brokers[(via - 1) as usize].address())
+            .await
+            .unwrap();
+        c.describe_topic(TOPIC)
+            .await
+            .unwrap()
+            .partitions
+            .into_iter()
+            .map(|p| (p.leader, p.leader_epoch, p.isr))
+            .collect()
+    }
+
+    /// Waits until the partitions (as `via` sees them) satisfy `cond`; returns how long.
+    async fn wait_until(
+        &self,
+        via: i32,
+        what: &str,
+        cond: impl Fn(&[(i32, i32, Vec<i32>)]) -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(60);
+        loop {
+            let parts = self.partitions(via).await;
+            if cond(&parts) {
+                return start.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {parts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn create_topic(&self) {
+        let configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
+        self.client()
+            .await
+            .create_topic(TOPIC, PARTITIONS, 3, configs)
+            .await
+            .unwrap();
+        self.wait_until(1, "every replica in the ISR", |ps| {
+            ps.iter().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
+        })
+        .await;
+    }
+}
+
+/// One acknowledged record: partition, offset, sequence number (its value is `r-{seq}`).
+type Ack = (i32, i64, u64);
+
+/// A steady acks=all producer: batches of 30 records spread over the partitions,
+/// recording what was acknowledged.
+struct Load {
+    acked: Arc<Mutex<Vec<Ack>>>,
+    failed: Arc<Mutex<usize>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    async fn start(client: Client) -> Self {
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let failed = Arc::new(Mutex::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut producer = Producer::new(client, TOPIC, Acks::All).await.unwrap();
+        let (a, f, s) = (acked.clone(), failed.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut seq = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                let records = (seq..seq + 30)
+                    .map(|i| ProducerRecord {
+                        partition: Some((i % PARTITIONS as u64) as i32),
+                        value: Some(Bytes::from(format!("r-{i}"))),
+                        ..Default::default()
+                    })
+                    .collect();
+                match producer.send_all(records).await {
+                    Ok(meta) => {
+                        let mut acked = a.lock().unwrap();
+                        for (i, m) in meta.iter().enumerate() {
+                            acked.push((m.partition, m.offset, seq + i as u64));
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("send failed (not acknowledged): {e}");
+                        *f.lock().unwrap() += 30;
+                    }
+                }
+                seq += 30;
+            }
+        });
+        Load {
+            acked,
+            failed,
+            stop,
+            task,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Waits for `more` acknowledgements beyond the current count.
+    async fn wait_more(&self, more: usize) {
+        let target = self.count() + more;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count() < target {
+            assert!(
+                Instant::now() < deadline,
+                "the producer made no progress: {} acked",
+                self.count()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn finish(self) -> (Vec<Ack>, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let acked = self.acked.lock().unwrap().clone();
+        let failed = *self.failed.lock().unwrap();
+        (acked, failed)
+    }
+}
+
+/// Reads every partition from offset 0 up to its high watermark and checks it against
+/// the acknowledgements. Returns the number of records read.
+async fn check(client: Client, acked: &[Ack]) -> usize {
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        ends.insert(p, client.list_offset(TOPIC, p, -1).await.unwrap().unwrap());
+    }
+    let mut consumer = Consumer::new(client, TOPIC, None, StartFrom::Offset(0))
+        .await
+        .unwrap();
+    let mut log: HashMap<(i32, i64), String> = HashMap::new();
+    let mut next: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next.iter().any(|(p, o)| *o < ends[p]) {
+        assert!(
+            Instant::now() < deadline,
+            "could not read back to {ends:?}, at {next:?}"
+        );
+        for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            let expected = next.get_mut(&r.partition).unwrap();
+            assert_eq!(
+                r.offset, *expected,
+                "offset gap in partition {}",
+                r.partition
+            );
+            *expected += 1;
+            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            log.insert((r.partition, r.offset), value);
+        }
+    }
+    for &(p, offset, seq) in acked {
+        let want = format!("r-{seq}");
+        assert_eq!(
+            log.get(&(p, offset)),
+            Some(&want),
+            "acknowledged record {want} at {p}:{offset} is lost"
+        );
+    }
+    // Per-partition order: acknowledged records appear in the order they were sent.
+    let mut by_partition: BTreeMap<i32, Vec<(i64, u64)>> = BTreeMap::new();
+    for &(p, offset, seq) in acked {
+        by_partition.entry(p).or_default().push((offset, seq));
+    }
+    for (p, mut v) in by_partition {
+        v.sort_unstable();
+        assert!(
+            v.windows(2).all(|w| w[0].1 < w[1].1),
+            "partition {p} reordered acknowledged records"
+        );
+    }
+    log.len()
+}
+
+fn report(name: &str, acked: &[Ack], failed: usize, read: usize) {
+    eprintln!(
+        "[{name}] acknowledged {} records, {failed} sends failed after retries, {read} records read back, none lost",
+        acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_of_the_leader_loses_no_acknowledged_record() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(600).await;
+
+    let victim = cluster.partitions(1).await[0].0;
+    let other = if victim == 1 { 2 } else { 1 };
+    let killed = Instant::now();
+    cluster.broker(victim).kill();
+    let failover = cluster
+        .wait_until(other, "a new leader of partition 0", |ps| {
+            ps[0].0 > 0 && ps[0].0 != victim
+        })
+        .await;
+    load.wait_more(1).await;
+    eprintln!(
+        "[kill -9] leader {victim} killed: new leader after {:?}, first acknowledgement after {:?}",
+        failover,
+        killed.elapsed()
+    );
+    load.wait_more(600).await;
+    cluster
+        .wait_until(other, "the ISR to drop the dead broker", |ps| {
+            ps.iter().all(|(_, _, isr)| !isr.contains(&victim))
+        })
+        .await;
+
+    let restarted = Instant::now();
+    cluster.broker(victim).start_again().await;
+    let rejoin = cluster
+        .wait_until(other, "the restarted broker back in every ISR", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.contains(&victim))
+        })
+        .await;
+    eprintln!(
+        "[kill -9] broker {victim} restarted, caught up and back in every ISR after {:?}",
+        restarted.elapsed().max(rejoin)
+    );
+    load.wait_more(300).await;
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("kill -9", &acked, failed, read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_leader_acknowledges_nothing_after_it_wakes() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(300).await;
+
+    let victim = cluster.partitions(1).await[0].0;
+    let other = if victim == 1 { 2 } else { 1 };
+    cluster.broker(victim).pause();
+    let paused = Instant::now();
+    let failover = cluster
+        .wait_until(other, "a new leader of partition 0", |ps| {
+            ps[0].0 > 0 && ps[0].0 != victim
+        })
+        .await;
+    eprintln!("[SIGSTOP] leader {victim} paused: new leader after {failover:?}");
+    load.wait_more(300).await;
+    // Past the lease, then wake it up and ask it directly to take writes.
+    tokio::time::sleep(Duration::from_millis(4_000).saturating_sub(paused.elapsed())).await;
+    cluster.broker(victim).resume();
+    let address = format!("http://{}", cluster.broker(victim).address());
+    let mut direct = DataClient::connect(address).await.unwrap();
+    for acks in [1, -1] {
+        let request = ProduceRequest {
+            acks,
+            timeout_ms: 2_000,
+            partitions: (0..PARTITIONS)
+                .map(|partition| PartitionProduceData {
+                    topic: TOPIC.into(),
+                    partition,
+                    records: one_record_batch(b"from-the-past"),
+                })
+                .collect(),
+        };
+        let answer = direct.produce(request).await.unwrap().into_inner();
+        for p in answer.partitions {
+            assert_ne!(
+                p.error_code,
+                ErrorCode::None as i32,
+                "the woken broker acknowledged a write to partition {} (acks={acks})",
+                p.partition
+            );
+        }
+    }
+    let rejoin = cluster
+        .wait_until(other, "the woken broker back in every ISR", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.contains(&victim))
+        })
+        .await;
+    eprintln!("[SIGSTOP] broker {victim} woke and rejoined every ISR after {rejoin:?}");
+    load.wait_more(300).await;
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    assert!(read >= acked.len(), "fewer records than acknowledgements");
+    report("SIGSTOP", &acked, failed, read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_loses_no_acknowledged_record() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(300).await;
+    for id in 1..=3 {
+        let other = if id == 1 { 2 } else { 1 };
+        let started = Instant::now();
+        cluster.broker(id).stop();
+        cluster.broker(id).start_again().await;
+        cluster
+            .wait_until(other, "the restarted broker back in every ISR", |ps| {
+                ps.iter().all(|(l, _, isr)| *l > 0 && isr.contains(&id))
+            })
+            .await;
+        eprintln!(
+            "[rolling restart] broker {id} back in every ISR after {:?}",
+            started.elapsed()
+        );
+        load.wait_more(300).await;
+    }
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("rolling restart", &acked, failed, read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_outages_cause_no_split_brain_and_the_cluster_recovers() {
+    let proxy = PgProxy::start().await;
+    let cluster = Cluster::start(3, Some(&proxy)).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(300).await;
+
+    // Shorter than the fencing margin: leaders keep acknowledging.
+    let before = load.count();
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let during_short = load.count() - before;
+    proxy.restore();
+    eprintln!("[postgres outage] 1.2 s outage: {during_short} records acknowledged meanwhile");
+    load.wait_more(300).await;
+
+    // Longer than the lease: every broker fences itself, then all recover.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let fenced_at = load.count();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let while_fenced = load.count() - fenced_at;
+    let restored = Instant::now();
+    proxy.restore();
+    load.wait_more(1).await;
+    eprintln!(
+        "[postgres outage] 6 s outage: {while_fenced} acknowledged after the lease lapsed; \
+         writes resumed {:?} after PostgreSQL returned",
+        restored.elapsed()
+    );
+    load.wait_more(300).await;
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("postgres outage", &acked, failed, read);
+}
+
+/// A TCP proxy in front of PostgreSQL that the test can cut (every connection
+/// dropped, new ones closed at once) and restore.
+struct PgProxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl PgProxy {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections = Arc::new(Mutex::new(Vec::new()));
+        let (u, conns) = (up.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if !u.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect("127.0.0.1:5432").await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        PgProxy {
+            port,
+            up,
+            connections,
+        }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+fn one_record_batch(value: &[u8]) -> Bytes {
+    let mut b = shale_proto::record::BatchBuilder::new(0);
+    b.push(shale_proto::record::Record::new(None, Some(value), 0));
+    b.build()
+}

@@ -32,6 +32,9 @@ enum Scenario {
         partitions: i32,
         #[arg(long, default_value = "1")]
         acks: Acks,
+        /// Replication factor of a new topic (-1: the broker's default).
+        #[arg(long, default_value_t = -1)]
+        replication_factor: i32,
         /// Records handed to the producer per call.
         #[arg(long, default_value_t = 20_000)]
         chunk: usize,
@@ -54,11 +57,12 @@ async fn main() -> anyhow::Result<()> {
             record_size,
             partitions,
             acks,
+            replication_factor,
             chunk,
         } => {
             if client.partition_count(&topic).await.is_err() {
                 client
-                    .create_topic(&topic, partitions, 1, Default::default())
+                    .create_topic(&topic, partitions, replication_factor, Default::default())
                     .await?;
             }
             let mut producer = Producer::new(client, &topic, acks).await?;

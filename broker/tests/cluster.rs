@@ -27,14 +27,15 @@ const PARTITIONS: i32 = 3;
 /// Short leases so faults resolve in seconds.
 const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
-    [log]\nmetadata_refresh_interval_ms = 500\n";
+    [tiering]\nupload_interval_ms = 200\n\
+    [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 200\n";
 
 struct Cluster {
     /// Broker id `i + 1` at index `i`.
     brokers: Vec<Broker>,
     _cfg: tempfile::TempDir,
     _s3: S3Server,
-    _db: PgDatabase,
+    db: PgDatabase,
 }
 
 impl Cluster {
@@ -68,7 +69,7 @@ impl Cluster {
             brokers,
             _cfg: cfg_dir,
             _s3: s3,
-            _db: db,
+            db,
         }
     }
 
@@ -128,7 +129,12 @@ impl Cluster {
     }
 
     async fn create_topic(&self) {
-        let configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
+        self.create_topic_with(&[]).await
+    }
+
+    async fn create_topic_with(&self, extra: &[(&str, &str)]) {
+        let mut configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
+        configs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         self.client()
             .await
             .create_topic(TOPIC, PARTITIONS, 3, configs)
@@ -309,6 +315,28 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_record() {
         })
         .await;
 
+    // `shale cluster status` shows the dead broker and a live controller.
+    let out = common::run_cli(
+        &cluster.broker(other).address(),
+        &["cluster", "status"],
+        None,
+    );
+    let status = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{status}");
+    let alive: Vec<(String, String)> = status
+        .lines()
+        .skip(2)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].to_string(), f[2].to_string())
+        })
+        .collect();
+    assert_eq!(alive.len(), 3, "{status}");
+    for (id, live) in alive {
+        assert_eq!(live == "true", id != victim.to_string(), "{status}");
+    }
+    assert!(!status.starts_with("Controller: none"), "{status}");
+
     let restarted = Instant::now();
     cluster.broker(victim).start_again().await;
     let rejoin = cluster
@@ -446,6 +474,73 @@ async fn postgres_outages_cause_no_split_brain_and_the_cluster_recovers() {
     let (acked, failed) = load.finish().await;
     let read = check(cluster.client().await, &acked).await;
     report("postgres outage", &acked, failed, read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_remote_log_has_no_gap_or_overlap_across_failovers() {
+    let mut cluster = Cluster::start(3, None).await;
+    // Small segments, copied as they seal and then dropped locally: reads below the
+    // local log go to the object store.
+    cluster
+        .create_topic_with(&[("segment.bytes", "4096"), ("local.retention.bytes", "8192")])
+        .await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(900).await;
+    for round in 0..2 {
+        let victim = cluster.partitions(1).await[0].0;
+        let other = if victim == 1 { 2 } else { 1 };
+        cluster.broker(victim).kill();
+        let failover = cluster
+            .wait_until(other, "a new leader of partition 0", |ps| {
+                ps[0].0 > 0 && ps[0].0 != victim
+            })
+            .await;
+        eprintln!("[tiering] round {round}: leader {victim} killed, new leader after {failover:?}");
+        load.wait_more(900).await;
+        cluster.broker(victim).start_again().await;
+        cluster
+            .wait_until(other, "the restarted broker back in every ISR", |ps| {
+                ps.iter().all(|(_, _, isr)| isr.contains(&victim))
+            })
+            .await;
+    }
+    let (acked, failed) = load.finish().await;
+    // Let the leaders copy what sealed last.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for p in 0..PARTITIONS {
+        let rows = cluster.db.query(&format!(
+            "SELECT base_offset, end_offset, leader_epoch FROM remote_segments \
+             WHERE partition_id = {p} AND state = 'COPY_FINISHED' ORDER BY base_offset"
+        ));
+        let segs: Vec<(i64, i64, i32)> = rows
+            .iter()
+            .map(|r| {
+                let f: Vec<&str> = r.split('|').collect();
+                (
+                    f[0].parse().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                )
+            })
+            .collect();
+        assert!(!segs.is_empty(), "partition {p}: nothing copied");
+        for w in segs.windows(2) {
+            assert_eq!(
+                w[0].1 + 1,
+                w[1].0,
+                "partition {p}: gap or overlap in {segs:?}"
+            );
+        }
+        let epochs: std::collections::BTreeSet<i32> = segs.iter().map(|s| s.2).collect();
+        eprintln!(
+            "[tiering] partition {p}: {} remote segments, offsets {}..={}, copied under leader epochs {epochs:?}",
+            segs.len(),
+            segs[0].0,
+            segs.last().unwrap().1
+        );
+    }
+    let read = check(cluster.client().await, &acked).await;
+    report("tiering across failovers", &acked, failed, read);
 }
 
 /// A TCP proxy in front of PostgreSQL that the test can cut (every connection

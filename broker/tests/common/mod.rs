@@ -478,6 +478,35 @@ impl PgDatabase {
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
     }
+
+    /// Runs a query in this database; rows as `|`-separated lines.
+    pub fn query(&self, sql: &str) -> Vec<String> {
+        let out = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "5432",
+                "-U",
+                "postgres",
+                "-d",
+                &self.name,
+                "-Atqc",
+                sql,
+            ])
+            .output()
+            .expect("psql is missing: run infra/test-services.sh");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
 }
 
 impl Drop for PgDatabase {

@@ -1,120 +1,109 @@
-//! `shale-bench`: load generator against a running broker (`--bootstrap`).
-//! For now two scenarios, `produce` and `consume`, each printing one JSON result line.
-//! The full scenario suite with same-run physical baselines is tracked separately.
+//! `shale-bench`: Shale's benchmark suite. Each scenario starts the brokers it needs
+//! (or uses `--bootstrap`), drives load through the real client library, measures its
+//! physical baseline in the same run, and reports the ratio. Results go to
+//! `{out}/latest.json` (stable layout, see `bench/README.md`) and `{out}/latest.md`.
 
-use std::time::Instant;
+mod baseline;
+mod harness;
+mod report;
+mod scenarios;
 
-use anyhow::Context;
-use bytes::Bytes;
-use clap::{Parser, Subcommand};
-use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use report::{CaseResult, Run};
+use scenarios::Ctx;
 
 #[derive(Parser)]
-#[command(name = "shale-bench", about = "Shale load generator")]
+#[command(name = "shale-bench", about = "Shale benchmark suite")]
 struct Cli {
-    #[arg(long, env = "SHALE_BOOTSTRAP", default_value = "127.0.0.1:9093")]
-    bootstrap: String,
-    #[command(subcommand)]
     scenario: Scenario,
+    /// Small sizes and short runs: every scenario in well under two minutes.
+    #[arg(long)]
+    quick: bool,
+    /// Where `latest.json` and `latest.md` go.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Where brokers keep their data (the disk measured by the baselines).
+    /// Default: a temporary directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// PostgreSQL server for the replicated cases.
+    #[arg(
+        long,
+        env = "SHALE_BENCH_POSTGRES",
+        default_value = "postgres://postgres@127.0.0.1:5432"
+    )]
+    postgres: String,
+    /// Run single-broker scenarios against this broker instead of starting one
+    /// (no broker RSS/CPU then).
+    #[arg(long, env = "SHALE_BOOTSTRAP")]
+    bootstrap: Option<String>,
 }
 
-#[derive(Subcommand)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
-    /// Produce `records` records of `record_size` bytes to a new topic.
-    Produce {
-        #[arg(long, default_value = "bench")]
-        topic: String,
-        #[arg(long, default_value_t = 1_000_000)]
-        records: u64,
-        #[arg(long, default_value_t = 1024)]
-        record_size: usize,
-        #[arg(long, default_value_t = 8)]
-        partitions: i32,
-        #[arg(long, default_value = "1")]
-        acks: Acks,
-        /// Replication factor of a new topic (-1: the broker's default).
-        #[arg(long, default_value_t = -1)]
-        replication_factor: i32,
-        /// Records handed to the producer per call.
-        #[arg(long, default_value_t = 20_000)]
-        chunk: usize,
-    },
-    /// Consume a topic from the beginning to its current end.
-    Consume {
-        #[arg(long, default_value = "bench")]
-        topic: String,
-    },
+    Produce,
+    Consume,
+    E2e,
+    Replay,
+    Partitions,
+    Recovery,
+    All,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let client = Client::connect(&cli.bootstrap).await?;
-    match cli.scenario {
-        Scenario::Produce {
-            topic,
-            records,
-            record_size,
-            partitions,
-            acks,
-            replication_factor,
-            chunk,
-        } => {
-            if client.partition_count(&topic).await.is_err() {
-                client
-                    .create_topic(&topic, partitions, replication_factor, Default::default())
-                    .await?;
-            }
-            let mut producer = Producer::new(client, &topic, acks).await?;
-            let value = Bytes::from(vec![b'x'; record_size]);
-            let start = Instant::now();
-            let mut sent = 0u64;
-            while sent < records {
-                let n = chunk.min((records - sent) as usize);
-                let batch = (0..n)
-                    .map(|_| ProducerRecord {
-                        value: Some(value.clone()),
-                        ..Default::default()
-                    })
-                    .collect();
-                producer.send_all(batch).await.context("produce failed")?;
-                sent += n as u64;
-            }
-            report(
-                "produce",
-                sent,
-                sent * record_size as u64,
-                start.elapsed().as_secs_f64(),
-            );
-        }
-        Scenario::Consume { topic } => {
-            let mut ends = Vec::new();
-            for p in 0..client.partition_count(&topic).await? {
-                ends.push(client.list_offset(&topic, p, -1).await?.unwrap_or(0));
-            }
-            let total: i64 = ends.iter().sum();
-            let mut consumer = Consumer::new(client, &topic, None, StartFrom::Earliest).await?;
-            let start = Instant::now();
-            let (mut n, mut bytes) = (0i64, 0u64);
-            while n < total {
-                let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
-                n += records.len() as i64;
-                bytes += records
-                    .iter()
-                    .map(|r| r.value.as_ref().map_or(0, Bytes::len) as u64)
-                    .sum::<u64>();
-            }
-            report("consume", n as u64, bytes, start.elapsed().as_secs_f64());
-        }
+    let tmp = tempfile::tempdir()?;
+    let base = cli
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&base)?;
+    let ctx = Ctx {
+        quick: cli.quick,
+        base,
+        postgres: cli.postgres.clone(),
+        bootstrap: cli.bootstrap.clone(),
+    };
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut results: Vec<CaseResult> = Vec::new();
+    let all = cli.scenario == Scenario::All;
+    if all || cli.scenario == Scenario::Produce {
+        results.extend(scenarios::produce(&ctx).await?);
     }
+    if all || cli.scenario == Scenario::Consume {
+        results.extend(scenarios::consume(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::E2e {
+        results.extend(scenarios::e2e(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Replay {
+        results.extend(scenarios::replay(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Partitions {
+        results.extend(scenarios::partitions(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Recovery {
+        results.extend(scenarios::recovery(&ctx).await?);
+    }
+    let run = Run {
+        schema: report::SCHEMA,
+        commit: report::commit(),
+        started_at,
+        quick: cli.quick,
+        machine: report::machine(),
+        results,
+    };
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(
+        cli.out.join("latest.json"),
+        serde_json::to_string_pretty(&run)?,
+    )?;
+    let table = report::markdown(&run);
+    std::fs::write(cli.out.join("latest.md"), &table)?;
+    println!("{table}");
     Ok(())
-}
-
-fn report(scenario: &str, records: u64, bytes: u64, secs: f64) {
-    println!(
-        "{{\"scenario\":\"{scenario}\",\"records\":{records},\"bytes\":{bytes},\"seconds\":{secs:.3},\
-         \"records_per_sec\":{:.0},\"mib_per_sec\":{:.1}}}",
-        records as f64 / secs,
-        bytes as f64 / secs / (1024.0 * 1024.0)
-    );
 }

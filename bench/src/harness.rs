@@ -1,0 +1,261 @@
+//! What scenarios start: broker processes (the `shale-broker` built beside this binary),
+//! an `s3s-fs` server, and readings of a process's peak RSS and CPU time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use shale_client::Client;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// `shale-broker` next to this binary (`cargo build --bins` puts them together).
+fn broker_bin() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let path = me.with_file_name("shale-broker");
+    if !path.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build --release --bins`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A broker process with its own data directory.
+pub struct BrokerProcess {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl BrokerProcess {
+    /// Starts a broker on the embedded default (SQLite, file object store) unless `args`
+    /// say otherwise; `config` is written to a TOML file passed with `--config`.
+    pub async fn start(config: &str, args: &[String], base: &Path) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir_in(base)?;
+        let cfg = dir.path().join("shale.toml");
+        std::fs::write(&cfg, config)?;
+        let mut all = vec!["--config".to_string(), cfg.display().to_string()];
+        all.extend(args.iter().cloned());
+        let mut b = BrokerProcess {
+            dir,
+            port: free_port(),
+            args: all,
+            child: None,
+        };
+        b.spawn().await?;
+        Ok(b)
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Starts the process and waits until it answers; returns how long that took.
+    pub async fn spawn(&mut self) -> anyhow::Result<Duration> {
+        let log = std::fs::File::create(self.dir.path().join("broker.log"))?;
+        let start = Instant::now();
+        let child = Command::new(broker_bin()?)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg(self.address())
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start shale-broker")?;
+        self.child = Some(child);
+        let deadline = start + Duration::from_secs(120);
+        loop {
+            if let Ok(c) = Client::connect(&self.address()).await
+                && c.list_topics().await.is_ok()
+            {
+                return Ok(start.elapsed());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("shale-broker exited with {status}: {}", self.log_tail());
+            }
+            if Instant::now() > deadline {
+                bail!("shale-broker did not become ready: {}", self.log_tail());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default();
+        log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+    }
+
+    pub fn stats(&self) -> ProcessStats {
+        ProcessStats::of(self.pid())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Peak resident memory and CPU time of a process, from `/proc`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ProcessStats {
+    pub peak_rss_mib: f64,
+    pub cpu_seconds: f64,
+}
+
+impl ProcessStats {
+    pub fn of(pid: u32) -> Self {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at ") ".
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+        let cpu = (ticks(11) + ticks(12)) / clock_ticks_per_second();
+        ProcessStats {
+            peak_rss_mib: peak_kib / 1024.0,
+            cpu_seconds: cpu,
+        }
+    }
+
+    /// Several processes together (a cluster): summed.
+    pub fn sum(all: &[ProcessStats]) -> Self {
+        ProcessStats {
+            peak_rss_mib: all.iter().map(|s| s.peak_rss_mib).sum(),
+            cpu_seconds: all.iter().map(|s| s.cpu_seconds).sum(),
+        }
+    }
+}
+
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// An `s3s-fs` server on a loopback port (for the replay scenario).
+pub struct S3Process {
+    pub root: tempfile::TempDir,
+    pub port: u16,
+    child: Child,
+}
+
+pub const S3_BUCKET: &str = "bench";
+pub const S3_KEY: &str = "shale-bench";
+pub const S3_SECRET: &str = "shale-bench-secret";
+
+impl S3Process {
+    pub async fn start(base: &Path) -> anyhow::Result<Self> {
+        let root = tempfile::tempdir_in(base)?;
+        std::fs::create_dir_all(root.path().join(S3_BUCKET))?;
+        let port = free_port();
+        let bin = which("s3s-fs").context(
+            "s3s-fs is not installed: run infra/test-services.sh or \
+             `cargo install s3s-fs --version 0.14.1 --features binary --locked`",
+        )?;
+        let child = Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start s3s-fs")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                bail!("s3s-fs did not start");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(S3Process { root, port, child })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `[object_store]` settings for a broker using this server.
+    pub fn broker_config(&self) -> String {
+        format!(
+            "[object_store]\nendpoint = \"{}\"\nregion = \"us-east-1\"\npath_style = true\n\
+             allow_http = true\naccess_key_id = \"{S3_KEY}\"\nsecret_access_key = \"{S3_SECRET}\"\n",
+            self.endpoint()
+        )
+    }
+
+    pub fn stats(&self) -> ProcessStats {
+        ProcessStats::of(self.child.id())
+    }
+}
+
+impl Drop for S3Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .or_else(|| {
+            let home = PathBuf::from(std::env::var_os("HOME")?)
+                .join(".cargo/bin")
+                .join(name);
+            home.is_file().then_some(home)
+        })
+}

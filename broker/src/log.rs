@@ -424,7 +424,7 @@ impl PartitionLog {
 
     /// Fsyncs the active segment and its indexes.
     pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
-        self.active().sync()?;
+        self.active_mut().sync()?;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
         Ok(())

@@ -71,6 +71,10 @@ pub struct RemoteReader {
     store: ObjectStoreRef,
     chunks: HybridCache<String, Bytes>,
     indexes: Cache<Uuid, Arc<Vec<(u32, u32)>>>,
+    /// Where the last reads of each segment ended: (segment, next offset) -> byte
+    /// position, so a sequential reader continuing there needs no index lookup (and
+    /// no index GET).
+    cursors: Cache<(Uuid, i64), u64>,
     gets: Arc<Semaphore>,
     config: ReaderConfig,
     pub stats: Arc<ReaderStats>,
@@ -100,6 +104,7 @@ impl RemoteReader {
             store,
             chunks,
             indexes,
+            cursors: CacheBuilder::new(4096).build(),
             gets: Arc::new(Semaphore::new(config.max_concurrent_gets.max(1))),
             config,
             stats: Arc::new(ReaderStats::default()),
@@ -226,10 +231,18 @@ impl RemoteReader {
         seg: &RemoteSegment,
         offset: i64,
     ) -> Result<Option<(u64, BatchHeader)>, ReadError> {
-        let index = self.index(seg).await?;
-        let rel = (offset - seg.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
-        let n = index.partition_point(|e| e.0 <= rel);
-        let mut pos = if n == 0 { 0 } else { u64::from(index[n - 1].1) };
+        // A reader entering a segment at its start, or continuing where a read ended
+        // (a sequential replay), needs no index: that saves one GET per segment.
+        let mut pos = if offset <= seg.base_offset {
+            0
+        } else if let Some(pos) = self.cursors.get(&(seg.segment_id, offset)) {
+            *pos.value()
+        } else {
+            let index = self.index(seg).await?;
+            let rel = (offset - seg.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+            let n = index.partition_point(|e| e.0 <= rel);
+            if n == 0 { 0 } else { u64::from(index[n - 1].1) }
+        };
         let size = seg.size_bytes as u64;
         let object = || SegmentKey::of(seg).path(ObjectKind::Log).to_string();
         while pos < size {
@@ -267,6 +280,7 @@ impl RemoteReader {
         let len = (size - pos).min(max_bytes.max(first.total_size()) as u64);
         let buf = self.read_range(seg, pos, len).await?;
         let mut keep = 0;
+        let mut next_offset = offset;
         for item in BatchIter::new(&buf) {
             let (h, range) = item.map_err(|e| ReadError::Corrupt {
                 object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
@@ -278,6 +292,11 @@ impl RemoteReader {
                 ReadError::Corrupt { object, reason: format!("batch at offset {}: {e}", h.base_offset) }
             })?;
             keep = range.end;
+            next_offset = h.last_offset() + 1;
+        }
+        if keep > 0 && next_offset <= seg.end_offset {
+            self.cursors
+                .insert((seg.segment_id, next_offset), pos + keep as u64);
         }
         self.read_ahead(seg, (pos + len.max(1) - 1) / self.config.chunk_bytes);
         Ok(buf.slice(..keep))

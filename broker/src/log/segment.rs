@@ -228,8 +228,10 @@ impl Segment {
         }
         self.size = pos;
         self.rolling_timestamp.get_or_insert(now_ms);
-        self.index.flush()?;
-        self.time_index.flush()
+        // Index entries reach their files at the next fsync or seal, not per append:
+        // reads use the in-memory entries, and recovery rebuilds an active segment's
+        // indexes from its log anyway. That saves two writes per append.
+        Ok(())
     }
 
     /// Seals the segment: records its max timestamp in the time index and fsyncs all
@@ -242,12 +244,14 @@ impl Segment {
                 relative_offset: rel,
             });
             self.time_indexed_max = self.max_timestamp;
-            self.time_index.flush()?;
         }
         self.sync()
     }
 
-    pub fn sync(&self) -> io::Result<()> {
+    /// Writes pending index entries and fsyncs the log and both indexes.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.index.flush()?;
+        self.time_index.flush()?;
         self.file.sync_data()?;
         self.index.sync()?;
         self.time_index.sync()

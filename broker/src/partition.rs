@@ -450,17 +450,24 @@ impl Partition {
 
     /// Follower: appends batches from the leader (checked like a produce, but kept
     /// with their offsets and epochs) and takes the leader's HW, capped by its own end.
-    pub fn append_from_leader(&self, records: &[u8], leader_hw: i64, now_ms: i64) -> Result<()> {
+    /// Like the two below, it does nothing (false) if the answer is stale: this
+    /// replica no longer follows that leader at that epoch, or its log moved since
+    /// the request (`from`) was made.
+    pub fn append_from_leader(
+        &self,
+        from: &FollowerPosition,
+        records: &[u8],
+        leader_hw: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
         let headers = if records.is_empty() {
             Vec::new()
         } else {
             validate_batches(records, i64::MAX)?
         };
         let mut r = self.replica();
-        if r.role.leader == self.broker_id {
-            return Err(Error::Internal(
-                "a leader does not take batches from a replica fetch".into(),
-            ));
+        if !self.still_at(&r, from) {
+            return Ok(false);
         }
         if !headers.is_empty() {
             r.log.append_replicated(records, &headers, now_ms)?;
@@ -471,13 +478,21 @@ impl Partition {
             *cur = hw;
             changed
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Follower: cuts the divergent tail the leader pointed at (its `epoch` ended at
     /// `end_offset` there).
-    pub fn truncate_diverged(&self, epoch: i32, end_offset: i64) -> Result<()> {
+    pub fn truncate_diverged(
+        &self,
+        from: &FollowerPosition,
+        epoch: i32,
+        end_offset: i64,
+    ) -> Result<bool> {
         let mut r = self.replica();
+        if !self.still_at(&r, from) {
+            return Ok(false);
+        }
         let own_end = r
             .log
             .epoch_end_offset(epoch)
@@ -492,16 +507,27 @@ impl Partition {
             *cur = (*cur).min(leo);
             changed
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Follower: restarts the log empty at `offset` (the leader's local log start, when
     /// this log ends before it).
-    pub fn reset_to(&self, offset: i64) -> Result<()> {
+    pub fn reset_to(&self, from: &FollowerPosition, offset: i64) -> Result<bool> {
         let mut r = self.replica();
+        if !self.still_at(&r, from) {
+            return Ok(false);
+        }
         r.log.reset_to(offset)?;
         self.high_watermark.send_replace(offset);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether this replica still follows as it did at `from`, with the same log end.
+    fn still_at(&self, r: &Replica, from: &FollowerPosition) -> bool {
+        r.role.leader != self.broker_id
+            && r.role.leader == from.leader
+            && r.role.leader_epoch == from.leader_epoch
+            && r.log.log_end_offset() == from.log_end_offset
     }
 
     pub fn config(&self) -> Arc<TopicConfig> {
@@ -814,12 +840,13 @@ mod tests {
         let read = leader
             .serve_replica(&fetch(follower_id, pos.leader_epoch, at), 0)
             .unwrap();
-        match read.diverging {
-            Some((e, end)) => follower.truncate_diverged(e, end).unwrap(),
+        let applied = match read.diverging {
+            Some((e, end)) => follower.truncate_diverged(&pos, e, end).unwrap(),
             None => follower
-                .append_from_leader(&read.records, read.high_watermark, 0)
+                .append_from_leader(&pos, &read.records, read.high_watermark, 0)
                 .unwrap(),
-        }
+        };
+        assert!(applied);
     }
 
     fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> PartitionState {

@@ -352,9 +352,9 @@ impl Broker {
         followed: Vec<(Arc<Partition>, FollowerPosition)>,
         answer: ReplicaFetchResponse,
     ) -> anyhow::Result<bool> {
-        let by_key: HashMap<(String, i32), (Arc<Partition>, i64)> = followed
+        let by_key: HashMap<(String, i32), (Arc<Partition>, FollowerPosition)> = followed
             .into_iter()
-            .map(|(p, pos)| ((p.topic_id.to_string(), p.index), (p, pos.log_end_offset)))
+            .map(|(p, pos)| ((p.topic_id.to_string(), p.index), (p, pos)))
             .collect();
         let stats = &self.request_stats;
         let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
@@ -363,10 +363,10 @@ impl Broker {
             let now = now_ms();
             let mut stale = false;
             for r in answer.partitions {
-                let Some((p, leo)) = by_key.get(&(r.topic_id.clone(), r.partition)) else {
+                let Some((p, pos)) = by_key.get(&(r.topic_id.clone(), r.partition)) else {
                     continue;
                 };
-                let outcome = apply_one(p, *leo, &r, now);
+                let outcome = apply_one(p, pos, &r, now);
                 match outcome {
                     Ok(s) => stale |= s,
                     Err(e) => {
@@ -382,13 +382,19 @@ impl Broker {
 }
 
 /// Applies one partition of a leader's answer; true if this broker's metadata is stale.
-fn apply_one(p: &Partition, leo: i64, r: &ReplicaFetchPartitionResult, now: i64) -> Result<bool> {
+/// A stale answer (the partition's role or log moved meanwhile) is dropped.
+fn apply_one(
+    p: &Partition,
+    pos: &FollowerPosition,
+    r: &ReplicaFetchPartitionResult,
+    now: i64,
+) -> Result<bool> {
     match ErrorCode::try_from(r.error_code).unwrap_or(ErrorCode::UnknownServerError) {
         ErrorCode::None => {}
-        ErrorCode::OffsetOutOfRange if leo < r.local_log_start_offset => {
-            tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = leo,
+        ErrorCode::OffsetOutOfRange if pos.log_end_offset < r.local_log_start_offset => {
+            tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
                 leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
-            p.reset_to(r.local_log_start_offset)?;
+            p.reset_to(pos, r.local_log_start_offset)?;
             return Ok(false);
         }
         code => {
@@ -397,9 +403,9 @@ fn apply_one(p: &Partition, leo: i64, r: &ReplicaFetchPartitionResult, now: i64)
         }
     }
     if r.diverging_end_offset >= 0 {
-        p.truncate_diverged(r.diverging_epoch, r.diverging_end_offset)?;
+        p.truncate_diverged(pos, r.diverging_epoch, r.diverging_end_offset)?;
         return Ok(false);
     }
-    p.append_from_leader(&r.records, r.high_watermark, now)?;
+    p.append_from_leader(pos, &r.records, r.high_watermark, now)?;
     Ok(false)
 }

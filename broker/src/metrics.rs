@@ -150,6 +150,44 @@ pub fn render(broker: &Broker) -> String {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
         );
     }
+    // Replication health, as Kafka's LeaderCount / UnderReplicatedPartitions /
+    // UnderMinIsrPartitionCount.
+    let (mut leading, mut under_replicated, mut under_min_isr) = (0, 0, 0);
+    for p in broker.all_partitions() {
+        let role = p.role();
+        if role.leader == broker.config.broker_id {
+            leading += 1;
+            under_replicated += i32::from(role.isr.len() < role.replicas.len());
+            under_min_isr += i32::from((role.isr.len() as i64) < p.config().min_insync_replicas);
+        }
+    }
+    for (name, help, value) in [
+        (
+            "shale_leader_partitions",
+            "Partitions this broker leads.",
+            leading,
+        ),
+        (
+            "shale_under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set.",
+            under_replicated,
+        ),
+        (
+            "shale_under_min_isr_partitions",
+            "Partitions led here whose ISR is below min.insync.replicas (acks=all refused).",
+            under_min_isr,
+        ),
+        (
+            "shale_lease_valid",
+            "1 while this broker's lease lets it act as leader.",
+            i32::from(broker.lease_valid()),
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
     let statuses = broker.tiering_status(None).unwrap_or_default();
     let tier_rows: Vec<_> = statuses
         .iter()

@@ -187,6 +187,10 @@ async fn prometheus_metrics_describe_partitions_and_traffic() {
         "shale_produce_requests_total 1",
         "# TYPE shale_fetched_bytes_total counter",
         "shale_partition_remote_segments{topic=\"m\",partition=\"1\"} 0",
+        "shale_leader_partitions 2",
+        "shale_under_replicated_partitions 0",
+        "shale_under_min_isr_partitions 0",
+        "shale_lease_valid 1",
     ] {
         assert!(
             page.lines().any(|l| l == line),

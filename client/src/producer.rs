@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use shale_proto::batch::Compression;
 use shale_proto::record::{BatchBuilder, Record};
 use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::{PartitionProduceData, ProduceRequest};
@@ -73,6 +74,7 @@ pub struct Producer {
     partitions: i32,
     acks: Acks,
     batch_size: usize,
+    compression: Compression,
     max_request_bytes: usize,
     sticky_partition: i32,
     sticky_bytes: usize,
@@ -93,6 +95,7 @@ impl Producer {
             partitions,
             acks,
             batch_size: 256 * 1024,
+            compression: Compression::None,
             max_request_bytes: 8 * 1024 * 1024,
             sticky_partition: (now_ms() % i64::from(partitions.max(1))) as i32,
             sticky_bytes: 0,
@@ -100,6 +103,13 @@ impl Producer {
     }
 
     /// Largest batch, in bytes (Kafka `batch.size`). Default: 256 KiB.
+    /// Codec of the batches sent (Kafka `compression.type`). Default: none. The broker
+    /// stores compressed batches as they come; consumers decompress.
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
     pub fn with_batch_size(mut self, bytes: usize) -> Self {
         self.batch_size = bytes.max(1);
         self
@@ -146,7 +156,10 @@ impl Producer {
             placed.push((p, entry.2));
             entry.2 += 1;
             let ts = r.timestamp.unwrap_or(now);
-            let builder = entry.1.get_or_insert_with(|| BatchBuilder::new(ts));
+            let compression = self.compression;
+            let builder = entry
+                .1
+                .get_or_insert_with(|| BatchBuilder::new(ts).with_compression(compression));
             builder.push(Record {
                 offset: 0,
                 timestamp: ts,

@@ -56,6 +56,35 @@ pub enum Compression {
     Zstd,
 }
 
+impl Compression {
+    /// The codec's value in the low three bits of the batch attributes.
+    pub fn attribute_bits(self) -> i16 {
+        match self {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "gzip" => Ok(Compression::Gzip),
+            "snappy" => Ok(Compression::Snappy),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err(format!(
+                "compression must be none, gzip, snappy, lz4 or zstd, not '{s}'"
+            )),
+        }
+    }
+}
+
 /// The parsed fixed header of one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {

@@ -2,6 +2,7 @@
 //! `proto/shale.proto`, and the Kafka RecordBatch v2 codec that broker and client share.
 
 pub mod batch;
+pub mod compression;
 pub mod record;
 
 /// Generated gRPC types of package `shale.v1`.

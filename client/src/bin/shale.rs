@@ -9,6 +9,7 @@ use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use shale_client::format::Format;
 use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
+use shale_proto::batch::Compression;
 
 #[derive(Parser)]
 #[command(
@@ -121,9 +122,12 @@ struct ProduceArgs {
     /// Print `partition:offset` for each record once acknowledged, in input order.
     #[arg(long)]
     print_offsets: bool,
-    /// Largest batch in bytes.
+    /// Largest batch in bytes (before compression).
     #[arg(long, default_value_t = 256 * 1024)]
     batch_size: usize,
+    /// none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    compression: Compression,
 }
 
 #[derive(Args)]
@@ -365,7 +369,8 @@ const PRODUCE_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 async fn produce(client: Client, args: ProduceArgs) -> anyhow::Result<()> {
     let mut producer = Producer::new(client, &args.topic, args.acks)
         .await?
-        .with_batch_size(args.batch_size);
+        .with_batch_size(args.batch_size)
+        .with_compression(args.compression);
     // A reader thread keeps the next chunk of lines ready while one is in flight.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<Vec<u8>>>>(2);
     std::thread::spawn(move || {

@@ -179,6 +179,11 @@ impl Broker {
                 self.write_isr(p, role, isr.clone()).await;
             }
             let (error_code, error_message) = error_fields(r.as_ref().err());
+            // Out of range: the follower needs the leader's local log start to restart at.
+            let range_start = match &r {
+                Err(Error::OffsetOutOfRange { log_start, .. }) => *log_start,
+                _ => -1,
+            };
             let read = r.ok();
             let diverging = read.as_ref().and_then(|r| r.diverging);
             partitions.push(ReplicaFetchPartitionResult {
@@ -187,7 +192,9 @@ impl Broker {
                 error_code,
                 error_message,
                 high_watermark: read.as_ref().map_or(-1, |r| r.high_watermark),
-                local_log_start_offset: read.as_ref().map_or(-1, |r| r.local_log_start_offset),
+                local_log_start_offset: read
+                    .as_ref()
+                    .map_or(range_start, |r| r.local_log_start_offset),
                 diverging_epoch: diverging.map_or(-1, |d| d.0),
                 diverging_end_offset: diverging.map_or(-1, |d| d.1),
                 records: read.map(|r| r.records).unwrap_or_default(),

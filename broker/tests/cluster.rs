@@ -543,6 +543,49 @@ async fn the_remote_log_has_no_gap_or_overlap_across_failovers() {
     report("tiering across failovers", &acked, failed, read);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_behind_the_leaders_local_log_restarts_there_and_catches_up() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster
+        .create_topic_with(&[("segment.bytes", "4096"), ("local.retention.bytes", "8192")])
+        .await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(300).await;
+    // Broker 3 stops; the leaders tier and drop what it would need next.
+    cluster.broker(3).stop();
+    let c = cluster.client().await;
+    let mut log_end = 0;
+    for p in 0..PARTITIONS {
+        log_end = log_end.max(c.list_offset(TOPIC, p, -1).await.unwrap().unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = c.tiering_status(Some(TOPIC)).await.unwrap();
+        if st.iter().all(|s| s.local_log_start_offset > log_end) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "local logs never moved past {log_end}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let restarted = Instant::now();
+    cluster.broker(3).start_again().await;
+    cluster
+        .wait_until(1, "broker 3 back in every ISR", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.contains(&3))
+        })
+        .await;
+    eprintln!(
+        "[far behind] broker 3 restarted at the leaders' local log start and rejoined every ISR after {:?}",
+        restarted.elapsed()
+    );
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("far-behind follower", &acked, failed, read);
+}
+
 /// A TCP proxy in front of PostgreSQL that the test can cut (every connection
 /// dropped, new ones closed at once) and restore.
 struct PgProxy {

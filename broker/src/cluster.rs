@@ -17,7 +17,8 @@
 //! leader epoch and dropping dead brokers from the ISR; with no live ISR member it
 //! elects a live out-of-sync replica only if `unclean.leader.election.enable`, and
 //! otherwise leaves the partition offline (leader -1) until an ISR member returns.
-//! Every change is a compare-and-set on the partition's version.
+//! A dead broker also leaves the ISR of partitions whose leader lives. Every change is
+//! a compare-and-set on the partition's version.
 //!
 //! # Restarts
 //! A starting broker first marks its lease expired and waits until the controller has
@@ -216,12 +217,14 @@ impl Broker {
             let Some(next) = elect(&state, &live, unclean.contains(&state.topic_id)) else {
                 continue;
             };
-            let fence = (state.leader >= 0).then_some((state.leader, now_ms()));
+            // Taking the lead from a broker requires its lease to have expired.
+            let fence = (state.leader >= 0 && next.leader != state.leader)
+                .then_some((state.leader, now_ms()));
             match self.metastore.update_partition_state(&next, fence).await {
                 Ok(stored) => tracing::info!(
                     topic_id = %stored.topic_id, partition = stored.partition,
                     old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
-                    isr = ?stored.isr, "controller changed the partition leader"
+                    isr = ?stored.isr, "controller changed the partition's leader or ISR"
                 ),
                 Err(e) => tracing::info!(topic_id = %state.topic_id, partition = state.partition,
                     error = %e, "leader change not written"),
@@ -262,11 +265,22 @@ impl Broker {
     }
 }
 
-/// The controller's decision for one partition: `None` if its leader is alive (or it
-/// stays offline).
+/// The controller's decision for one partition: `None` if nothing changes (its leader
+/// and ISR are alive, or it stays offline). A live leader keeps its epoch; dead
+/// brokers leave its ISR at once (as KRaft fences them) instead of after the leader's
+/// `replica_lag_time_max_ms`, so acks=all stalls at most a lease on a dead follower.
 fn elect(state: &PartitionState, live: &HashSet<i32>, unclean: bool) -> Option<PartitionState> {
     if state.leader >= 0 && live.contains(&state.leader) {
-        return None;
+        let isr: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| live.contains(b))
+            .collect();
+        return (isr.len() < state.isr.len()).then(|| PartitionState {
+            isr,
+            ..state.clone()
+        });
     }
     let live_isr: Vec<i32> = state
         .replicas
@@ -314,6 +328,12 @@ mod tests {
     fn elections_pick_live_isr_members_in_replica_order() {
         let live = |ids: &[i32]| ids.iter().copied().collect::<HashSet<_>>();
         assert_eq!(elect(&state(1, &[1, 2, 3]), &live(&[1, 2, 3]), false), None);
+        // A dead follower leaves the ISR; the leader and its epoch stay.
+        let shrunk = elect(&state(1, &[1, 2, 3]), &live(&[1, 3]), false).unwrap();
+        assert_eq!(
+            (shrunk.leader, shrunk.leader_epoch, shrunk.isr),
+            (1, 4, vec![1, 3])
+        );
         let next = elect(&state(1, &[1, 3, 2]), &live(&[2, 3]), false).unwrap();
         assert_eq!(
             (next.leader, next.leader_epoch, next.isr.clone()),

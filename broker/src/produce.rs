@@ -80,8 +80,12 @@ impl Broker {
             if acks == -1
                 && let Some((p, min_isr)) = p
             {
-                p.wait_committed(a.last_offset, a.leader_epoch, min_isr, timeout)
-                    .await?;
+                // A stopping broker no longer serves its followers: answer at once
+                // (retriable) rather than wait out the timeout.
+                tokio::select! {
+                    r = p.wait_committed(a.last_offset, a.leader_epoch, min_isr, timeout) => r?,
+                    _ = self.cancel.cancelled() => return Err(Error::ShuttingDown),
+                }
             }
             Ok(a)
         }))

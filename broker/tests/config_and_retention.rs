@@ -61,9 +61,11 @@ async fn retention_deletes_old_segments_on_a_running_broker() {
         part.size_bytes >= 16384 && part.size_bytes < 16384 + 4096 + 2048,
         "{part:?}"
     );
-    assert_eq!(
-        c.list_offset("logs", 0, -2).await.unwrap(),
-        Some(part.log_start_offset)
+    // ListOffsets earliest agrees (retention may have moved it on since: only upwards).
+    let earliest = c.list_offset("logs", 0, -2).await.unwrap().unwrap();
+    assert!(
+        part.log_start_offset <= earliest && earliest < part.log_end_offset,
+        "{earliest} vs {part:?}"
     );
     // A consumer from the beginning starts at the new log start.
     let out = broker.cli_ok(

@@ -322,6 +322,13 @@ mod tests {
 mod compression_tests {
     use super::*;
 
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn records() -> Vec<Record> {
         (0..500)
             .map(|i| {
@@ -343,12 +350,7 @@ mod compression_tests {
             records().into_iter().for_each(|r| b.push(r));
             b.build()
         };
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let mut b = BatchBuilder::new(1_000).with_compression(codec);
             records().into_iter().for_each(|r| b.push(r));
             let batch = b.build();
@@ -369,12 +371,7 @@ mod compression_tests {
 
     #[test]
     fn garbage_in_a_compressed_batch_is_an_error_not_a_panic() {
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let mut b = BatchBuilder::new(1_000).with_compression(codec);
             records().into_iter().for_each(|r| b.push(r));
             let mut raw = b.build().to_vec();

@@ -445,7 +445,7 @@ pub struct PgDatabase {
     pub name: String,
 }
 
-fn psql(sql: &str) -> std::process::Output {
+fn psql(database: &str, sql: &str) -> std::process::Output {
     Command::new("psql")
         .args([
             "-h",
@@ -455,7 +455,7 @@ fn psql(sql: &str) -> std::process::Output {
             "-U",
             "postgres",
             "-d",
-            "postgres",
+            database,
             "-Atqc",
             sql,
         ])
@@ -466,7 +466,7 @@ fn psql(sql: &str) -> std::process::Output {
 impl PgDatabase {
     pub fn create() -> Self {
         let name = format!("shale_it_{}", uuid::Uuid::new_v4().simple());
-        let out = psql(&format!("CREATE DATABASE {name}"));
+        let out = psql("postgres", &format!("CREATE DATABASE {name}"));
         assert!(
             out.status.success(),
             "cannot create a PostgreSQL database ({}); start PostgreSQL with infra/test-services.sh",
@@ -481,21 +481,7 @@ impl PgDatabase {
 
     /// Runs a query in this database; rows as `|`-separated lines.
     pub fn query(&self, sql: &str) -> Vec<String> {
-        let out = Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                "5432",
-                "-U",
-                "postgres",
-                "-d",
-                &self.name,
-                "-Atqc",
-                sql,
-            ])
-            .output()
-            .expect("psql is missing: run infra/test-services.sh");
+        let out = psql(&self.name, sql);
         assert!(
             out.status.success(),
             "{sql}: {}",
@@ -511,9 +497,9 @@ impl PgDatabase {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        let _ = psql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
+        let _ = psql(
+            "postgres",
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! and checked by one conformance suite run against both (`tests/conformance.rs`).
 
 mod cluster;
+mod groups;
 mod remote;
 mod sql;
 
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use cluster::{BrokerLease, ControllerLease, PartitionState};
+pub use groups::CommittedOffset;
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
 
@@ -84,6 +86,8 @@ pub enum Error {
     BrokerStillAlive(i32),
     #[error("{0}")]
     InvalidAssignment(String),
+    #[error("topic {0} does not exist")]
+    UnknownTopicId(Uuid),
     #[error("metastore row is corrupt: {0}")]
     CorruptRow(String),
     #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
@@ -197,6 +201,18 @@ pub trait Metastore: Send + Sync + 'static {
         partition: i32,
         states: &[RemoteSegmentState],
     ) -> Result<Vec<RemoteSegment>>;
+
+    /// Reserves `count` producer ids, unique across brokers, and returns the first.
+    async fn allocate_producer_ids(&self, count: i64) -> Result<i64>;
+    /// Stores a group's offsets (replacing earlier commits of the same partitions) in
+    /// one transaction.
+    async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()>;
+    /// Every committed offset of a group, by topic id and partition.
+    async fn committed_offsets(&self, group: &str) -> Result<Vec<CommittedOffset>>;
+    /// Groups with committed offsets, by name.
+    async fn offset_groups(&self) -> Result<Vec<String>>;
+    /// Removes a group's committed offsets; returns how many there were.
+    async fn delete_group_offsets(&self, group: &str) -> Result<u64>;
 }
 
 /// Opens the metastore a URL names and brings its schema up to date.

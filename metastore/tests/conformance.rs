@@ -488,6 +488,50 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
     assert!(m.remote_segment_topic_ids().await.unwrap().is_empty());
 }
 
+async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
+    let a = m.allocate_producer_ids(1000).await.unwrap();
+    let b = m.allocate_producer_ids(1000).await.unwrap();
+    assert_eq!((a, b), (0, 1000), "blocks do not overlap");
+
+    let t = m.create_topic(new_topic("events", 3)).await.unwrap();
+    let commit = |partition, offset| shale_metastore::CommittedOffset {
+        topic_id: t.id,
+        partition,
+        offset,
+        metadata: format!("m{offset}"),
+        commit_ms: 7,
+    };
+    m.commit_offsets("g1", &[commit(0, 10), commit(1, 20)])
+        .await
+        .unwrap();
+    m.commit_offsets("g1", &[commit(1, 25)]).await.unwrap();
+    m.commit_offsets("g2", &[commit(2, 5)]).await.unwrap();
+    let g1: Vec<_> = m
+        .committed_offsets("g1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.partition, o.offset, o.metadata))
+        .collect();
+    assert_eq!(g1, [(0, 10, "m10".into()), (1, 25, "m25".into())]);
+    assert_eq!(m.offset_groups().await.unwrap(), ["g1", "g2"]);
+    // A commit naming a topic that does not exist writes nothing.
+    let mut bad = commit(0, 99);
+    bad.topic_id = uuid::Uuid::new_v4();
+    let err = m
+        .commit_offsets("g1", &[commit(2, 1), bad])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownTopicId(_)), "{err:?}");
+    assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 2);
+    assert_eq!(m.delete_group_offsets("g1").await.unwrap(), 2);
+    assert!(m.committed_offsets("g1").await.unwrap().is_empty());
+    // Deleting the topic drops its offsets.
+    m.delete_topic("events").await.unwrap();
+    assert!(m.committed_offsets("g2").await.unwrap().is_empty());
+    assert!(m.offset_groups().await.unwrap().is_empty());
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -509,6 +553,7 @@ macro_rules! metastore_suite {
             case!(partitions_only_grow);
             case!(remote_segments_follow_the_state_machine);
             case!(cluster_leases_and_partition_state);
+            case!(producer_ids_and_group_offsets);
         }
     };
 }

@@ -3,12 +3,14 @@
 
 mod admin;
 mod data;
+mod groups;
 
 use std::sync::Arc;
 
 use shale_proto::v1::ErrorResult;
 use shale_proto::v1::admin_server::AdminServer;
 use shale_proto::v1::data_server::DataServer;
+use shale_proto::v1::groups_server::GroupsServer;
 use shale_proto::v1::replication_server::ReplicationServer;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -33,6 +35,7 @@ pub async fn serve(
     let admin = AdminServer::new(admin::AdminService::new(broker.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let groups = GroupsServer::new(groups::GroupsService::new(broker.clone()));
     let replication = ReplicationServer::new(crate::replication::ReplicationService::new(broker))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -43,6 +46,7 @@ pub async fn serve(
         .max_frame_size(1024 * 1024)
         .add_service(data)
         .add_service(admin)
+        .add_service(groups)
         .add_service(replication)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

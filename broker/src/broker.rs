@@ -73,6 +73,10 @@ pub struct Broker {
     pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
+    /// Consumer groups this broker coordinates.
+    pub(crate) groups: crate::groups::Coordinator,
+    /// Producer ids taken from the metastore and not yet handed out: [next, end).
+    pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -121,6 +125,7 @@ impl Broker {
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tiering.upload_concurrency,
         ));
+        let groups = crate::groups::Coordinator::new(config.groups.clone());
         let broker = Arc::new(Self {
             config,
             metastore,
@@ -137,6 +142,8 @@ impl Broker {
             lease_deadline: std::sync::Mutex::new(None),
             controller_epoch: std::sync::atomic::AtomicI64::new(0),
             fetchers: std::sync::Mutex::new(HashMap::new()),
+            groups,
+            producer_ids: std::sync::Mutex::new((0, 0)),
             cancel,
         });
         broker.reconcile().await.context("cannot load topics")?;
@@ -502,6 +509,10 @@ impl Broker {
             "ISR shrink",
             |b| async move { b.shrink_isrs().await },
         );
+        self.spawn_every(tasks, 100, "group coordinator", |b| async move {
+            b.groups_tick();
+            Ok(())
+        });
         self.spawn_every(tasks, 250, "replica fetchers", |b| async move {
             b.ensure_fetchers();
             Ok(())
@@ -544,7 +555,7 @@ impl Broker {
     pub async fn shutdown(&self) {
         self.release_lease().await;
         if let Err(e) = on_each_partition(self.all_partitions(), "flush at shutdown", |p, now| {
-            p.flush(now)
+            p.close(now)
         })
         .await
         {

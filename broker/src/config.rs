@@ -36,6 +36,11 @@
 //! replica_fetch_max_wait_ms = 500         # Default: 500 ms.
 //! default_replication_factor = 1          # Default: 1.
 //!
+//! [groups]                    # consumer-group coordinator (Kafka's group.* settings)
+//! min_session_timeout_ms = 6000           # Default: 6 s.
+//! max_session_timeout_ms = 1800000        # Default: 30 min.
+//! initial_rebalance_delay_ms = 3000       # Default: 3 s.
+//!
 //! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
 //! "retention.ms" = 86400000
 //! ```
@@ -92,6 +97,8 @@ struct FileConfig {
     tiering: TieringSection,
     #[serde(default)]
     cluster: ClusterSection,
+    #[serde(default)]
+    groups: GroupsSection,
     #[serde(default)]
     topic_defaults: BTreeMap<String, toml::Value>,
 }
@@ -176,6 +183,30 @@ impl Default for ClusterSection {
     }
 }
 
+/// `[groups]`: the consumer-group coordinator.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupsSection {
+    /// Shortest session timeout a member may ask for (Kafka's
+    /// `group.min.session.timeout.ms`). Default: 6000 ms.
+    pub min_session_timeout_ms: u64,
+    /// Longest session timeout (`group.max.session.timeout.ms`). Default: 1800000 ms.
+    pub max_session_timeout_ms: u64,
+    /// How long the first rebalance of an empty group waits for more members
+    /// (`group.initial.rebalance.delay.ms`). Default: 3000 ms.
+    pub initial_rebalance_delay_ms: u64,
+}
+
+impl Default for GroupsSection {
+    fn default() -> Self {
+        Self {
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+        }
+    }
+}
+
 /// `[tiering]`: copying sealed segments to the object store.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -234,6 +265,7 @@ pub struct BrokerConfig {
     pub object_store: shale_tiering::S3Options,
     pub tiering: TieringSection,
     pub cluster: ClusterSection,
+    pub groups: GroupsSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
 }
@@ -316,6 +348,7 @@ impl BrokerConfig {
             object_store: file.object_store,
             tiering: file.tiering,
             cluster: file.cluster,
+            groups: file.groups,
             topic_defaults,
         };
         config.validate()?;
@@ -348,6 +381,12 @@ impl BrokerConfig {
             return invalid(
                 "cluster.heartbeat_interval_ms",
                 "must be at most a third of cluster.lease_ms",
+            );
+        }
+        if self.groups.min_session_timeout_ms > self.groups.max_session_timeout_ms {
+            return invalid(
+                "groups.min_session_timeout_ms",
+                "must not exceed groups.max_session_timeout_ms",
             );
         }
         if self.cluster.default_replication_factor < 1 {

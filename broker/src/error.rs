@@ -5,6 +5,7 @@ use shale_proto::ErrorCode;
 use shale_proto::batch::BatchError;
 
 use crate::log::LogError;
+use crate::log::producers::ProducerError;
 use crate::topic_config::ConfigError;
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,10 @@ pub enum Error {
     NotEnoughReplicasAfterAppend { isr: usize, min: usize },
     #[error("the ISR did not replicate up to offset {last_offset} in time")]
     ReplicationTimeout { last_offset: i64 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error(transparent)]
+    Group(#[from] crate::groups::GroupError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -113,6 +118,15 @@ impl Error {
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
             Tiering(_) | RemoteUnavailable(_) => ErrorCode::KafkaStorageError,
             RemoteCorrupt(_) => ErrorCode::CorruptMessage,
+            Producer(ProducerError::OutOfOrderSequence { .. }) => {
+                ErrorCode::OutOfOrderSequenceNumber
+            }
+            Producer(ProducerError::InvalidEpoch { .. }) => ErrorCode::InvalidProducerEpoch,
+            Producer(ProducerError::UnknownProducer { .. }) => ErrorCode::UnknownProducerId,
+            Producer(ProducerError::DuplicateInRequest { .. }) => {
+                ErrorCode::DuplicateSequenceNumber
+            }
+            Group(e) => e.code(),
             Metastore(_) | Internal(_) => ErrorCode::UnknownServerError,
         }
     }
@@ -154,6 +168,7 @@ impl From<LogError> for Error {
                 log_end,
             },
             LogError::Io(e) => Error::Storage(e),
+            LogError::Producer(e) => Error::Producer(e),
             e @ LogError::OutOfSequence { .. } => Error::Internal(e.to_string()),
         }
     }

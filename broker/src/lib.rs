@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod groups;
 pub mod log;
 pub mod metrics;
 pub mod partition;

@@ -15,6 +15,7 @@
 
 mod epochs;
 mod index;
+pub mod producers;
 mod segment;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ use shale_proto::batch::{self, BatchHeader, BatchIter};
 
 use epochs::EpochCache;
 pub use epochs::EpochEntry;
+use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, SEEK_CHUNK, Segment};
 
 /// The subset of topic configuration the log itself obeys.
@@ -73,6 +75,8 @@ pub enum LogError {
     },
     #[error("replicated batch at offset {found} does not follow the log end {expected}")]
     OutOfSequence { expected: i64, found: i64 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
     #[error("log I/O failed")]
     Io(#[from] io::Error),
 }
@@ -82,6 +86,9 @@ pub enum LogError {
 pub struct AppendInfo {
     pub first_offset: i64,
     pub last_offset: i64,
+    /// The batch repeated one an idempotent producer had written: nothing was
+    /// written, the offsets are the earlier ones.
+    pub duplicate: bool,
 }
 
 /// A sealed segment's identity and files (offsets inclusive).
@@ -117,6 +124,9 @@ pub struct PartitionLog {
     config: LogConfig,
     segments: BTreeMap<i64, Segment>,
     epochs: EpochCache,
+    producers: ProducerStates,
+    /// The producer state covers every batch below this offset.
+    producers_through: i64,
     unflushed_messages: u64,
     last_flush_ms: i64,
 }
@@ -162,14 +172,57 @@ impl PartitionLog {
                 epochs
             }
         };
-        Ok(Self {
+        let mut log = Self {
             dir: dir.to_path_buf(),
             config,
             segments,
             epochs,
+            producers: ProducerStates::default(),
+            producers_through: 0,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
-        })
+        };
+        log.rebuild_producers()?;
+        Ok(log)
+    }
+
+    /// Loads the newest producer snapshot at or below the log end and reads the batch
+    /// headers after it.
+    fn rebuild_producers(&mut self) -> io::Result<()> {
+        let end = self.log_end_offset();
+        let (from, mut states) = ProducerStates::load_snapshot(&self.dir, end)?
+            .unwrap_or((self.log_start_offset(), ProducerStates::default()));
+        let first_segment = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        for seg in self.segments.range(first_segment..).map(|(_, s)| s) {
+            let file = seg.file();
+            let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
+            let mut pos = 0;
+            while let Some(Ok(h)) = reader.next_batch(pos, false) {
+                if h.base_offset >= from {
+                    states.record(std::slice::from_ref(&h));
+                }
+                pos += h.total_size() as u64;
+            }
+        }
+        self.producers = states;
+        self.producers_through = end;
+        Ok(())
+    }
+
+    /// Idempotent producers this partition knows.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Saves the producer state (at segment seals and close), forgetting idle producers.
+    fn snapshot_producers(&mut self, now_ms: i64) -> io::Result<()> {
+        self.producers.expire(now_ms);
+        self.producers
+            .write_snapshot(&self.dir, self.producers_through)
     }
 
     /// Epoch of the last batch (-1: none).
@@ -230,6 +283,8 @@ impl PartitionLog {
         if self.epochs.truncate_from_end(end) {
             self.epochs.persist()?;
         }
+        ProducerStates::delete_snapshots_above(&self.dir, end)?;
+        self.rebuild_producers()?;
         tracing::info!(dir = %self.dir.display(), log_end_offset = end, "truncated log");
         Ok(())
     }
@@ -245,6 +300,9 @@ impl PartitionLog {
         sync_dir(&self.dir)?;
         self.epochs.truncate_from_end(i64::MIN);
         self.epochs.persist()?;
+        ProducerStates::delete_snapshots_above(&self.dir, i64::MIN)?;
+        self.producers = ProducerStates::default();
+        self.producers_through = offset;
         tracing::info!(dir = %self.dir.display(), offset, "log reset");
         Ok(())
     }
@@ -268,6 +326,7 @@ impl PartitionLog {
             next = h.last_offset() + 1;
         }
         let info = self.write_batches(records, headers, now_ms)?;
+        self.record_producers(headers);
         let mut changed = false;
         for h in headers {
             changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
@@ -329,6 +388,13 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        if let SequenceCheck::Duplicate(b) = self.producers.check(headers)? {
+            return Ok(AppendInfo {
+                first_offset: b.base_offset,
+                last_offset: b.last_offset,
+                duplicate: true,
+            });
+        }
         let first_offset = self.log_end_offset();
         let mut next = first_offset;
         let mut pos = 0usize;
@@ -342,10 +408,18 @@ impl PartitionLog {
             pos += h.total_size();
         }
         let info = self.write_batches(records, headers, now_ms)?;
+        self.record_producers(headers);
         if self.epochs.assign(leader_epoch, first_offset) {
             self.epochs.persist()?;
         }
         Ok(info)
+    }
+
+    fn record_producers(&mut self, headers: &[BatchHeader]) {
+        self.producers.record(headers);
+        if let Some(h) = headers.last() {
+            self.producers_through = h.last_offset() + 1;
+        }
     }
 
     /// Writes batches that carry their final offsets, rolling segments as needed.
@@ -381,7 +455,7 @@ impl PartitionLog {
                 (start, run_start, run_bytes) = (end, i, 0);
             }
             if roll && !self.active().is_empty() {
-                self.roll(headers[i].base_offset)?;
+                self.roll(headers[i].base_offset, now_ms)?;
             }
             run_bytes += size;
         }
@@ -400,12 +474,14 @@ impl PartitionLog {
         Ok(AppendInfo {
             first_offset,
             last_offset: next - 1,
+            duplicate: false,
         })
     }
 
     /// Seals the active segment and starts a new one at `next_offset`.
-    fn roll(&mut self, next_offset: i64) -> Result<(), LogError> {
+    fn roll(&mut self, next_offset: i64, now_ms: i64) -> Result<(), LogError> {
         self.active_mut().seal()?;
+        self.snapshot_producers(now_ms)?;
         let seg = Segment::create(&self.dir, next_offset)?;
         sync_dir(&self.dir)?;
         self.segments.insert(next_offset, seg);
@@ -414,10 +490,10 @@ impl PartitionLog {
     }
 
     /// Seals the active segment now if it holds anything (e.g. before it is tiered).
-    pub fn force_roll(&mut self) -> Result<(), LogError> {
+    pub fn force_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
         if !self.active().is_empty() {
             let next = self.log_end_offset();
-            self.roll(next)?;
+            self.roll(next, now_ms)?;
         }
         Ok(())
     }
@@ -535,7 +611,7 @@ impl PartitionLog {
         let expired =
             |s: &Segment, ms: i64| ms >= 0 && s.max_timestamp >= 0 && s.max_timestamp < now_ms - ms;
         if expired(self.active(), self.config.retention_ms) {
-            self.force_roll()?;
+            self.force_roll(now_ms)?;
         }
         let mut out = RetentionOutcome::default();
         let mut total = self.size_bytes();
@@ -563,9 +639,10 @@ impl PartitionLog {
         Ok(out)
     }
 
-    /// Fsyncs everything before a clean shutdown.
-    pub fn close(mut self, now_ms: i64) -> Result<(), LogError> {
-        self.flush(now_ms)
+    /// Fsyncs everything and saves the producer state before a clean shutdown.
+    pub fn close(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.flush(now_ms)?;
+        Ok(self.snapshot_producers(now_ms)?)
     }
 }
 

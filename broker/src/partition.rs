@@ -742,9 +742,9 @@ impl Partition {
         Ok(self.replica().log.flush_if_due(now_ms)?)
     }
 
-    /// Fsyncs the log (graceful shutdown).
-    pub fn flush(&self, now_ms: i64) -> Result<()> {
-        Ok(self.replica().log.flush(now_ms)?)
+    /// Fsyncs the log and saves its producer state (graceful shutdown).
+    pub fn close(&self, now_ms: i64) -> Result<()> {
+        Ok(self.replica().log.close(now_ms)?)
     }
 
     pub fn dir(&self) -> PathBuf {

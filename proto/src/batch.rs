@@ -239,6 +239,16 @@ pub fn stamp_log_append_time(buf: &mut [u8], now_ms: i64) {
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Sets the idempotent-producer fields of the batch at the start of `buf` (a
+/// producer stamps a batch when it first sends it), recomputing its CRC.
+pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+    buf[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    buf[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
+    buf[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..]);
+    buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Walks batches laid back to back, yielding each header with its byte range.
 /// Stops at the end of the buffer or at the first incomplete batch; a header that
 /// cannot be parsed is yielded as an error and ends the walk.
@@ -326,6 +336,18 @@ mod tests {
         assert_eq!(
             (h.base_offset, h.partition_leader_epoch, h.last_offset()),
             (42, 7, 43)
+        );
+        h.validate(&b).unwrap();
+    }
+
+    #[test]
+    fn stamping_the_producer_keeps_crc_valid() {
+        let mut b = sample();
+        set_producer(&mut b, 9_000_000_001, 3, 77);
+        let h = BatchHeader::parse(&b).unwrap();
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (9_000_000_001, 3, 77)
         );
         h.validate(&b).unwrap();
     }

@@ -7,7 +7,7 @@ use shale_proto::v1::data_server::Data;
 use shale_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::error_fields;
+use super::{error_fields, error_result};
 use crate::broker::Broker;
 use crate::fetch::FetchSpec;
 use crate::produce::ProduceData;
@@ -70,6 +70,19 @@ impl Data for DataService {
             })
             .collect();
         Ok(Response::new(ProduceResponse { partitions }))
+    }
+
+    async fn init_producer_id(
+        &self,
+        _request: Request<InitProducerIdRequest>,
+    ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let r = self.broker.init_producer_id().await;
+        let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
+        Ok(Response::new(InitProducerIdResponse {
+            error: error_result(&r),
+            producer_id,
+            producer_epoch: i32::from(producer_epoch),
+        }))
     }
 
     async fn fetch(

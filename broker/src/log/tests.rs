@@ -475,7 +475,7 @@ proptest! {
                     let info = append(&mut log, bytes, 0);
                     prop_assert_eq!(info.last_offset + 1, model.len() as i64);
                 }
-                Op::Roll => log.force_roll().unwrap(),
+                Op::Roll => log.force_roll(0).unwrap(),
                 Op::Reopen => {
                     drop(log);
                     log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
@@ -578,4 +578,84 @@ fn a_segment_tail_exports_as_a_segment_of_its_own() {
     assert!(tail.index_path.exists() && tail.time_index_path.exists());
     // Not at a batch start: refused.
     assert!(export_segment_tail(&seg, from + 1, out.path(), 256).is_err());
+}
+
+fn idempotent(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    let mut b = batch(seq as u64, n, 1000, 10);
+    batch::set_producer(&mut b, pid, epoch, seq);
+    b
+}
+
+fn try_append(log: &mut PartitionLog, mut bytes: Vec<u8>) -> Result<AppendInfo, LogError> {
+    let mut headers: Vec<_> = BatchIter::new(&bytes).map(|r| r.unwrap().0).collect();
+    log.append(&mut bytes, &mut headers, 0, 0)
+}
+
+#[test]
+fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 600,
+        ..small_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    let mut seq = 0;
+    for _ in 0..20 {
+        let info = try_append(&mut log, idempotent(5, 0, seq, 4)).unwrap();
+        assert!(!info.duplicate);
+        seq += 4;
+    }
+    assert!(log.segment_count() > 3, "rolled, so snapshots were written");
+    let end = log.log_end_offset();
+    // A retry of the last batch answers its first offsets and writes nothing.
+    let dup = try_append(&mut log, idempotent(5, 0, seq - 4, 4)).unwrap();
+    assert_eq!(
+        (dup.first_offset, dup.last_offset, dup.duplicate),
+        (end - 4, end - 1, true)
+    );
+    assert_eq!(log.log_end_offset(), end);
+    // A gap is refused and writes nothing.
+    let gap = try_append(&mut log, idempotent(5, 0, seq + 1, 1)).unwrap_err();
+    assert!(matches!(
+        gap,
+        LogError::Producer(ProducerError::OutOfOrderSequence { .. })
+    ));
+    assert_eq!(log.log_end_offset(), end);
+    // After a crash (no clean close) the state is rebuilt from snapshot + headers.
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    assert!(
+        try_append(&mut log, idempotent(5, 0, seq - 4, 4))
+            .unwrap()
+            .duplicate
+    );
+    assert!(try_append(&mut log, idempotent(5, 0, seq - 1, 1)).is_err());
+    // Without any snapshot, the whole log is read.
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    assert!(
+        try_append(&mut log, idempotent(5, 0, seq - 4, 4))
+            .unwrap()
+            .duplicate
+    );
+    // Truncating the last two batches makes their sequences new again.
+    log.truncate_to(end - 8).unwrap();
+    let again = try_append(&mut log, idempotent(5, 0, seq - 8, 4)).unwrap();
+    assert_eq!((again.first_offset, again.duplicate), (end - 8, false));
+    // A clean close saves the state at the log end.
+    log.close(0).unwrap();
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    assert!(
+        try_append(&mut log, idempotent(5, 0, seq - 8, 4))
+            .unwrap()
+            .duplicate
+    );
+    assert_eq!(log.producer_count(), 1);
 }

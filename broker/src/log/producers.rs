@@ -1,0 +1,478 @@
+//! Idempotent-producer state of one partition: per producer id, its epoch and the
+//! sequence numbers and offsets of its last few batches, so that the leader can refuse
+//! a gap (`OUT_OF_ORDER_SEQUENCE_NUMBER`), a fenced epoch (`INVALID_PRODUCER_EPOCH`),
+//! and answer a retried batch with the offsets it was first written at.
+//!
+//! The state is a function of the log: it is rebuilt from the batch headers (producer
+//! id, epoch, base sequence) from a snapshot on. Snapshots (`{offset:020}.snapshot`, the
+//! state of every batch below `offset`) are written when a segment is sealed and when
+//! the log closes, so recovery reads at most the active segment's headers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use shale_proto::batch::BatchHeader;
+
+/// Batches remembered per producer (Kafka keeps five: the most a producer has in
+/// flight per partition).
+pub const CACHED_BATCHES: usize = 5;
+
+/// Producers idle this long are forgotten when a snapshot is written (Kafka's
+/// `producer.id.expiration.ms` default).
+pub const PRODUCER_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
+
+const SNAPSHOT_SUFFIX: &str = "snapshot";
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SHPS";
+const SNAPSHOTS_KEPT: usize = 3;
+
+/// One batch a producer wrote: sequence range and offsets (inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProducerEntry {
+    epoch: i16,
+    /// Oldest first.
+    batches: VecDeque<ProducerBatch>,
+    last_timestamp: i64,
+}
+
+/// Why a producer's batch is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProducerError {
+    #[error(
+        "producer {producer_id} epoch {epoch}: sequence {found} does not follow {expected} (a batch is missing)"
+    )]
+    OutOfOrderSequence {
+        producer_id: i64,
+        epoch: i16,
+        expected: i32,
+        found: i32,
+    },
+    #[error("producer {producer_id} has epoch {current}; epoch {sent} is fenced")]
+    InvalidEpoch {
+        producer_id: i64,
+        sent: i16,
+        current: i16,
+    },
+    #[error(
+        "producer {producer_id} is unknown to this partition and its first sequence is {found}, not 0"
+    )]
+    UnknownProducer { producer_id: i64, found: i32 },
+    #[error(
+        "producer {producer_id}: batch with sequences {first_seq}..={last_seq} repeats an earlier one inside a request of several batches"
+    )]
+    DuplicateInRequest {
+        producer_id: i64,
+        first_seq: i32,
+        last_seq: i32,
+    },
+}
+
+/// What the leader should do with a producer's batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Write them.
+    Append,
+    /// The (single) batch was written before: answer with its offsets.
+    Duplicate(ProducerBatch),
+}
+
+fn last_seq(h: &BatchHeader) -> i32 {
+    // Sequences wrap at i32::MAX, as in Kafka.
+    let n = i64::from(h.base_sequence) + i64::from(h.record_count.max(1)) - 1;
+    (n % (i64::from(i32::MAX) + 1)) as i32
+}
+
+fn next_seq(seq: i32) -> i32 {
+    if seq == i32::MAX { 0 } else { seq + 1 }
+}
+
+fn is_idempotent(h: &BatchHeader) -> bool {
+    h.producer_id >= 0 && !h.is_control()
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Checks a producer's batches (as sent, in order) against the state. Nothing
+    /// changes; [`ProducerStates::record`] does that once they are written.
+    pub fn check(&self, headers: &[BatchHeader]) -> Result<SequenceCheck, ProducerError> {
+        let mut pending: HashMap<i64, ProducerEntry> = HashMap::new();
+        for h in headers {
+            if !is_idempotent(h) {
+                continue;
+            }
+            let entry = pending
+                .get(&h.producer_id)
+                .or_else(|| self.producers.get(&h.producer_id));
+            let (first, last) = (h.base_sequence, last_seq(h));
+            match entry {
+                None if first != 0 => {
+                    return Err(ProducerError::UnknownProducer {
+                        producer_id: h.producer_id,
+                        found: first,
+                    });
+                }
+                None => {}
+                Some(e) if h.producer_epoch < e.epoch => {
+                    return Err(ProducerError::InvalidEpoch {
+                        producer_id: h.producer_id,
+                        sent: h.producer_epoch,
+                        current: e.epoch,
+                    });
+                }
+                Some(e) if h.producer_epoch > e.epoch => {
+                    if first != 0 {
+                        return Err(ProducerError::OutOfOrderSequence {
+                            producer_id: h.producer_id,
+                            epoch: h.producer_epoch,
+                            expected: 0,
+                            found: first,
+                        });
+                    }
+                }
+                Some(e) => {
+                    if let Some(b) = e
+                        .batches
+                        .iter()
+                        .find(|b| b.first_seq == first && b.last_seq == last)
+                    {
+                        if headers.len() == 1 {
+                            return Ok(SequenceCheck::Duplicate(*b));
+                        }
+                        return Err(ProducerError::DuplicateInRequest {
+                            producer_id: h.producer_id,
+                            first_seq: first,
+                            last_seq: last,
+                        });
+                    }
+                    let expected = e.batches.back().map_or(0, |b| next_seq(b.last_seq));
+                    if first != expected {
+                        return Err(ProducerError::OutOfOrderSequence {
+                            producer_id: h.producer_id,
+                            epoch: h.producer_epoch,
+                            expected,
+                            found: first,
+                        });
+                    }
+                }
+            }
+            let mut next = entry.cloned().unwrap_or(ProducerEntry {
+                epoch: h.producer_epoch,
+                batches: VecDeque::new(),
+                last_timestamp: -1,
+            });
+            Self::apply(&mut next, h);
+            pending.insert(h.producer_id, next);
+        }
+        Ok(SequenceCheck::Append)
+    }
+
+    /// Takes written batches (with their final offsets) into the state.
+    pub fn record(&mut self, headers: &[BatchHeader]) {
+        for h in headers.iter().filter(|h| is_idempotent(h)) {
+            let entry = self
+                .producers
+                .entry(h.producer_id)
+                .or_insert_with(|| ProducerEntry {
+                    epoch: h.producer_epoch,
+                    batches: VecDeque::new(),
+                    last_timestamp: -1,
+                });
+            Self::apply(entry, h);
+        }
+    }
+
+    fn apply(entry: &mut ProducerEntry, h: &BatchHeader) {
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        if entry.batches.len() == CACHED_BATCHES {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(ProducerBatch {
+            first_seq: h.base_sequence,
+            last_seq: last_seq(h),
+            base_offset: h.base_offset,
+            last_offset: h.last_offset(),
+        });
+        entry.last_timestamp = entry.last_timestamp.max(h.max_timestamp);
+    }
+
+    /// Forgets producers whose last batch is older than the expiration.
+    pub fn expire(&mut self, now_ms: i64) {
+        self.producers.retain(|_, e| {
+            e.last_timestamp < 0 || e.last_timestamp >= now_ms - PRODUCER_EXPIRATION_MS
+        });
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.producers.len() * 64);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
+        let sorted: BTreeMap<_, _> = self.producers.iter().collect();
+        for (id, e) in sorted {
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for b in &e.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    fn decode(buf: &[u8]) -> Option<Self> {
+        let (body, crc) = buf.split_at_checked(buf.len().checked_sub(4)?)?;
+        if crc32c::crc32c(body).to_be_bytes() != crc || !body.starts_with(SNAPSHOT_MAGIC) {
+            return None;
+        }
+        let mut r = Reader(&body[4..]);
+        let count = u32::from_be_bytes(r.take()?);
+        let mut producers = HashMap::new();
+        for _ in 0..count {
+            let id = i64::from_be_bytes(r.take()?);
+            let epoch = i16::from_be_bytes(r.take()?);
+            let last_timestamp = i64::from_be_bytes(r.take()?);
+            let [n] = r.take::<1>()?;
+            let mut batches = VecDeque::new();
+            for _ in 0..n {
+                batches.push_back(ProducerBatch {
+                    first_seq: i32::from_be_bytes(r.take()?),
+                    last_seq: i32::from_be_bytes(r.take()?),
+                    base_offset: i64::from_be_bytes(r.take()?),
+                    last_offset: i64::from_be_bytes(r.take()?),
+                });
+            }
+            producers.insert(
+                id,
+                ProducerEntry {
+                    epoch,
+                    batches,
+                    last_timestamp,
+                },
+            );
+        }
+        r.0.is_empty().then_some(Self { producers })
+    }
+
+    /// Writes the state as of `offset` (every batch below it) atomically, then keeps
+    /// only the newest few snapshots.
+    pub fn write_snapshot(&self, dir: &Path, offset: i64) -> io::Result<()> {
+        let path = snapshot_path(dir, offset);
+        let tmp = path.with_extension("snapshot.tmp");
+        std::fs::write(&tmp, self.encode())?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        let all = list_snapshots(dir)?;
+        for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
+            std::fs::remove_file(snapshot_path(dir, *old))?;
+        }
+        Ok(())
+    }
+
+    /// The newest readable snapshot at or below `max_offset` and its offset.
+    pub fn load_snapshot(dir: &Path, max_offset: i64) -> io::Result<Option<(i64, Self)>> {
+        for offset in list_snapshots(dir)?.into_iter().rev() {
+            if offset > max_offset {
+                continue;
+            }
+            match std::fs::read(snapshot_path(dir, offset)).map(|b| Self::decode(&b)) {
+                Ok(Some(s)) => return Ok(Some((offset, s))),
+                _ => {
+                    tracing::warn!(dir = %dir.display(), offset, "ignoring unreadable producer snapshot")
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes snapshots above `offset` (a truncated log) or all with `i64::MIN`.
+    pub fn delete_snapshots_above(dir: &Path, offset: i64) -> io::Result<()> {
+        for o in list_snapshots(dir)? {
+            if o > offset {
+                std::fs::remove_file(snapshot_path(dir, o))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+}
+
+fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(format!("{offset:020}.{SNAPSHOT_SUFFIX}"))
+}
+
+/// Snapshot offsets in `dir`, ascending.
+fn list_snapshots(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(o) = name
+            .to_string_lossy()
+            .strip_suffix(&format!(".{SNAPSHOT_SUFFIX}"))
+            .and_then(|b| b.parse::<i64>().ok())
+        {
+            out.push(o);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(pid: i64, epoch: i16, seq: i32, count: i32, base_offset: i64) -> BatchHeader {
+        BatchHeader {
+            base_offset,
+            batch_length: 0,
+            partition_leader_epoch: 0,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: count - 1,
+            base_timestamp: 1,
+            max_timestamp: 1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            record_count: count,
+        }
+    }
+
+    #[test]
+    fn sequences_duplicates_and_epochs() {
+        let mut s = ProducerStates::default();
+        let b0 = header(7, 0, 0, 3, 100);
+        assert_eq!(s.check(&[b0]), Ok(SequenceCheck::Append));
+        s.record(&[b0]);
+        // The same batch again is a duplicate, answered with its first offsets.
+        let again = header(7, 0, 0, 3, -1);
+        let Ok(SequenceCheck::Duplicate(b)) = s.check(&[again]) else {
+            panic!("not a duplicate")
+        };
+        assert_eq!((b.base_offset, b.last_offset), (100, 102));
+        // A gap is refused; the next sequence is taken.
+        assert!(matches!(
+            s.check(&[header(7, 0, 4, 1, -1)]),
+            Err(ProducerError::OutOfOrderSequence {
+                expected: 3,
+                found: 4,
+                ..
+            })
+        ));
+        assert_eq!(
+            s.check(&[header(7, 0, 3, 1, -1)]),
+            Ok(SequenceCheck::Append)
+        );
+        // Several batches in one request are checked against each other.
+        assert_eq!(
+            s.check(&[header(7, 0, 3, 1, -1), header(7, 0, 4, 2, -1)]),
+            Ok(SequenceCheck::Append)
+        );
+        assert!(
+            s.check(&[header(7, 0, 3, 1, -1), header(7, 0, 5, 2, -1)])
+                .is_err()
+        );
+        // A new epoch starts at 0; an older epoch is fenced.
+        assert!(s.check(&[header(7, 1, 3, 1, -1)]).is_err());
+        let e1 = header(7, 1, 0, 1, 103);
+        assert_eq!(s.check(&[e1]), Ok(SequenceCheck::Append));
+        s.record(&[e1]);
+        assert!(matches!(
+            s.check(&[header(7, 0, 3, 1, -1)]),
+            Err(ProducerError::InvalidEpoch { current: 1, .. })
+        ));
+        // An unknown producer must start at 0; producer id -1 is not checked at all.
+        assert!(matches!(
+            s.check(&[header(8, 0, 5, 1, -1)]),
+            Err(ProducerError::UnknownProducer { .. })
+        ));
+        assert_eq!(
+            s.check(&[header(-1, -1, -1, 1, -1)]),
+            Ok(SequenceCheck::Append)
+        );
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered_and_sequences_wrap() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.record(&[header(1, 0, i, 1, i64::from(i))]);
+        }
+        assert!(matches!(
+            s.check(&[header(1, 0, 2, 1, -1)]),
+            Ok(SequenceCheck::Duplicate(_))
+        ));
+        assert!(s.check(&[header(1, 0, 1, 1, -1)]).is_err());
+        let mut w = ProducerStates::default();
+        w.record(&[header(2, 0, 0, 1, 0)]);
+        w.producers.get_mut(&2).unwrap().batches[0].last_seq = i32::MAX - 1;
+        assert_eq!(
+            w.check(&[header(2, 0, i32::MAX, 3, -1)]),
+            Ok(SequenceCheck::Append)
+        );
+        assert_eq!(last_seq(&header(2, 0, i32::MAX, 3, -1)), 1);
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_bad_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = ProducerStates::default();
+        s.record(&[header(1, 0, 0, 2, 0), header(2, 3, 0, 1, 2)]);
+        s.write_snapshot(dir.path(), 3).unwrap();
+        s.record(&[header(1, 0, 2, 1, 3)]);
+        s.write_snapshot(dir.path(), 4).unwrap();
+        let (at, loaded) = ProducerStates::load_snapshot(dir.path(), 10)
+            .unwrap()
+            .unwrap();
+        assert_eq!((at, &loaded), (4, &s));
+        // A torn newest snapshot falls back to the previous one.
+        std::fs::write(snapshot_path(dir.path(), 4), b"SHPS\0\0").unwrap();
+        let (at, _) = ProducerStates::load_snapshot(dir.path(), 10)
+            .unwrap()
+            .unwrap();
+        assert_eq!(at, 3);
+        ProducerStates::delete_snapshots_above(dir.path(), 3).unwrap();
+        assert_eq!(list_snapshots(dir.path()).unwrap(), [3]);
+        for o in 5..10 {
+            s.write_snapshot(dir.path(), o).unwrap();
+        }
+        assert_eq!(list_snapshots(dir.path()).unwrap(), [7, 8, 9]);
+        // Idle producers expire.
+        s.expire(1 + PRODUCER_EXPIRATION_MS + 1);
+        assert_eq!(s.len(), 0);
+    }
+}

@@ -81,8 +81,24 @@ impl Consumer {
         })
     }
 
+    /// Assigns partitions at known positions.
+    pub fn at_positions(client: Client, topic: &str, positions: BTreeMap<i32, i64>) -> Self {
+        Self {
+            client,
+            topic: topic.into(),
+            positions,
+            max_bytes: 50 << 20,
+            partition_max_bytes: 8 << 20,
+        }
+    }
+
     pub fn positions(&self) -> &BTreeMap<i32, i64> {
         &self.positions
+    }
+
+    /// Positions of the assigned partitions, to move (seek), add or remove (pause).
+    pub fn positions_mut(&mut self) -> &mut BTreeMap<i32, i64> {
+        &mut self.positions
     }
 
     /// One fetch per partition leader (in parallel): waits up to `max_wait` for

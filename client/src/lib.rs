@@ -7,8 +7,10 @@
 //! (or cannot be reached) the client refreshes the metadata and retries with backoff
 //! until its deadline.
 
+pub mod assignor;
 pub mod consumer;
 pub mod format;
+pub mod group;
 pub mod partitioner;
 pub mod producer;
 
@@ -19,11 +21,17 @@ use std::time::{Duration, Instant};
 use shale_proto::ErrorCode;
 use shale_proto::v1::admin_client::AdminClient;
 use shale_proto::v1::data_client::DataClient;
+use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
 use tonic::transport::{Channel, Endpoint};
 
+pub use assignor::Assignor;
 pub use consumer::{ConsumedRecord, Consumer, StartFrom};
-pub use producer::{Acks, Producer, ProducerRecord};
+pub use group::{GroupConfig, GroupConsumer, OffsetReset};
+pub use producer::{
+    Acks, DeliveryFuture, Partitioner, Partitioning, Producer, ProducerConfig, ProducerRecord,
+    RecordMetadata,
+};
 
 /// Largest gRPC message the client sends or accepts.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -47,6 +55,11 @@ pub enum Error {
     Decode(#[from] shale_proto::batch::BatchError),
     #[error("{0}")]
     Invalid(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// One failure reported to several waiters (every record of a failed batch).
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {
@@ -71,6 +84,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code_value, .. } => ErrorCode::try_from(*code_value).ok(),
+            Error::Shared(e) => e.code(),
             _ => None,
         }
     }
@@ -93,6 +107,7 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         use tonic::Code;
         match self {
+            Error::Shared(e) => e.is_retriable(),
             Error::Connect { .. } => true,
             Error::Rpc(s) => matches!(
                 s.code(),
@@ -131,7 +146,7 @@ pub(crate) fn check(code: i32, message: &str) -> Result<()> {
     Error::from_code(code, message.to_string()).map_or(Ok(()), Err)
 }
 
-fn check_result(r: Option<ErrorResult>) -> Result<()> {
+pub(crate) fn check_result(r: Option<ErrorResult>) -> Result<()> {
     r.map_or(Ok(()), |e| check(e.error_code, &e.error_message))
 }
 
@@ -248,6 +263,15 @@ impl Client {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    pub(crate) fn retry_timeout(&self) -> Duration {
+        self.retry_timeout
+    }
+
+    /// A data client of the bootstrap broker (calls any broker can answer).
+    pub(crate) async fn data_any(&self) -> Result<DataClient<Channel>> {
+        Ok(data_client(self.bootstrap_channel.clone()))
     }
 
     pub(crate) fn retry_deadline(&self) -> Instant {
@@ -616,6 +640,154 @@ impl Client {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Invalid("empty produce response".into()))
+    }
+
+    /// A groups client of the bootstrap broker.
+    fn groups_any(&self) -> GroupsClient<Channel> {
+        GroupsClient::new(self.bootstrap_channel.clone())
+    }
+
+    /// The coordinator of `group` (asking the bootstrap broker, then the others).
+    pub async fn group_coordinator(&self, group: &str) -> Result<GroupsClient<Channel>> {
+        let mut candidates = vec![self.groups_any()];
+        let known: Vec<String> = self.view().brokers.values().cloned().collect();
+        for a in known.iter().chain(self.bootstrap.iter()) {
+            candidates.push(GroupsClient::new(self.channel(a)?));
+        }
+        let mut last = None;
+        for mut c in candidates {
+            let mut req = tonic::Request::new(FindCoordinatorRequest {
+                group_id: group.into(),
+            });
+            req.set_timeout(Duration::from_secs(5));
+            match c.find_coordinator(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    check_result(r.error)?;
+                    return Ok(GroupsClient::new(self.channel(&r.address)?));
+                }
+                Err(e) => last = Some(Error::Rpc(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Invalid("no broker to ask".into())))
+    }
+
+    /// A group's committed offsets: (topic, partition) → offset.
+    pub async fn committed_offsets(&self, group: &str) -> Result<BTreeMap<(String, i32), i64>> {
+        Ok(self
+            .committed_offsets_full(group)
+            .await?
+            .into_iter()
+            .map(|o| ((o.topic, o.partition), o.offset))
+            .collect())
+    }
+
+    pub async fn committed_offsets_full(
+        &self,
+        group: &str,
+    ) -> Result<Vec<CommittedPartitionOffset>> {
+        let r = self
+            .groups_any()
+            .offset_fetch(OffsetFetchRequest {
+                group_id: group.into(),
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.offsets)
+    }
+
+    /// Groups known to any live broker (merged: the coordinator's view wins).
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let mut addresses: Vec<String> = self.bootstrap.clone();
+        if let Ok(m) = self
+            .admin
+            .clone()
+            .metadata(MetadataRequest { topics: vec![] })
+            .await
+        {
+            addresses.extend(m.into_inner().brokers.into_iter().map(|b| b.address));
+        }
+        addresses.sort();
+        addresses.dedup();
+        let mut out: BTreeMap<String, GroupListing> = BTreeMap::new();
+        let mut reached = false;
+        for a in addresses {
+            let mut c = GroupsClient::new(self.channel(&a)?);
+            let mut req = tonic::Request::new(ListGroupsRequest {});
+            req.set_timeout(Duration::from_secs(5));
+            let Ok(r) = c.list_groups(req).await else {
+                continue;
+            };
+            reached = true;
+            for g in r.into_inner().groups {
+                let better = out.get(&g.group_id).is_none_or(|o| o.coordinator < 0);
+                if better {
+                    out.insert(g.group_id.clone(), g);
+                }
+            }
+        }
+        if !reached {
+            return Err(Error::Invalid("no broker answered".into()));
+        }
+        Ok(out.into_values().collect())
+    }
+
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+        let r = self
+            .group_coordinator(group)
+            .await?
+            .describe_group(DescribeGroupRequest {
+                group_id: group.into(),
+            })
+            .await?
+            .into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
+    }
+
+    /// Commits offsets for a group without members (admin: generation -1).
+    pub async fn commit_group_offsets(
+        &self,
+        group: &str,
+        offsets: &BTreeMap<(String, i32), i64>,
+    ) -> Result<()> {
+        let r = self
+            .group_coordinator(group)
+            .await?
+            .offset_commit(OffsetCommitRequest {
+                group_id: group.into(),
+                generation_id: -1,
+                member_id: String::new(),
+                partitions: offsets
+                    .iter()
+                    .map(|((topic, partition), offset)| OffsetCommitPartition {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: *offset,
+                        metadata: String::new(),
+                    })
+                    .collect(),
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        for p in r.partitions {
+            check(p.error_code, &p.error_message)?;
+        }
+        Ok(())
+    }
+
+    pub async fn delete_group(&self, group: &str) -> Result<()> {
+        let r = self
+            .group_coordinator(group)
+            .await?
+            .delete_group(DeleteGroupRequest {
+                group_id: group.into(),
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)
     }
 
     /// Tier status per partition of `topic` (every topic if `None`).

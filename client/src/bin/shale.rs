@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use shale_client::format::Format;
-use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
+use shale_client::{
+    Acks, Client, Consumer, GroupConfig, GroupConsumer, OffsetReset, Producer, ProducerRecord,
+    StartFrom,
+};
 use shale_proto::batch::Compression;
 
 #[derive(Parser)]
@@ -51,6 +54,9 @@ enum Command {
     /// The cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Consumer groups: list, describe (lag), reset offsets, delete.
+    #[command(subcommand)]
+    Group(GroupCommand),
     /// Print partition offsets: `topic:partition:offset` per line.
     Offsets {
         topic: String,
@@ -95,6 +101,34 @@ enum TopicCommand {
 }
 
 #[derive(Subcommand)]
+enum GroupCommand {
+    /// Every group, its state and member count.
+    List,
+    /// Members, assignment, and per partition the committed offset, log end and lag.
+    Describe { group: String },
+    /// Set a group's committed offsets for a topic (the group must have no members).
+    /// Prints the plan; writes it only with --execute.
+    ResetOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, group = "to")]
+        to_earliest: bool,
+        #[arg(long, group = "to")]
+        to_latest: bool,
+        #[arg(long, group = "to")]
+        to_offset: Option<i64>,
+        /// RFC 3339 time: the first offset at or after it (the end if none).
+        #[arg(long, group = "to")]
+        to_datetime: Option<String>,
+        #[arg(long)]
+        execute: bool,
+    },
+    /// Delete a group without members and its committed offsets.
+    Delete { group: String },
+}
+
+#[derive(Subcommand)]
 enum ClusterCommand {
     /// Brokers (alive or not, lease expiry, partitions led and held) and the controller.
     Status,
@@ -128,6 +162,12 @@ struct ProduceArgs {
     /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     compression: Compression,
+    /// How long a batch waits for more records (linger.ms).
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    /// Idempotent producer (default: on with --acks all).
+    #[arg(long)]
+    idempotence: Option<bool>,
 }
 
 #[derive(Args)]
@@ -153,6 +193,16 @@ struct ConsumeArgs {
     /// kcat-style format: %t %p %o %k %s %T %h %K %S.
     #[arg(long, default_value = "%s\\n")]
     format: Format,
+    /// Consume as a member of this group: partitions are shared with the group's other
+    /// members and the group's offsets are committed as records are printed.
+    #[arg(long, conflicts_with_all = ["offset", "from_time", "partition"])]
+    group: Option<String>,
+    /// Group session timeout.
+    #[arg(long, default_value_t = 10_000, requires = "group")]
+    session_timeout_ms: u64,
+    /// Group heartbeat interval.
+    #[arg(long, default_value_t = 1_000, requires = "group")]
+    heartbeat_interval_ms: u64,
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -237,6 +287,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(cmd) => topic(client, cmd).await,
         Command::Produce(args) => produce(client, args).await,
         Command::Consume(args) => consume(client, args).await,
+        Command::Group(cmd) => group(client, cmd).await,
         Command::Tiering(TieringCommand::Status { topic }) => {
             let status = client.tiering_status_full(topic.as_deref()).await?;
             let rows = status.partitions;
@@ -370,7 +421,11 @@ async fn produce(client: Client, args: ProduceArgs) -> anyhow::Result<()> {
     let mut producer = Producer::new(client, &args.topic, args.acks)
         .await?
         .with_batch_size(args.batch_size)
-        .with_compression(args.compression);
+        .with_compression(args.compression)
+        .with_linger(Duration::from_millis(args.linger_ms));
+    if let Some(on) = args.idempotence {
+        producer = producer.with_idempotence(on);
+    }
     // A reader thread keeps the next chunk of lines ready while one is in flight.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<Vec<u8>>>>(2);
     std::thread::spawn(move || {
@@ -404,6 +459,19 @@ async fn produce(client: Client, args: ProduceArgs) -> anyhow::Result<()> {
     let separator = args.key_separator.as_deref().map(str::as_bytes);
     let stdout = std::io::stdout();
     let mut total = 0u64;
+    // Chunks whose answers are still awaited: the next chunk is sent meanwhile.
+    let mut pending: std::collections::VecDeque<Vec<shale_client::DeliveryFuture>> =
+        Default::default();
+    let print = |acked: Vec<shale_client::RecordMetadata>| -> std::io::Result<()> {
+        if args.print_offsets {
+            let mut out = String::with_capacity(acked.len() * 12);
+            for m in acked {
+                out.push_str(&format!("{}:{}\n", m.partition, m.offset));
+            }
+            stdout.lock().write_all(out.as_bytes())?;
+        }
+        Ok(())
+    };
     while let Some(chunk) = rx.recv().await {
         let records: Vec<ProducerRecord> = chunk?
             .into_iter()
@@ -421,18 +489,32 @@ async fn produce(client: Client, args: ProduceArgs) -> anyhow::Result<()> {
             })
             .collect();
         total += records.len() as u64;
-        let acked = producer.send_all(records).await?;
-        if args.print_offsets {
-            let mut out = String::with_capacity(acked.len() * 12);
-            for m in acked {
-                out.push_str(&format!("{}:{}\n", m.partition, m.offset));
-            }
-            stdout.lock().write_all(out.as_bytes())?;
+        let mut futures = Vec::with_capacity(records.len());
+        for r in records {
+            futures.push(producer.send(r).await?);
         }
+        pending.push_back(futures);
+        while pending.len() > 2 {
+            print(await_all(pending.pop_front().expect("len > 2")).await?)?;
+        }
+    }
+    producer.flush().await?;
+    for futures in pending {
+        print(await_all(futures).await?)?;
     }
     stdout.lock().flush()?;
     tracing::debug!(records = total, "produced");
     Ok(())
+}
+
+async fn await_all(
+    futures: Vec<shale_client::DeliveryFuture>,
+) -> shale_client::Result<Vec<shale_client::RecordMetadata>> {
+    let mut out = Vec::with_capacity(futures.len());
+    for f in futures {
+        out.push(f.await?);
+    }
+    Ok(out)
 }
 
 fn split_once<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
@@ -444,7 +526,53 @@ fn split_once<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
         .map(|i| (&line[..i], &line[i + sep.len()..]))
 }
 
+/// Where a consume loop gets its records.
+enum Source {
+    Assigned(Consumer),
+    Group(Box<GroupConsumer>),
+}
+
+impl Source {
+    async fn poll(
+        &mut self,
+        wait: Duration,
+    ) -> shale_client::Result<Vec<shale_client::ConsumedRecord>> {
+        match self {
+            Source::Assigned(c) => c.poll(wait).await,
+            Source::Group(g) => g.poll(wait).await,
+        }
+    }
+
+    /// Group members commit what was printed.
+    async fn commit(&mut self) -> shale_client::Result<()> {
+        match self {
+            Source::Assigned(_) => Ok(()),
+            Source::Group(g) => g.commit_sync().await,
+        }
+    }
+}
+
 async fn consume(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = &args.group {
+        let mut config = GroupConfig::new(group);
+        config.client_id = "shale-cli".into();
+        config.session_timeout = Duration::from_millis(args.session_timeout_ms);
+        config.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
+        // Offsets are committed after each batch of records is printed.
+        config.auto_commit_interval = None;
+        config.auto_offset_reset = if args.from_beginning {
+            OffsetReset::Earliest
+        } else {
+            OffsetReset::Latest
+        };
+        let consumer = GroupConsumer::new(client, &[args.topic.as_str()], config);
+        let mut source = Source::Group(Box::new(consumer));
+        let r = consume_loop(&mut source, &args).await;
+        if let Source::Group(g) = source {
+            g.close().await?;
+        }
+        return r;
+    }
     let start = if args.from_beginning {
         StartFrom::Earliest
     } else if let Some(o) = args.offset {
@@ -454,8 +582,12 @@ async fn consume(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
     } else {
         StartFrom::Latest
     };
-    let mut consumer =
+    let consumer =
         Consumer::new(client, &args.topic, args.partition.map(|p| vec![p]), start).await?;
+    consume_loop(&mut Source::Assigned(consumer), &args).await
+}
+
+async fn consume_loop(consumer: &mut Source, args: &ConsumeArgs) -> anyhow::Result<()> {
     let idle = args.idle_timeout_ms.map(Duration::from_millis);
     let mut last_record = Instant::now();
     let mut seen = 0u64;
@@ -486,10 +618,147 @@ async fn consume(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
             args.format.write(&mut buf, &r);
             seen += 1;
         }
-        let mut out = stdout.lock();
-        out.write_all(&buf)?;
-        out.flush()?;
+        {
+            let mut out = stdout.lock();
+            out.write_all(&buf)?;
+            out.flush()?;
+        }
+        if !buf.is_empty()
+            && let Err(e) = consumer.commit().await
+        {
+            // The group moved on (rebalance): the next poll rejoins; records printed
+            // since the last commit may be printed again by whoever takes them.
+            tracing::warn!(error = %e, "commit failed");
+        }
         buf.clear();
     }
+    Ok(())
+}
+
+async fn group(client: Client, cmd: GroupCommand) -> anyhow::Result<()> {
+    match cmd {
+        GroupCommand::List => {
+            println!("GROUP\tSTATE\tMEMBERS\tCOORDINATOR");
+            for g in client.list_groups().await? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    g.group_id, g.state, g.members, g.coordinator
+                );
+            }
+        }
+        GroupCommand::Describe { group } => describe_group(&client, &group).await?,
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to_earliest,
+            to_latest,
+            to_offset,
+            to_datetime,
+            execute,
+        } => {
+            let d = client.describe_group(&group).await?;
+            if !d.members.is_empty() {
+                anyhow::bail!(
+                    "group '{group}' is active ({} members, state {}): stop its consumers before resetting its offsets",
+                    d.members.len(),
+                    d.state
+                );
+            }
+            let partitions = client.partition_count(&topic).await?;
+            let ts = to_datetime.as_deref().map(parse_time).transpose()?;
+            let mut plan = BTreeMap::new();
+            for p in 0..partitions {
+                let offset = if to_earliest {
+                    client.list_offset(&topic, p, -2).await?.unwrap_or(0)
+                } else if to_latest {
+                    client.list_offset(&topic, p, -1).await?.unwrap_or(0)
+                } else if let Some(o) = to_offset {
+                    let earliest = client.list_offset(&topic, p, -2).await?.unwrap_or(0);
+                    let latest = client.list_offset(&topic, p, -1).await?.unwrap_or(0);
+                    o.clamp(earliest, latest)
+                } else if let Some(ts) = ts {
+                    match client.list_offset(&topic, p, ts).await? {
+                        Some(o) => o,
+                        None => client.list_offset(&topic, p, -1).await?.unwrap_or(0),
+                    }
+                } else {
+                    anyhow::bail!(
+                        "say where to: --to-earliest, --to-latest, --to-offset N or --to-datetime T"
+                    );
+                };
+                plan.insert((topic.clone(), p), offset);
+            }
+            println!("GROUP\tTOPIC\tPARTITION\tNEW-OFFSET");
+            for ((t, p), o) in &plan {
+                println!("{group}\t{t}\t{p}\t{o}");
+            }
+            if execute {
+                client.commit_group_offsets(&group, &plan).await?;
+                eprintln!("offsets of group '{group}' reset");
+            } else {
+                eprintln!("dry run: nothing changed; add --execute to apply");
+            }
+        }
+        GroupCommand::Delete { group } => {
+            client.delete_group(&group).await?;
+            eprintln!("group '{group}' deleted");
+        }
+    }
+    Ok(())
+}
+
+async fn describe_group(client: &Client, group: &str) -> anyhow::Result<()> {
+    use prost::Message;
+    let d = client.describe_group(group).await?;
+    let committed = client.committed_offsets(group).await?;
+    // Who holds each partition.
+    let mut owner: BTreeMap<(String, i32), (String, String, String)> = BTreeMap::new();
+    for m in &d.members {
+        let a =
+            shale_proto::v1::ConsumerAssignment::decode(m.assignment.clone()).unwrap_or_default();
+        for tp in a.partitions {
+            for p in tp.partitions {
+                owner.insert(
+                    (tp.topic.clone(), p),
+                    (
+                        m.member_id.clone(),
+                        m.client_id.clone(),
+                        m.client_host.clone(),
+                    ),
+                );
+            }
+        }
+    }
+    let mut keys: std::collections::BTreeSet<(String, i32)> = committed.keys().cloned().collect();
+    keys.extend(owner.keys().cloned());
+    println!(
+        "Group '{group}': state {}, generation {}, protocol {}, {} members",
+        d.state,
+        d.generation_id,
+        if d.protocol_name.is_empty() {
+            "-"
+        } else {
+            &d.protocol_name
+        },
+        d.members.len()
+    );
+    println!("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tMEMBER-ID\tCLIENT-ID\tHOST");
+    let mut total_lag = 0i64;
+    for (t, p) in keys {
+        let end = client.list_offset(&t, p, -1).await?.unwrap_or(0);
+        let current = committed.get(&(t.clone(), p)).copied();
+        let lag = current.map(|c| (end - c).max(0));
+        total_lag += lag.unwrap_or(0);
+        let (m, c, h) = owner
+            .get(&(t.clone(), p))
+            .cloned()
+            .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
+        println!(
+            "{t}\t{p}\t{}\t{end}\t{}\t{m}\t{c}\t{h}",
+            current.map_or("-".to_string(), |c| c.to_string()),
+            lag.map_or("-".to_string(), |l| l.to_string()),
+        );
+    }
+    println!("TOTAL-LAG\t{total_lag}");
     Ok(())
 }

@@ -25,6 +25,8 @@ pub struct RequestStats {
     pub fetched_bytes: AtomicU64,
     /// Batch bytes this broker copied from leaders as a follower.
     pub replicated_bytes: AtomicU64,
+    /// Idempotent batches that repeated one already written (answered with its offsets).
+    pub duplicate_batches: AtomicU64,
 }
 
 impl RequestStats {
@@ -118,6 +120,11 @@ pub fn render(broker: &Broker) -> String {
             "shale_produced_bytes_total",
             "Record-batch bytes appended.",
             load(&s.produced_bytes),
+        ),
+        (
+            "shale_producer_duplicate_batches_total",
+            "Retried idempotent batches answered with their first offsets, not written again.",
+            load(&s.duplicate_batches),
         ),
         (
             "shale_fetch_requests_total",

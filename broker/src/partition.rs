@@ -112,6 +112,8 @@ pub struct Appended {
     pub log_start_offset: i64,
     /// Epoch the batches were stamped with.
     pub leader_epoch: i32,
+    /// An idempotent producer's retry: nothing written, the offsets are the first ones.
+    pub duplicate: bool,
 }
 
 /// This replica's role, as the metastore last said (`version` is the partition
@@ -606,13 +608,16 @@ impl Partition {
         let log_start_offset = r.log.log_start_offset();
         self.advance_hw(&r);
         drop(r);
-        self.appended.send_modify(|n| *n = n.wrapping_add(1));
+        if !info.duplicate {
+            self.appended.send_modify(|n| *n = n.wrapping_add(1));
+        }
         Ok(Appended {
             base_offset: info.first_offset,
             last_offset: info.last_offset,
             log_append_time_ms,
             log_start_offset,
             leader_epoch: epoch,
+            duplicate: info.duplicate,
         })
     }
 

@@ -77,6 +77,9 @@ impl Broker {
             .map_err(|e| Error::Internal(e.to_string()))?;
         let results = futures::future::join_all(appended.into_iter().map(|(r, p)| async move {
             let a = r?;
+            if a.duplicate {
+                crate::metrics::RequestStats::add(&stats.duplicate_batches, 1);
+            }
             if acks == -1
                 && let Some((p, min_isr)) = p
             {

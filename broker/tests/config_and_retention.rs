@@ -155,19 +155,6 @@ fn invalid_configuration_stops_start_up_with_an_error_naming_the_key() {
     assert!(err.contains("missing.toml"), "{err}");
 }
 
-async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_metrics_describe_partitions_and_traffic() {
     let port = common::free_port();
@@ -180,7 +167,7 @@ async fn prometheus_metrics_describe_partitions_and_traffic() {
     );
     assert_eq!(consumed, "a\nb\nc\n");
 
-    let page = http_get(port, "/metrics").await;
+    let page = common::http_get(port, "/metrics").await;
     assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
     for line in [
         "shale_partition_log_end_offset{topic=\"m\",partition=\"1\"} 3",
@@ -206,5 +193,9 @@ async fn prometheus_metrics_describe_partitions_and_traffic() {
         .parse()
         .unwrap();
     assert!(fetched > 0, "the consume's fetch is counted");
-    assert!(http_get(port, "/nope").await.starts_with("HTTP/1.1 404"));
+    assert!(
+        common::http_get(port, "/nope")
+            .await
+            .starts_with("HTTP/1.1 404")
+    );
 }

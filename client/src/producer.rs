@@ -358,6 +358,12 @@ impl Producer {
         self.partitions
     }
 
+    /// The idempotent producer's id and current epoch (`None` before the first send or
+    /// without idempotence).
+    pub fn producer_id(&self) -> Option<(i64, i16)> {
+        self.shared.state().producer
+    }
+
     fn idempotent(&self) -> Result<bool> {
         match (self.config.idempotence, self.config.acks) {
             (Some(true), Acks::None | Acks::Leader) => Err(Error::Invalid(
@@ -456,6 +462,13 @@ impl Producer {
         let compression = self.config.compression;
         let acc = &mut *acc;
         let queue = &mut acc.partitions[partition as usize];
+        // A record that does not fit the open batch starts the next one.
+        if queue.open.as_ref().is_some_and(|o| {
+            !o.builder.is_empty() && o.builder.size_bytes() + size > self.config.batch_size
+        }) {
+            close_open(queue, partition);
+            self.shared.wake.notify_one();
+        }
         let open = queue.open.get_or_insert_with(|| {
             acc.next_batch_id += 1;
             acc.incomplete.insert(id);

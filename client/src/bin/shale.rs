@@ -543,11 +543,12 @@ impl Source {
         }
     }
 
-    /// Group members commit what was printed.
-    async fn commit(&mut self) -> shale_client::Result<()> {
+    /// Group members commit what was printed: per partition, the offset after the
+    /// last record printed.
+    async fn commit(&mut self, printed: BTreeMap<(String, i32), i64>) -> shale_client::Result<()> {
         match self {
             Source::Assigned(_) => Ok(()),
-            Source::Group(g) => g.commit_sync().await,
+            Source::Group(g) => g.commit_offsets(printed).await,
         }
     }
 }
@@ -611,11 +612,13 @@ async fn consume_loop(consumer: &mut Source, args: &ConsumeArgs) -> anyhow::Resu
         if !records.is_empty() {
             last_record = Instant::now();
         }
+        let mut printed = BTreeMap::new();
         for r in records {
             if args.max_messages.is_some_and(|m| seen >= m) {
                 break;
             }
             args.format.write(&mut buf, &r);
+            printed.insert((r.topic.to_string(), r.partition), r.offset + 1);
             seen += 1;
         }
         {
@@ -623,8 +626,8 @@ async fn consume_loop(consumer: &mut Source, args: &ConsumeArgs) -> anyhow::Resu
             out.write_all(&buf)?;
             out.flush()?;
         }
-        if !buf.is_empty()
-            && let Err(e) = consumer.commit().await
+        if !printed.is_empty()
+            && let Err(e) = consumer.commit(printed).await
         {
             // The group moved on (rebalance): the next poll rejoins; records printed
             // since the last commit may be printed again by whoever takes them.

@@ -28,7 +28,8 @@ const PARTITIONS: i32 = 3;
 const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
     [tiering]\nupload_interval_ms = 200\n\
-    [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 200\n";
+    [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 200\n\
+    [groups]\nmin_session_timeout_ms = 500\ninitial_rebalance_delay_ms = 0\n";
 
 struct Cluster {
     /// Broker id `i + 1` at index `i`.
@@ -264,6 +265,18 @@ async fn check(client: Client, acked: &[Ack]) -> usize {
             "acknowledged record {want} at {p}:{offset} is lost"
         );
     }
+    // The producer is idempotent (acks=all): retries across failovers wrote nothing
+    // twice, since followers rebuild the producers' sequences from what they copy.
+    let mut values: Vec<&String> = log.values().collect();
+    values.sort_unstable();
+    let total = values.len();
+    values.dedup();
+    assert_eq!(
+        values.len(),
+        total,
+        "{} records were written twice",
+        total - values.len()
+    );
     // Per-partition order: acknowledged records appear in the order they were sent.
     let mut by_partition: BTreeMap<i32, Vec<(i64, u64)>> = BTreeMap::new();
     for &(p, offset, seq) in acked {
@@ -641,4 +654,129 @@ fn one_record_batch(value: &[u8]) -> Bytes {
     let mut b = shale_proto::record::BatchBuilder::new(0);
     b.push(shale_proto::record::Record::new(None, Some(value), 0));
     b.build()
+}
+
+/// The broker coordinating `group`, as broker `via` sees it.
+async fn coordinator_of(cluster: &Cluster, via: i32, group: &str) -> i32 {
+    let address = cluster.brokers[(via - 1) as usize].address();
+    let mut g = shale_proto::v1::groups_client::GroupsClient::connect(format!("http://{address}"))
+        .await
+        .unwrap();
+    g.find_coordinator(shale_proto::v1::FindCoordinatorRequest {
+        group_id: group.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .broker_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_survives_the_kill_of_its_coordinator_with_its_offsets() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let client = cluster.client().await;
+    let load = Load::start(client.clone()).await;
+    load.wait_more(300).await;
+    let mut config = shale_client::GroupConfig::new("fo");
+    config.session_timeout = std::time::Duration::from_secs(2);
+    config.heartbeat_interval = Duration::from_millis(200);
+    config.auto_commit_interval = None;
+    config.auto_offset_reset = shale_client::OffsetReset::Earliest;
+    let mut members: Vec<common::Member> = (0..2)
+        .map(|_| common::Member::start(&client, TOPIC, config.clone()))
+        .collect();
+    common::settle(&members, |a| a.iter().all(|a| !a.is_empty())).await;
+    let coordinator = coordinator_of(&cluster, 1, "fo").await;
+    assert!(coordinator > 0);
+    // Read for a while, then kill the coordinator.
+    let mut read: Vec<(i32, i64)> = Vec::new();
+    let drain = |members: &mut Vec<common::Member>, read: &mut Vec<(i32, i64)>| {
+        for m in members.iter_mut() {
+            while let Ok(r) = m.records.try_recv() {
+                read.push((r.partition, r.offset));
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read.len() < 500 {
+        drain(&mut members, &mut read);
+        assert!(Instant::now() < deadline, "the group read nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let committed_before: i64 = client.committed_offsets("fo").await.unwrap().values().sum();
+    let killed = Instant::now();
+    cluster.broker(coordinator).kill();
+    let survivor = if coordinator == 1 { 2 } else { 1 };
+    // A new coordinator is chosen among the live brokers; the members join it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        drain(&mut members, &mut read);
+        let now = coordinator_of(&cluster, survivor, "fo").await;
+        let describe = Client::connect(&cluster.brokers[(survivor - 1) as usize].address())
+            .await
+            .unwrap()
+            .describe_group("fo")
+            .await;
+        if now != coordinator && describe.is_ok_and(|d| d.state == "Stable" && d.members.len() == 2)
+        {
+            println!(
+                "coordinator {coordinator} killed; broker {now} coordinates the group with both members {:?} later",
+                killed.elapsed()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group never moved to a live coordinator"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (acked, _) = load.finish().await;
+    // Everything acknowledged is read (at least once, no gap) and the commits moved on
+    // from where they were: they live in the metastore, not on the dead coordinator.
+    let ends: BTreeMap<i32, i64> = {
+        let mut e = BTreeMap::new();
+        for p in 0..PARTITIONS {
+            e.insert(p, client.list_offset(TOPIC, p, -1).await.unwrap().unwrap());
+        }
+        e
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        drain(&mut members, &mut read);
+        let distinct: std::collections::BTreeSet<(i32, i64)> = read.iter().copied().collect();
+        let complete = ends
+            .iter()
+            .all(|(p, end)| distinct.iter().filter(|(q, _)| q == p).count() as i64 == *end);
+        if complete {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "read {} distinct records, the log holds {}",
+            distinct.len(),
+            ends.values().sum::<i64>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed: i64 = client.committed_offsets("fo").await.unwrap().values().sum();
+        if committed == ends.values().sum::<i64>() {
+            assert!(committed > committed_before);
+            break;
+        }
+        assert!(Instant::now() < deadline, "commits stopped at {committed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "{} acknowledged, {} read ({} again after the coordinator moved)",
+        acked.len(),
+        read.len(),
+        read.len() - ends.values().sum::<i64>() as usize
+    );
+    for m in members {
+        m.stop().await;
+    }
 }

@@ -8,10 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Broker;
-use shale_client::{
-    Acks, Assignor, Client, GroupConfig, GroupConsumer, OffsetReset, Producer, ProducerRecord,
-};
+use common::{Broker, Member, settle};
+use shale_client::{Acks, Assignor, Client, GroupConfig, OffsetReset, Producer, ProducerRecord};
 use shale_proto::ErrorCode;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
@@ -45,75 +43,6 @@ async fn produce(c: &Client, topic: &str, n: usize, tag: &str) {
         })
         .collect();
     p.send_all(records).await.unwrap();
-}
-
-/// A group member running in its own task, as in an application: it polls, commits
-/// after each poll (manual commits), and reports records and its assignment.
-struct Member {
-    state: tokio::sync::watch::Receiver<(i32, Vec<(String, i32)>)>,
-    records: tokio::sync::mpsc::UnboundedReceiver<shale_client::ConsumedRecord>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Member {
-    fn start(c: &Client, topic: &str, config: GroupConfig) -> Self {
-        let mut consumer = GroupConsumer::new(c.clone(), &[topic], config);
-        let (state_tx, state) = tokio::sync::watch::channel((-1, Vec::new()));
-        let (records_tx, records) = tokio::sync::mpsc::unbounded_channel();
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            while stopped.try_recv().is_err() {
-                let got = consumer.poll(Duration::from_millis(100)).await.unwrap();
-                state_tx.send_replace((consumer.generation(), consumer.assignment().to_vec()));
-                let any = !got.is_empty();
-                for r in got {
-                    let _ = records_tx.send(r);
-                }
-                if any {
-                    // A rebalance may have started: the next poll rejoins.
-                    let _ = consumer.commit_sync().await;
-                }
-            }
-            consumer.close().await.unwrap();
-        });
-        Self {
-            state,
-            records,
-            stop,
-            task,
-        }
-    }
-
-    fn assignment(&self) -> Vec<(String, i32)> {
-        self.state.borrow().1.clone()
-    }
-
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        self.task.await.unwrap();
-    }
-}
-
-/// Waits until every member reports the same generation and `done` holds of their
-/// assignments; returns how long it took.
-async fn settle(members: &[Member], done: impl Fn(&[Vec<(String, i32)>]) -> bool) -> Duration {
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(30);
-    loop {
-        let states: Vec<(i32, Vec<(String, i32)>)> =
-            members.iter().map(|m| m.state.borrow().clone()).collect();
-        let generations: BTreeSet<i32> = states.iter().map(|s| s.0).collect();
-        let assignments: Vec<Vec<(String, i32)>> = states.into_iter().map(|s| s.1).collect();
-        if generations.len() == 1 && !generations.contains(&-1) && done(&assignments) {
-            return started.elapsed();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the group never settled: {assignments:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

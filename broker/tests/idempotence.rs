@@ -204,7 +204,7 @@ async fn pump(
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        if chunks > 3 && cutting.load(Ordering::SeqCst) && seed % 5 == 0 {
+        if chunks > 3 && cutting.load(Ordering::SeqCst) && seed.is_multiple_of(5) {
             cuts.fetch_add(1, Ordering::SeqCst);
             break;
         }
@@ -261,14 +261,14 @@ async fn a_producer_whose_connections_keep_dropping_writes_every_record_once() {
                 .with_idempotence(idempotent)
                 .with_delivery_timeout(Duration::from_secs(60));
             let mut futures = Vec::new();
-            for i in 0..6000 {
+            for i in 0..6000u32 {
                 let record = ProducerRecord {
                     key: Some(format!("k{}", i % 50).into()),
                     value: Some(format!("{round}-{i:06}").into()),
                     ..Default::default()
                 };
                 futures.push(producer.send(record).await.unwrap());
-                if i % 500 == 0 {
+                if i.is_multiple_of(500) {
                     tokio::task::yield_now().await;
                 }
             }

@@ -622,23 +622,38 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
 
     // The refusal is retriable: a producer retries it until its deadline (short here).
     let short_retry = c.clone().with_retry_timeout(Duration::from_millis(300));
-    let mut p = Producer::new(short_retry, "capped", Acks::All)
+    let p = Producer::new(short_retry, "capped", Acks::All)
         .await
         .unwrap()
         .with_batch_size(1024);
     let mut acked = 0usize;
-    let send = |n: usize, from: usize| {
-        (0..n)
-            .map(|i| ProducerRecord {
-                value: Some(format!("{:06}-{}", from + i, "d".repeat(90)).into()),
+    let mut sent = 0usize;
+    // Sends 50 records; counts those acknowledged (a refusal fails only some batches)
+    // and returns the first error.
+    let send = async |sent: &mut usize, acked: &mut usize| {
+        let mut futures = Vec::new();
+        for _ in 0..50 {
+            let value = format!("{:06}-{}", *sent, "d".repeat(90));
+            *sent += 1;
+            let record = ProducerRecord {
+                value: Some(value.into()),
                 ..Default::default()
-            })
-            .collect::<Vec<_>>()
+            };
+            futures.push(p.send(record).await.unwrap());
+        }
+        p.flush().await.unwrap();
+        let mut first_error = None;
+        for f in futures {
+            match f.await {
+                Ok(_) => *acked += 1,
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error
     };
     let refusal = loop {
-        match p.send_all(send(50, acked)).await {
-            Ok(_) => acked += 50,
-            Err(e) => break e,
+        if let Some(e) = send(&mut sent, &mut acked).await {
+            break e;
         }
         assert!(acked < 5000, "the limit never applied");
         tokio::time::sleep(Duration::from_millis(60)).await;
@@ -662,12 +677,9 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
     s3.start_again();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match p.send_all(send(50, acked)).await {
-            Ok(_) => {
-                acked += 50;
-                break;
-            }
-            Err(e) => assert_eq!(
+        match send(&mut sent, &mut acked).await {
+            None => break,
+            Some(e) => assert_eq!(
                 e.code(),
                 Some(shale_proto::ErrorCode::KafkaStorageError),
                 "{e}"
@@ -698,8 +710,14 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
         acked,
         "every acknowledged record is readable, remote or local"
     );
+    // Dense offsets, and the values in the order sent (refused records are missing).
+    let mut last = -1i64;
     for (i, l) in lines.iter().enumerate() {
-        assert!(l.starts_with(&format!("{i} {i:06}-")), "line {i}: {l}");
+        let (offset, value) = l.split_once(' ').unwrap();
+        assert_eq!(offset, i.to_string(), "line {i}: {l}");
+        let n: i64 = value[..6].parse().unwrap();
+        assert!(n > last, "line {i}: {l} after {last}");
+        last = n;
     }
 }
 

@@ -186,10 +186,9 @@ impl GroupConsumer {
         }
         if let Some(every) = self.config.auto_commit_interval
             && self.last_commit.elapsed() >= every
+            && let Err(e) = self.commit_sync().await
         {
-            if let Err(e) = self.commit_sync().await {
-                tracing::warn!(group = %self.config.group_id, error = %e, "auto-commit failed");
-            }
+            tracing::warn!(group = %self.config.group_id, error = %e, "auto-commit failed");
         }
         if self.fetchers.values().all(|c| c.positions().is_empty()) {
             // Nothing assigned (or all paused): wait, but notice a rebalance soon.
@@ -215,10 +214,11 @@ impl GroupConsumer {
     /// takes the new assignment.
     async fn rebalance(&mut self) -> Result<()> {
         let started = Instant::now();
-        if self.joined && self.config.auto_commit_interval.is_some() {
-            if let Err(e) = self.commit_sync().await {
-                tracing::warn!(group = %self.config.group_id, error = %e, "commit before rebalance failed");
-            }
+        if self.joined
+            && self.config.auto_commit_interval.is_some()
+            && let Err(e) = self.commit_sync().await
+        {
+            tracing::warn!(group = %self.config.group_id, error = %e, "commit before rebalance failed");
         }
         if let Some(h) = self.heartbeat.take() {
             h.abort();

@@ -610,11 +610,10 @@ struct Sender {
 impl Sender {
     async fn run(mut self) {
         loop {
-            if self.idempotent && self.shared.state().producer.is_none() {
-                if let Err(e) = self.init_producer_id().await {
-                    self.fail_everything(e);
-                    return;
-                }
+            let needs_id = self.idempotent && self.shared.state().producer.is_none();
+            if needs_id && let Err(e) = self.init_producer_id().await {
+                self.fail_everything(e);
+                return;
             }
             let (ready, next_wake, done) = self.drain(Instant::now());
             if done {

@@ -108,6 +108,10 @@ impl ProducerStates {
         self.producers.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
     /// Checks a producer's batches (as sent, in order) against the state. Nothing
     /// changes; [`ProducerStates::record`] does that once they are written.
     pub fn check(&self, headers: &[BatchHeader]) -> Result<SequenceCheck, ProducerError> {
@@ -135,16 +139,15 @@ impl ProducerStates {
                         current: e.epoch,
                     });
                 }
-                Some(e) if h.producer_epoch > e.epoch => {
-                    if first != 0 {
-                        return Err(ProducerError::OutOfOrderSequence {
-                            producer_id: h.producer_id,
-                            epoch: h.producer_epoch,
-                            expected: 0,
-                            found: first,
-                        });
-                    }
+                Some(e) if h.producer_epoch > e.epoch && first != 0 => {
+                    return Err(ProducerError::OutOfOrderSequence {
+                        producer_id: h.producer_id,
+                        epoch: h.producer_epoch,
+                        expected: 0,
+                        found: first,
+                    });
                 }
+                Some(e) if h.producer_epoch > e.epoch => {}
                 Some(e) => {
                     if let Some(b) = e
                         .batches

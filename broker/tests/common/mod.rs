@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -516,4 +517,73 @@ pub async fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// A group member running in its own task, as in an application: it polls, commits
+/// after each poll (manual commits), and reports records and its assignment.
+pub struct Member {
+    pub state: tokio::sync::watch::Receiver<(i32, Vec<(String, i32)>)>,
+    pub records: tokio::sync::mpsc::UnboundedReceiver<shale_client::ConsumedRecord>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Member {
+    pub fn start(c: &Client, topic: &str, config: shale_client::GroupConfig) -> Self {
+        let mut consumer = shale_client::GroupConsumer::new(c.clone(), &[topic], config);
+        let (state_tx, state) = tokio::sync::watch::channel((-1, Vec::new()));
+        let (records_tx, records) = tokio::sync::mpsc::unbounded_channel();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            while stopped.try_recv().is_err() {
+                let got = consumer.poll(Duration::from_millis(100)).await.unwrap();
+                state_tx.send_replace((consumer.generation(), consumer.assignment().to_vec()));
+                let any = !got.is_empty();
+                for r in got {
+                    let _ = records_tx.send(r);
+                }
+                if any {
+                    // A rebalance may have started: the next poll rejoins.
+                    let _ = consumer.commit_sync().await;
+                }
+            }
+            consumer.close().await.unwrap();
+        });
+        Self {
+            state,
+            records,
+            stop,
+            task,
+        }
+    }
+
+    pub fn assignment(&self) -> Vec<(String, i32)> {
+        self.state.borrow().1.clone()
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap();
+    }
+}
+
+/// Waits until every member reports the same generation and `done` holds of their
+/// assignments; returns how long it took.
+pub async fn settle(members: &[Member], done: impl Fn(&[Vec<(String, i32)>]) -> bool) -> Duration {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    loop {
+        let states: Vec<(i32, Vec<(String, i32)>)> =
+            members.iter().map(|m| m.state.borrow().clone()).collect();
+        let generations: BTreeSet<i32> = states.iter().map(|s| s.0).collect();
+        let assignments: Vec<Vec<(String, i32)>> = states.into_iter().map(|s| s.1).collect();
+        if generations.len() == 1 && !generations.contains(&-1) && done(&assignments) {
+            return started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group never settled: {assignments:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -528,7 +528,7 @@ fn split_once<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
 
 /// Where a consume loop gets its records.
 enum Source {
-    Assigned(Consumer),
+    Assigned(Box<Consumer>),
     Group(Box<GroupConsumer>),
 }
 
@@ -585,7 +585,7 @@ async fn consume(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let consumer =
         Consumer::new(client, &args.topic, args.partition.map(|p| vec![p]), start).await?;
-    consume_loop(&mut Source::Assigned(consumer), &args).await
+    consume_loop(&mut Source::Assigned(Box::new(consumer)), &args).await
 }
 
 async fn consume_loop(consumer: &mut Source, args: &ConsumeArgs) -> anyhow::Result<()> {

@@ -120,26 +120,28 @@ async fn produce_compressed(
     spread: Option<i32>,
     compression: Compression,
 ) -> anyhow::Result<Sent> {
-    let mut producer = Producer::new(client.clone(), topic, acks)
+    let producer = Producer::new(client.clone(), topic, acks)
         .await?
         .with_compression(compression);
     let pool = value_pool();
     let total = (bytes / record_size as u64).max(1);
-    let chunk = ((8 << 20) / record_size).max(1) as u64;
     let start = Instant::now();
-    let mut sent = 0u64;
-    while sent < total {
-        let n = chunk.min(total - sent);
-        let batch = (sent..sent + n)
-            .map(|i| ProducerRecord {
-                value: Some(sample_value(&pool, i, record_size)),
-                partition: spread.map(|p| (i % p as u64) as i32),
-                ..Default::default()
-            })
-            .collect();
-        producer.send_all(batch).await.context("produce failed")?;
-        sent += n;
+    // Records are sent as fast as the producer takes them (it batches, lingers and
+    // keeps requests in flight); every acknowledgement is checked at the end.
+    let mut pending = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let record = ProducerRecord {
+            value: Some(sample_value(&pool, i, record_size)),
+            partition: spread.map(|p| (i % p as u64) as i32),
+            ..Default::default()
+        };
+        pending.push(producer.send(record).await.context("produce failed")?);
     }
+    producer.flush().await.context("produce failed")?;
+    for f in pending {
+        f.await.context("produce failed")?;
+    }
+    let sent = total;
     Ok(Sent {
         records: sent,
         bytes: sent * record_size as u64,

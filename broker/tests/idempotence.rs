@@ -14,7 +14,7 @@ use bytes::Bytes;
 use common::Broker;
 use shale_client::{Acks, Client, Producer, ProducerRecord, StartFrom};
 use shale_proto::ErrorCode;
-use shale_proto::batch::set_producer;
+use shale_proto::batch::{Compression, set_producer};
 use shale_proto::record::{BatchBuilder, Record};
 use shale_proto::v1::InitProducerIdRequest;
 use shale_proto::v1::data_client::DataClient;
@@ -460,4 +460,42 @@ async fn a_batch_refused_for_good_makes_the_producer_renumber_under_a_new_epoch(
     assert_eq!(epoch, 1, "the sequence gap was closed by bumping the epoch");
     let stored = read_all(&c, "gap", 1).await;
     assert_eq!(stored.len(), 19);
+}
+
+#[tokio::test]
+async fn a_producer_moves_many_times_its_buffer_compressed_or_not() {
+    let broker = Broker::start(&[]).await;
+    let c = broker.client().await;
+    c.create_topic("flow", 2, 1, BTreeMap::new()).await.unwrap();
+    for codec in [Compression::None, Compression::Lz4] {
+        let producer = Producer::new(c.clone(), "flow", Acks::All)
+            .await
+            .unwrap()
+            .with_compression(codec)
+            .with_batch_size(4096)
+            .with_buffer_memory(32 * 1024);
+        // 4 MB through a 32 KiB buffer: `send` waits for answers to free it.
+        let moved = tokio::time::timeout(Duration::from_secs(60), async {
+            let mut futures = Vec::new();
+            for i in 0..40_000u32 {
+                let record = ProducerRecord {
+                    value: Some(format!("{i:08}-{}", "v".repeat(90)).into()),
+                    ..Default::default()
+                };
+                futures.push(producer.send(record).await.unwrap());
+            }
+            producer.flush().await.unwrap();
+            for f in futures {
+                f.await.unwrap();
+            }
+        })
+        .await;
+        assert!(
+            moved.is_ok(),
+            "{codec:?}: the producer stalled: its buffer was never freed"
+        );
+    }
+    let total = c.list_offset("flow", 0, -1).await.unwrap().unwrap()
+        + c.list_offset("flow", 1, -1).await.unwrap().unwrap();
+    assert_eq!(total, 80_000);
 }

@@ -165,6 +165,8 @@ impl IntoFuture for DeliveryFuture {
 struct OpenBatch {
     id: u64,
     builder: BatchBuilder,
+    /// Bytes counted against `buffer_memory` for its records.
+    buffered: usize,
     created: Instant,
     done: oneshot::Sender<Outcome>,
     outcome: OutcomeFuture,
@@ -176,6 +178,8 @@ struct Batch {
     partition: i32,
     data: Bytes,
     records: i32,
+    /// Bytes counted against `buffer_memory` (released when the batch is answered).
+    buffered: usize,
     /// Sequence and epoch stamped into `data` (idempotence), once first sent.
     seq: Option<(i32, i16)>,
     created: Instant,
@@ -349,6 +353,12 @@ impl Producer {
         self
     }
 
+    /// Unsent bytes `send` lets wait before it waits itself (Kafka `buffer.memory`).
+    pub fn with_buffer_memory(mut self, bytes: usize) -> Self {
+        self.config.buffer_memory = bytes.max(1);
+        self
+    }
+
     pub fn with_delivery_timeout(mut self, timeout: Duration) -> Self {
         self.config.delivery_timeout = timeout;
         self
@@ -476,12 +486,14 @@ impl Producer {
             OpenBatch {
                 id,
                 builder: BatchBuilder::new(ts).with_compression(compression),
+                buffered: 0,
                 created: Instant::now(),
                 done,
                 outcome,
             }
         });
         let index = open.builder.len() as i64;
+        open.buffered += size;
         open.builder.push(Record {
             offset: 0,
             timestamp: ts,
@@ -582,6 +594,7 @@ fn close_open(queue: &mut PartitionQueue, partition: i32) {
             partition,
             data: open.builder.build(),
             records,
+            buffered: open.buffered,
             seq: None,
             created: open.created,
             attempts: 0,
@@ -711,7 +724,8 @@ impl Sender {
                 }
                 expired.push(q.queued.pop_front().expect("front exists"));
             }
-            if acc.bump_epoch {
+            // Nothing goes while an epoch bump waits, or while a new id is awaited.
+            if acc.bump_epoch || (self.idempotent && acc.producer.is_none()) {
                 continue;
             }
             let limit = if q.retrying {
@@ -784,7 +798,7 @@ impl Sender {
     fn finish(&self, acc: &mut Accumulator, b: Batch, outcome: Outcome) {
         let _ = b.done.send(outcome);
         acc.incomplete.remove(&b.id);
-        acc.buffered_bytes = acc.buffered_bytes.saturating_sub(b.data.len());
+        acc.buffered_bytes = acc.buffered_bytes.saturating_sub(b.buffered);
         let lowest = acc.incomplete.first().copied().unwrap_or(u64::MAX);
         self.shared.lowest_incomplete.send_if_modified(|l| {
             let changed = *l != lowest;

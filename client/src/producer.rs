@@ -244,6 +244,7 @@ pub struct Producer {
     config: ProducerConfig,
     shared: Arc<Shared_>,
     sender: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    started: std::sync::atomic::AtomicBool,
 }
 
 fn now_ms() -> i64 {
@@ -306,6 +307,7 @@ impl Producer {
                 lowest_incomplete: watch::Sender::new(u64::MAX),
             }),
             sender: Mutex::new(None),
+            started: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -399,6 +401,8 @@ impl Producer {
                 in_flight: FuturesUnordered::new(),
             };
             *sender = Some(tokio::spawn(s.run()));
+            self.started
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
@@ -446,31 +450,51 @@ impl Producer {
     /// partition that does not exist, a closed producer) means the record was not
     /// queued.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
-        self.start()?;
+        if !self.started.load(std::sync::atomic::Ordering::Relaxed) {
+            self.start()?;
+        }
         let size = record.key.as_ref().map_or(0, Bytes::len)
             + record.value.as_ref().map_or(0, Bytes::len)
             + 16;
+        let fits = |acc: &Accumulator| {
+            acc.buffered_bytes == 0 || acc.buffered_bytes + size <= self.config.buffer_memory
+        };
         loop {
-            let space = self.shared.space.notified();
             {
-                let acc = self.shared.state();
+                let mut acc = self.shared.state();
                 if acc.closed {
                     return Err(Error::Invalid("the producer is closed".into()));
                 }
-                if acc.buffered_bytes == 0 || acc.buffered_bytes + size <= self.config.buffer_memory
-                {
-                    break;
+                if fits(&acc) {
+                    return self.append(&mut acc, record, size);
                 }
             }
-            space.await;
+            // Full: wait for answers to free space (registered before looking again).
+            let space = self.shared.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            let again = {
+                let acc = self.shared.state();
+                acc.closed || fits(&acc)
+            };
+            if !again {
+                space.await;
+            }
         }
-        let mut acc = self.shared.state();
-        let partition = self.partition_of(&mut acc, &record)?;
+    }
+
+    /// Adds a record to its partition's open batch (under the accumulator's lock).
+    fn append(
+        &self,
+        acc: &mut Accumulator,
+        record: ProducerRecord,
+        size: usize,
+    ) -> Result<DeliveryFuture> {
+        let partition = self.partition_of(acc, &record)?;
         let ts = record.timestamp.unwrap_or_else(now_ms);
         acc.buffered_bytes += size;
         let id = acc.next_batch_id;
         let compression = self.config.compression;
-        let acc = &mut *acc;
         let queue = &mut acc.partitions[partition as usize];
         // A record that does not fit the open batch starts the next one.
         if queue.open.as_ref().is_some_and(|o| {

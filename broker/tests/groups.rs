@@ -676,3 +676,36 @@ async fn stale_generations_unknown_members_and_bad_commits_get_their_codes_and_w
         .into_inner();
     assert_eq!(code(&hb.error), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_partitions_of_a_subscribed_topic_are_assigned_after_a_rebalance() {
+    let (broker, _cfg) = start_broker().await;
+    let c = broker.client().await;
+    c.create_topic("growing", 2, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let mut cfg = config("grow");
+    cfg.metadata_max_age = Duration::from_millis(200);
+    let members: Vec<Member> = (0..2)
+        .map(|_| Member::start(&c, "growing", cfg.clone()))
+        .collect();
+    settle(&members, |a| a.iter().all(|a| a.len() == 1)).await;
+    c.create_partitions("growing", 6).await.unwrap();
+    let added = Instant::now();
+    let took = settle(&members, |a| a.iter().all(|a| a.len() == 3)).await;
+    println!(
+        "6 partitions assigned {:?} after the topic grew (settled in {took:?})",
+        added.elapsed()
+    );
+    let mut all: Vec<(String, i32)> = members.iter().flat_map(Member::assignment).collect();
+    all.sort();
+    assert_eq!(
+        all,
+        (0..6)
+            .map(|p| ("growing".to_string(), p))
+            .collect::<Vec<_>>()
+    );
+    for m in members {
+        m.stop().await;
+    }
+}

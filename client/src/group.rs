@@ -63,6 +63,10 @@ pub struct GroupConfig {
     pub auto_commit_interval: Option<Duration>,
     /// `auto.offset.reset`. Default: latest.
     pub auto_offset_reset: OffsetReset,
+    /// `metadata.max.age.ms`: how often the subscribed topics' partition counts are
+    /// checked; a change makes the member join again, so new partitions get assigned.
+    /// Default: 5 s.
+    pub metadata_max_age: Duration,
 }
 
 impl GroupConfig {
@@ -76,6 +80,7 @@ impl GroupConfig {
             assignors: vec![Assignor::Range, Assignor::Sticky, Assignor::RoundRobin],
             auto_commit_interval: Some(Duration::from_secs(5)),
             auto_offset_reset: OffsetReset::Latest,
+            metadata_max_age: Duration::from_secs(5),
         }
     }
 }
@@ -105,6 +110,10 @@ pub struct GroupConsumer {
     assignment: Vec<TopicPartition>,
     joined: bool,
     last_commit: Instant,
+    /// Partition counts of the subscribed topics when the group last formed, and when
+    /// they were last checked.
+    partition_counts: BTreeMap<String, i32>,
+    counts_checked: Instant,
     /// Time the last rebalance took (join to assignment), for tools and tests.
     pub last_rebalance: Option<Duration>,
 }
@@ -129,6 +138,8 @@ impl GroupConsumer {
             joined: false,
             last_commit: Instant::now(),
             last_rebalance: None,
+            partition_counts: BTreeMap::new(),
+            counts_checked: Instant::now(),
         }
     }
 
@@ -181,6 +192,19 @@ impl GroupConsumer {
     /// rebalances as needed.
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumedRecord>> {
         self.membership().last_poll = Instant::now();
+        if self.joined && self.counts_checked.elapsed() >= self.config.metadata_max_age {
+            self.counts_checked = Instant::now();
+            match self.subscribed_counts().await {
+                Ok(counts) if counts != self.partition_counts => {
+                    tracing::info!(group = %self.config.group_id, "partition count changed; joining again");
+                    self.membership().rejoin = true;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(group = %self.config.group_id, error = %e, "cannot check partition counts")
+                }
+            }
+        }
         if !self.joined || self.membership().rejoin {
             self.rebalance().await?;
         }
@@ -249,6 +273,8 @@ impl GroupConsumer {
                 Err(e) => return Err(e),
             }
         };
+        self.partition_counts = self.subscribed_counts().await?;
+        self.counts_checked = Instant::now();
         self.assign(assignment).await?;
         self.joined = true;
         self.last_commit = Instant::now();
@@ -332,6 +358,21 @@ impl GroupConsumer {
                     .map(move |p| (tp.topic.clone(), p))
             })
             .collect())
+    }
+
+    /// Partition counts of the subscribed topics that exist.
+    async fn subscribed_counts(&self) -> Result<BTreeMap<String, i32>> {
+        let mut out = BTreeMap::new();
+        for t in &self.topics {
+            match self.client.partition_count(t).await {
+                Ok(n) => {
+                    out.insert(t.clone(), n);
+                }
+                Err(e) if e.code() == Some(ErrorCode::UnknownTopicOrPartition) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// As the group leader: every member's partitions under the chosen assignor.

@@ -518,6 +518,9 @@ async fn committed_offsets_survive_a_restart_and_the_cli_reports_lag_resets_and_
     assert!(!list.contains("readers"), "{list}");
     let gone = cli(&broker, &["group", "delete", "readers"]);
     assert!(String::from_utf8_lossy(&gone.stderr).contains("GROUP_ID_NOT_FOUND"));
+    let gone = cli(&broker, &["group", "describe", "readers"]);
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("GROUP_ID_NOT_FOUND"));
 }
 
 fn code(r: &Option<ErrorResult>) -> i32 {
@@ -708,4 +711,45 @@ async fn new_partitions_of_a_subscribed_topic_are_assigned_after_a_rebalance() {
     for m in members {
         m.stop().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_polling_leaves_and_its_partitions_move() {
+    let (broker, _cfg) = start_broker().await;
+    let c = broker.client().await;
+    c.create_topic("slow", 4, 1, BTreeMap::new()).await.unwrap();
+    let mut cfg = config("pollers");
+    cfg.max_poll_interval = Duration::from_millis(800);
+    let active = Member::start(&c, "slow", cfg.clone());
+    let mut stuck = shale_client::GroupConsumer::new(c.clone(), &["slow"], cfg);
+    // Both poll until each holds two partitions; then `stuck` stops polling (its
+    // heartbeats go on: only max.poll.interval can notice).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(stuck.assignment().len() == 2 && active.assignment().len() == 2) {
+        stuck.poll(Duration::from_millis(50)).await.unwrap();
+        assert!(Instant::now() < deadline, "never split 2/2");
+    }
+    let stopped = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while active.assignment().len() != 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle member kept its partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "the member that stopped polling lost its partitions {:?} later (max.poll.interval 800 ms)",
+        stopped.elapsed()
+    );
+    let d = c.describe_group("pollers").await.unwrap();
+    assert_eq!(d.members.len(), 1);
+    // Polling again, it joins again and the partitions are split again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(active.assignment().len() == 2 && stuck.assignment().len() == 2) {
+        stuck.poll(Duration::from_millis(50)).await.unwrap();
+        assert!(Instant::now() < deadline, "it never rejoined");
+    }
+    assert_eq!(c.describe_group("pollers").await.unwrap().members.len(), 2);
+    active.stop().await;
 }

@@ -714,6 +714,11 @@ async fn describe_group(client: &Client, group: &str) -> anyhow::Result<()> {
     use prost::Message;
     let d = client.describe_group(group).await?;
     let committed = client.committed_offsets(group).await?;
+    if d.members.is_empty() && committed.is_empty() {
+        anyhow::bail!(
+            "GROUP_ID_NOT_FOUND: group '{group}' has no members and no committed offsets"
+        );
+    }
     // Who holds each partition.
     let mut owner: BTreeMap<(String, i32), (String, String, String)> = BTreeMap::new();
     for m in &d.members {

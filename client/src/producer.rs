@@ -19,7 +19,6 @@
 //! flight a retried batch can land after a later one (as in Kafka).
 
 use std::collections::{BTreeSet, VecDeque};
-use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -138,26 +137,28 @@ const MAX_REQUEST_BYTES: usize = 8 << 20;
 type Outcome = Result<i64, Arc<Error>>;
 type OutcomeFuture = Shared<BoxFuture<'static, Outcome>>;
 
-/// Resolves to where a sent record went. Await it (it is `IntoFuture`).
+/// Resolves to where a sent record went (a future; cheap to hold per record).
 pub struct DeliveryFuture {
     outcome: OutcomeFuture,
     partition: i32,
     index: i64,
 }
 
-impl IntoFuture for DeliveryFuture {
+impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata>;
-    type IntoFuture = BoxFuture<'static, Result<RecordMetadata>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        async move {
-            let base = self.outcome.await.map_err(Error::Shared)?;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        std::pin::Pin::new(&mut this.outcome).poll(cx).map(|r| {
+            let base = r.map_err(Error::Shared)?;
             Ok(RecordMetadata {
-                partition: self.partition,
-                offset: if base < 0 { -1 } else { base + self.index },
+                partition: this.partition,
+                offset: if base < 0 { -1 } else { base + this.index },
             })
-        }
-        .boxed()
+        })
     }
 }
 

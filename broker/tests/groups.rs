@@ -753,3 +753,64 @@ async fn a_member_that_stops_polling_leaves_and_its_partitions_move() {
     assert_eq!(c.describe_group("pollers").await.unwrap().members.len(), 2);
     active.stop().await;
 }
+
+/// Records what it is told; on revocation asks to commit offset 7 everywhere.
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl shale_client::RebalanceListener for Recorder {
+    fn on_revoked(&mut self, partitions: &[(String, i32)]) -> BTreeMap<(String, i32), i64> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("revoked {partitions:?}"));
+        partitions.iter().map(|tp| (tp.clone(), 7)).collect()
+    }
+
+    fn on_assigned(&mut self, partitions: &[((String, i32), i64)]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("assigned {partitions:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_listener_hears_of_revocations_and_assignments() {
+    let (broker, _cfg) = start_broker().await;
+    let c = broker.client().await;
+    c.create_topic("heard", 2, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut a = shale_client::GroupConsumer::new(c.clone(), &["heard"], config("listening"))
+        .with_listener(Recorder(events.clone()));
+    while a.assignment().len() != 2 {
+        a.poll(Duration::from_millis(50)).await.unwrap();
+    }
+    let b = Member::start(&c, "heard", config("listening"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(a.assignment().len() == 1 && b.assignment().len() == 1) {
+        a.poll(Duration::from_millis(50)).await.unwrap();
+        assert!(Instant::now() < deadline, "never split");
+    }
+    let kept = a.assignment()[0].clone();
+    let events = events.lock().unwrap().clone();
+    assert_eq!(
+        events,
+        [
+            format!(
+                "assigned {:?}",
+                [(("heard".to_string(), 0), 0), (("heard".to_string(), 1), 0)]
+            ),
+            format!(
+                "revoked {:?}",
+                [("heard".to_string(), 0), ("heard".to_string(), 1)]
+            ),
+            // The offsets returned on revocation were committed, so it resumes there.
+            format!("assigned {:?}", [(kept, 7)]),
+        ]
+    );
+    let committed = c.committed_offsets("listening").await.unwrap();
+    assert_eq!(committed.values().copied().collect::<Vec<_>>(), [7, 7]);
+    b.stop().await;
+}

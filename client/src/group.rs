@@ -85,6 +85,23 @@ impl GroupConfig {
     }
 }
 
+/// Told when a member's partitions change (Kafka's `ConsumerRebalanceListener`).
+/// Called from inside `poll`.
+pub trait RebalanceListener: Send {
+    /// Before the member gives up `partitions` (eager rebalancing: all it held).
+    /// Returns offsets to commit now, e.g. the next offset after the last record it
+    /// processed (with auto-commit on, positions were already committed).
+    fn on_revoked(&mut self, partitions: &[TopicPartition]) -> BTreeMap<TopicPartition, i64> {
+        let _ = partitions;
+        BTreeMap::new()
+    }
+
+    /// After the new assignment, with the offset each partition starts at.
+    fn on_assigned(&mut self, partitions: &[(TopicPartition, i64)]) {
+        let _ = partitions;
+    }
+}
+
 /// What the heartbeat task and `poll` share.
 #[derive(Debug)]
 struct Membership {
@@ -116,6 +133,8 @@ pub struct GroupConsumer {
     counts_checked: Instant,
     /// Time the last rebalance took (join to assignment), for tools and tests.
     pub last_rebalance: Option<Duration>,
+    /// In a mutex only so that the consumer is `Sync` (it is called from `poll`).
+    listener: Option<Mutex<Box<dyn RebalanceListener>>>,
 }
 
 impl GroupConsumer {
@@ -138,9 +157,16 @@ impl GroupConsumer {
             joined: false,
             last_commit: Instant::now(),
             last_rebalance: None,
+            listener: None,
             partition_counts: BTreeMap::new(),
             counts_checked: Instant::now(),
         }
+    }
+
+    /// Calls `listener` on every rebalance.
+    pub fn with_listener(mut self, listener: impl RebalanceListener + 'static) -> Self {
+        self.listener = Some(Mutex::new(Box::new(listener)));
+        self
     }
 
     fn membership(&self) -> std::sync::MutexGuard<'_, Membership> {
@@ -244,6 +270,17 @@ impl GroupConsumer {
         {
             tracing::warn!(group = %self.config.group_id, error = %e, "commit before rebalance failed");
         }
+        if self.joined
+            && let Some(listener) = &self.listener
+        {
+            let offsets = listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_revoked(&self.assignment);
+            if let Err(e) = self.commit_offsets(offsets).await {
+                tracing::warn!(group = %self.config.group_id, error = %e, "commit on revoke failed");
+            }
+        }
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
@@ -276,6 +313,16 @@ impl GroupConsumer {
         self.partition_counts = self.subscribed_counts().await?;
         self.counts_checked = Instant::now();
         self.assign(assignment).await?;
+        if let Some(listener) = &self.listener {
+            let mut assigned = Vec::new();
+            for (t, c) in &self.fetchers {
+                assigned.extend(c.positions().iter().map(|(&p, &o)| ((t.clone(), p), o)));
+            }
+            listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_assigned(&assigned);
+        }
         self.joined = true;
         self.last_commit = Instant::now();
         self.last_rebalance = Some(started.elapsed());

@@ -27,7 +27,7 @@ use tonic::transport::{Channel, Endpoint};
 
 pub use assignor::Assignor;
 pub use consumer::{ConsumedRecord, Consumer, StartFrom};
-pub use group::{GroupConfig, GroupConsumer, OffsetReset};
+pub use group::{GroupConfig, GroupConsumer, OffsetReset, RebalanceListener};
 pub use producer::{
     Acks, DeliveryFuture, Partitioner, Partitioning, Producer, ProducerConfig, ProducerRecord,
     RecordMetadata,

@@ -270,8 +270,8 @@ impl Client {
     }
 
     /// A data client of the bootstrap broker (calls any broker can answer).
-    pub(crate) async fn data_any(&self) -> Result<DataClient<Channel>> {
-        Ok(data_client(self.bootstrap_channel.clone()))
+    pub(crate) fn data_any(&self) -> DataClient<Channel> {
+        data_client(self.bootstrap_channel.clone())
     }
 
     pub(crate) fn retry_deadline(&self) -> Instant {

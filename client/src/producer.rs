@@ -680,7 +680,6 @@ impl Sender {
                 let r = self
                     .client
                     .data_any()
-                    .await?
                     .init_producer_id(InitProducerIdRequest {})
                     .await?
                     .into_inner();

@@ -674,22 +674,39 @@ const PRODUCER_ID_BLOCK: i64 = 1000;
 impl Broker {
     /// The broker coordinating `group` and its address.
     pub fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
-        validate_group_id(group)?;
+        self.coordinator_among(group, &self.coordinator_candidates())
+    }
+
+    /// The brokers that may coordinate groups now: this one alone without replication,
+    /// else every broker whose lease is valid.
+    fn coordinator_candidates(&self) -> Vec<shale_metastore::BrokerLease> {
         if !self.metastore.supports_replication() {
-            return Ok((self.config.broker_id, self.config.advertised_address()));
+            return vec![shale_metastore::BrokerLease {
+                broker_id: self.config.broker_id,
+                address: self.config.advertised_address(),
+                lease_expires_ms: i64::MAX,
+                registered_at_ms: 0,
+            }];
         }
         let now = now_ms();
-        let live: Vec<_> = self
-            .brokers()
+        self.brokers()
             .into_iter()
             .filter(|b| b.is_alive(now))
-            .collect();
+            .collect()
+    }
+
+    fn coordinator_among(
+        &self,
+        group: &str,
+        live: &[shale_metastore::BrokerLease],
+    ) -> Result<(i32, String)> {
+        validate_group_id(group)?;
         let ids: Vec<i32> = live.iter().map(|b| b.broker_id).collect();
         let id = coordinator_of(group, &ids).ok_or(GroupError::CoordinatorNotAvailable)?;
         let address = live
-            .into_iter()
+            .iter()
             .find(|b| b.broker_id == id)
-            .map(|b| b.address)
+            .map(|b| b.address.clone())
             .unwrap_or_default();
         Ok((id, address))
     }
@@ -712,8 +729,13 @@ impl Broker {
     pub(crate) fn groups_tick(&self) {
         let me = self.config.broker_id;
         let lease = self.lease_valid();
-        self.groups
-            .tick(|g| lease && self.coordinator_for(g).is_ok_and(|(id, _)| id == me));
+        let live = self.coordinator_candidates();
+        self.groups.tick(|g| {
+            lease
+                && self
+                    .coordinator_among(g, &live)
+                    .is_ok_and(|(id, _)| id == me)
+        });
     }
 
     /// Writes a group's offsets: each partition gets its own answer; the valid ones

@@ -199,12 +199,18 @@ impl PartitionLog {
             .map_or(i64::MIN, |(b, _)| *b);
         for seg in self.segments.range(first_segment..).map(|(_, s)| s) {
             let file = seg.file();
+            // In the segment holding `from`, start at its batch (found through the
+            // index), so a clean restart (snapshot at the log end) reads nothing.
+            let mut pos = if seg.base_offset <= from {
+                ChunkReader::new(&file, seg.size(), SEEK_CHUNK)
+                    .seek_offset(seg.lookup_position(from), from)?
+                    .map_or(seg.size(), |b| b.position)
+            } else {
+                0
+            };
             let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
-            let mut pos = 0;
             while let Some(Ok(h)) = reader.next_batch(pos, false) {
-                if h.base_offset >= from {
-                    states.record(std::slice::from_ref(&h));
-                }
+                states.record(std::slice::from_ref(&h));
                 pos += h.total_size() as u64;
             }
         }

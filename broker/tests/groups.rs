@@ -299,6 +299,15 @@ async fn a_killed_member_s_partitions_move_to_the_others_without_a_gap() {
     assert_eq!(d.members.len(), 2);
 }
 
+/// Waits until the group's member count satisfies `want`.
+async fn wait_for_members(c: &Client, group: &str, want: impl Fn(usize) -> bool, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !want(c.describe_group(group).await.unwrap().members.len()) {
+        assert!(Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn cli(broker: &Broker, args: &[&str]) -> std::process::Output {
     broker.cli(args, None)
 }
@@ -394,17 +403,7 @@ async fn committed_offsets_survive_a_restart_and_the_cli_reports_lag_resets_and_
     // While a member is active, reset-offsets and delete are refused.
     let dir = tempfile::tempdir().unwrap();
     let mut active = CliConsumer::start(&broker.address(), dir.path(), "active", "readers", "logs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c
-        .describe_group("readers")
-        .await
-        .unwrap()
-        .members
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "the consumer never joined");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_members(&c, "readers", |n| n > 0, "the consumer never joined").await;
     let refused = cli(
         &broker,
         &[
@@ -428,17 +427,7 @@ async fn committed_offsets_survive_a_restart_and_the_cli_reports_lag_resets_and_
     );
     active.kill();
     // Its session (2 s) expires; then the group is empty.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c
-        .describe_group("readers")
-        .await
-        .unwrap()
-        .members
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "the killed member never expired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_members(&c, "readers", |n| n == 0, "the killed member never expired").await;
 
     // Dry run by default; --execute writes.
     let plan = broker.cli_ok(

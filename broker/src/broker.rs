@@ -70,6 +70,10 @@ pub struct Broker {
     pub(crate) appended: Arc<tokio::sync::watch::Sender<u64>>,
     /// Until when this broker may act as leader (see `cluster.rs`).
     pub(crate) lease_deadline: std::sync::Mutex<Option<std::time::Instant>>,
+    /// This process's incarnation, registered at start (see `cluster.rs`).
+    pub(crate) broker_epoch: std::sync::atomic::AtomicI64,
+    /// Set when another process registered with this broker id: this one stops.
+    pub(crate) replaced: std::sync::atomic::AtomicBool,
     pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
@@ -96,6 +100,18 @@ impl Broker {
         let object_store = shale_tiering::open(&config.object_store_url, &config.object_store)
             .await
             .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
+        Self::start_with(config, metastore, object_store, cancel).await
+    }
+
+    /// [`Broker::start`] on a metastore and object store already open (tests wrap them
+    /// to inject faults).
+    pub async fn start_with(
+        config: BrokerConfig,
+        metastore: Arc<dyn Metastore>,
+        object_store: shale_tiering::store::ObjectStoreRef,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Arc<Self>> {
+        use anyhow::Context;
         let t = &config.tiering;
         let reader = RemoteReader::open(
             object_store.clone(),
@@ -140,15 +156,19 @@ impl Broker {
             changes: Arc::new(tokio::sync::Notify::new()),
             appended: Arc::new(tokio::sync::watch::Sender::new(0)),
             lease_deadline: std::sync::Mutex::new(None),
+            broker_epoch: std::sync::atomic::AtomicI64::new(-1),
+            replaced: std::sync::atomic::AtomicBool::new(false),
             controller_epoch: std::sync::atomic::AtomicI64::new(0),
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),
             cancel,
         });
+        let clean = take_clean_shutdown_marker(&broker.config.data_dir)
+            .context("cannot read the clean-shutdown marker")?;
         broker.reconcile().await.context("cannot load topics")?;
         broker
-            .step_down_after_restart()
+            .step_down_after_restart(clean)
             .await
             .context("cannot hand over leadership held before this start")?;
         broker
@@ -345,16 +365,26 @@ impl Broker {
                                 appended.clone(),
                                 now_ms(),
                             );
-                            open.map(|part| (p, Arc::new(part)))
+                            (p, open.map(Arc::new))
                         })
-                        .collect::<Result<Vec<_>>>()
+                        .collect::<Vec<_>>()
                 })
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))??;
-                tracing::info!(topic = %meta.name, partitions = opened.len(), "opened partitions");
+                .map_err(|e| Error::Internal(e.to_string()))?;
+                let mut count = 0;
                 for (p, part) in opened {
-                    partitions[p as usize] = Some(part);
+                    match part {
+                        Ok(part) => {
+                            partitions[p as usize] = Some(part);
+                            count += 1;
+                        }
+                        // Left unopened (this broker serves no replica of it); the next
+                        // refresh tries again.
+                        Err(e) => tracing::error!(topic = %meta.name, partition = p, error = %e,
+                            "cannot open partition"),
+                    }
                 }
+                tracing::info!(topic = %meta.name, partitions = count, "opened partitions");
             }
             for s in &states {
                 if let Some(Some(p)) = partitions.get(s.partition as usize) {
@@ -398,8 +428,13 @@ impl Broker {
         }
         tokio::task::spawn_blocking(move || {
             for (dir, id) in dirs {
-                if read_topic_id(&dir) != Some(id) {
-                    continue;
+                match read_topic_id(&dir) {
+                    Ok(Some(found)) if found == id => {}
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "not deleting a partition directory whose metadata cannot be read");
+                        continue;
+                    }
                 }
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
@@ -550,17 +585,63 @@ impl Broker {
         });
     }
 
+    /// Whether another process registered with this broker id (this one stopped).
+    pub fn was_replaced(&self) -> bool {
+        self.replaced.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Gives up the lease and fsyncs every partition (after the server stopped taking
-    /// requests).
+    /// requests). If every partition closed, leaves the clean-shutdown marker, so the
+    /// next start knows no log lost an unflushed tail.
     pub async fn shutdown(&self) {
         self.release_lease().await;
-        if let Err(e) = on_each_partition(self.all_partitions(), "flush at shutdown", |p, now| {
-            p.close(now)
+        let parts = self.all_partitions();
+        let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = failed.clone();
+        let closed = on_each_partition(parts, "flush at shutdown", move |p, now| {
+            p.close(now).inspect_err(|_| {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
         })
-        .await
-        {
+        .await;
+        let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = &closed {
             tracing::error!(error = %e, "flush at shutdown failed");
+        } else if failed > 0 || self.was_replaced() {
+            tracing::warn!(partitions = failed, "not every partition closed cleanly");
+        } else {
+            let dir = self.config.data_dir.clone();
+            match tokio::task::spawn_blocking(move || write_clean_shutdown_marker(&dir)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot write the clean-shutdown marker")
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot write the clean-shutdown marker"),
+            }
         }
+    }
+}
+
+/// Written at the end of a clean shutdown, after every partition was fsynced; removed at
+/// start. Its absence at start means the logs may have lost unflushed tails.
+const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
+
+fn write_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<()> {
+    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
+    std::fs::File::create(&path)?.sync_all()?;
+    std::fs::File::open(data_dir)?.sync_all()
+}
+
+/// Whether the last stop was clean; removes the marker (durably) so that a crash from
+/// here on counts as unclean.
+fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(data_dir.join(CLEAN_SHUTDOWN_MARKER)) {
+        Ok(()) => {
+            std::fs::File::open(data_dir)?.sync_all()?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -591,8 +672,16 @@ async fn on_each_partition(
 fn remove_orphans(data_dir: &Path, known: &HashMap<String, uuid::Uuid>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(data_dir)? {
         let path = entry?.path();
-        let Some(id) = read_topic_id(&path) else {
+        if !path.is_dir() {
             continue;
+        }
+        let id = match read_topic_id(&path) {
+            Ok(Some(id)) => id,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "keeping a directory whose partition metadata cannot be read");
+                continue;
+            }
         };
         let name = path
             .file_name()

@@ -1,14 +1,19 @@
 //! Membership and control: this broker's lease, the controller, replica assignment.
 //!
 //! # Leases and fencing
-//! Every broker renews a lease row in the metastore every `heartbeat_interval_ms`,
-//! writing an expiry of (time the renewal was sent + `lease_ms`). It trusts its own
-//! lease only until 3/4 of `lease_ms` after sending the last successful renewal; past
+//! Every broker renews a lease row in the metastore every `heartbeat_interval_ms`; the
+//! metastore sets its expiry to `lease_ms` after it runs the renewal, by its own clock
+//! (PostgreSQL's `clock_timestamp()`), and judges expiry by that clock alone, so no two
+//! brokers' clocks are compared. A broker trusts its own lease only until 3/4 of
+//! `lease_ms` after *sending* its last successful renewal, on its monotonic clock; past
 //! that it refuses produce and acknowledges nothing (see [`Broker::lease_valid`]). The
 //! controller moves leadership only once the full lease has expired, and does so in a
 //! transaction that locks the old leader's lease row. So the old leader has stopped
 //! acknowledging before a new one can start, and a broker whose lease lapsed (paused,
-//! cut off) re-reads the metadata after renewing before it acknowledges again.
+//! cut off, or a renewal that took too long) re-reads the metadata after renewing
+//! before it acknowledges again. What remains assumed: the metastore's clock does not
+//! run more than a quarter faster than the brokers' monotonic clocks over a lease, nor
+//! jump forward by more than `lease_ms / 4`.
 //!
 //! # Controller
 //! One broker holds the controller lease (a compare-and-set row with an epoch). Each
@@ -21,17 +26,21 @@
 //! a compare-and-set on the partition's version.
 //!
 //! # Restarts
-//! A starting broker first marks its lease expired and waits until the controller has
-//! moved every partition it led elsewhere (or offline), so it never resumes leading at
-//! an epoch whose log it may have lost (power loss); it rejoins as a follower, or is
-//! elected again at a new epoch.
+//! A starting broker registers a new incarnation (broker epoch), which ends its lease,
+//! and waits until the controller has moved every partition it led elsewhere (or
+//! offline), so it never resumes leading at an epoch whose log it may have lost (power
+//! loss). Unless its last stop was clean (every log fsynced), it then also leaves every
+//! ISR that has another member, before its lease makes it eligible for election: a
+//! follower that lost its unflushed tail or its disk is never elected for records it
+//! no longer holds. Leaders refuse replica fetches from an older incarnation and add a
+//! follower back to the ISR only once it has caught up (see `replication.rs`).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use shale_metastore::{BrokerLease, PartitionState};
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::error::{Error, Result};
 
 /// A broker as `shale cluster status` shows it.
@@ -52,20 +61,42 @@ impl Broker {
             .is_some_and(|d| Instant::now() < d)
     }
 
-    /// Renews this broker's lease. After a lapse, the metadata is read again before the
-    /// lease counts as valid.
+    /// This broker's incarnation, registered at start.
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Renews this broker's lease. Whether the lease lapsed is judged when the answer
+    /// arrives, not when the renewal was sent: a slow renewal can land after the lease
+    /// ran out in the metastore and the controller moved leaderships. After a lapse the
+    /// metadata is read again before the lease counts as valid.
     pub(crate) async fn renew_lease(&self) -> Result<()> {
         let lease_ms = self.config.cluster.lease_ms;
         let sent = Instant::now();
-        let lapsed = !self.lease_valid();
-        self.metastore
+        let renewed = self
+            .metastore
             .renew_broker_lease(
                 self.config.broker_id,
+                self.broker_epoch(),
                 &self.config.advertised_address(),
-                now_ms() + lease_ms as i64,
+                lease_ms as i64,
             )
-            .await?;
-        if lapsed {
+            .await;
+        if let Err(shale_metastore::Error::BrokerEpochFenced { broker_id, .. }) = &renewed {
+            *self
+                .lease_deadline
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+            tracing::error!(
+                broker = broker_id,
+                "another process registered with this broker id: this one stops"
+            );
+            self.replaced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.cancel.cancel();
+        }
+        renewed?;
+        if !self.lease_valid() {
             tracing::info!(
                 broker = self.config.broker_id,
                 "lease (re)acquired, reloading metadata"
@@ -89,27 +120,42 @@ impl Broker {
         let id = self.config.broker_id;
         if let Err(e) = self
             .metastore
-            .renew_broker_lease(id, &self.config.advertised_address(), 0)
+            .renew_broker_lease(
+                id,
+                self.broker_epoch(),
+                &self.config.advertised_address(),
+                0,
+            )
             .await
         {
             tracing::warn!(error = %e, "cannot release the broker lease");
         }
-        let now = now_ms();
         if let Ok(Some(c)) = self.metastore.controller().await
             && c.broker_id == id
-            && let Err(e) = self.metastore.try_acquire_controller(id, now, now).await
+            && let Err(e) = self.metastore.try_acquire_controller(id, 0).await
         {
             tracing::warn!(error = %e, "cannot release the controller lease");
         }
     }
 
-    /// Start-up fence (see the module docs): waits, acting as controller if nobody
-    /// else does, until no partition names this broker as leader, or `2 × lease_ms`.
-    pub(crate) async fn step_down_after_restart(&self) -> Result<()> {
+    /// Start-up fence (see the module docs): registers a new incarnation (its lease
+    /// expired), waits, acting as controller if nobody else does, until no partition
+    /// names this broker as leader (or `2 × lease_ms`), and, unless the last stop was
+    /// clean, leaves the ISRs.
+    pub(crate) async fn step_down_after_restart(&self, clean: bool) -> Result<()> {
         let id = self.config.broker_id;
-        self.metastore
-            .renew_broker_lease(id, &self.config.advertised_address(), 0)
+        let epoch = self
+            .metastore
+            .register_broker(id, &self.config.advertised_address())
             .await?;
+        self.broker_epoch
+            .store(epoch, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            broker = id,
+            broker_epoch = epoch,
+            clean_shutdown = clean,
+            "registered"
+        );
         let deadline = Instant::now() + Duration::from_millis(2 * self.config.cluster.lease_ms);
         loop {
             let led = self
@@ -120,14 +166,14 @@ impl Broker {
                 .filter(|s| s.leader == id)
                 .count();
             if led == 0 {
-                return Ok(());
+                break;
             }
             if Instant::now() >= deadline {
                 tracing::warn!(
                     partitions = led,
                     "no controller moved this broker's leadership away; continuing"
                 );
-                return Ok(());
+                break;
             }
             self.controller_pass().await?;
             tokio::time::sleep(Duration::from_millis(
@@ -135,17 +181,58 @@ impl Broker {
             ))
             .await;
         }
+        if !clean {
+            self.leave_isrs(deadline).await?;
+        }
+        Ok(())
+    }
+
+    /// After a start that did not follow a clean shutdown, this broker's logs may have
+    /// lost their unflushed tails (power loss) or everything (a new disk), so it must
+    /// not be elected for records it may no longer hold. Before its lease makes it
+    /// eligible, it leaves every ISR that has another member; each leader adds it back
+    /// once it has caught up. As the sole member it stays: no replica could then be
+    /// elected without an unclean election.
+    async fn leave_isrs(&self, deadline: Instant) -> Result<()> {
+        let id = self.config.broker_id;
+        loop {
+            let mut conflicts = 0;
+            for state in self.metastore.list_partition_states().await? {
+                if state.leader == id || !state.isr.contains(&id) || state.isr.len() < 2 {
+                    continue;
+                }
+                let next = PartitionState {
+                    isr: state.isr.iter().copied().filter(|b| *b != id).collect(),
+                    ..state.clone()
+                };
+                match self.metastore.update_partition_state(&next, None).await {
+                    Ok(stored) => tracing::info!(topic_id = %stored.topic_id,
+                        partition = stored.partition, isr = ?stored.isr,
+                        "left the ISR until caught up (the last stop was not clean)"),
+                    Err(shale_metastore::Error::PartitionStateConflict { .. }) => conflicts += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if conflicts == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Internal(format!(
+                    "cannot leave the ISR of {conflicts} partition(s): their state keeps changing"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Live brokers (lease not expired), by id.
     pub(crate) async fn live_brokers(&self) -> Result<Vec<i32>> {
-        let now = now_ms();
         Ok(self
             .metastore
             .list_brokers()
             .await?
             .into_iter()
-            .filter(|b| b.is_alive(now))
+            .filter(BrokerLease::is_alive)
             .map(|b| b.broker_id)
             .collect())
     }
@@ -190,14 +277,9 @@ impl Broker {
     /// One controller round: take or renew the controller lease, then elect leaders
     /// where needed. Does nothing on brokers that are not the controller.
     pub(crate) async fn controller_pass(&self) -> Result<()> {
-        let now = now_ms();
         let id = self.config.broker_id;
         let lease_ms = self.config.cluster.lease_ms as i64;
-        let Some(lease) = self
-            .metastore
-            .try_acquire_controller(id, now, now + lease_ms)
-            .await?
-        else {
+        let Some(lease) = self.metastore.try_acquire_controller(id, lease_ms).await? else {
             return Ok(());
         };
         let was = self
@@ -218,8 +300,7 @@ impl Broker {
                 continue;
             };
             // Taking the lead from a broker requires its lease to have expired.
-            let fence = (state.leader >= 0 && next.leader != state.leader)
-                .then_some((state.leader, now_ms()));
+            let fence = (state.leader >= 0 && next.leader != state.leader).then_some(state.leader);
             match self.metastore.update_partition_state(&next, fence).await {
                 Ok(stored) => tracing::info!(
                     topic_id = %stored.topic_id, partition = stored.partition,
@@ -236,12 +317,11 @@ impl Broker {
     pub async fn cluster_status(
         &self,
     ) -> Result<(Option<shale_metastore::ControllerLease>, Vec<BrokerStatus>)> {
-        let now = now_ms();
         let controller = self
             .metastore
             .controller()
             .await?
-            .filter(|c| c.lease_expires_ms > now);
+            .filter(|c| c.remaining_ms > 0);
         let states = self.metastore.list_partition_states().await?;
         let brokers = self
             .metastore
@@ -249,7 +329,7 @@ impl Broker {
             .await?
             .into_iter()
             .map(|lease| BrokerStatus {
-                alive: lease.is_alive(now),
+                alive: lease.is_alive(),
                 leader_partitions: states
                     .iter()
                     .filter(|s| s.leader == lease.broker_id)
@@ -311,6 +391,48 @@ fn elect(state: &PartitionState, live: &HashSet<i32>, unclean: bool) -> Option<P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A renewal sent while the lease was valid but answered after it lapsed: the
+    /// controller may have moved leaderships meanwhile, so the broker must read the
+    /// metadata again before it trusts the renewed lease (it used to judge the lapse
+    /// when it sent the renewal, and kept acting as leader).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_answered_after_the_lease_lapsed_reloads_the_metadata() {
+        use shale_metastore::Metastore;
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().unwrap();
+        let t = crate::testing::TestBroker::start(dir.path(), "[cluster]\nlease_ms = 4000\n").await;
+        let b = &t.broker;
+        b.create_topic("t", 1, 1, Default::default(), false)
+            .await
+            .unwrap();
+        assert!(b.leader_partition("t", 0).is_ok());
+        b.renew_lease().await.unwrap(); // trusted for 3 s from now
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // The next renewal takes 2 s: sent with 1.5 s of trust left, answered 0.5 s
+        // after the trust ran out.
+        t.metastore.renew_delay_ms.store(2_000, Ordering::SeqCst);
+        let renewal = tokio::spawn({
+            let b = b.clone();
+            async move { b.renew_lease().await }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Meanwhile the partition moves to another broker.
+        let mut state = t.metastore.list_partition_states().await.unwrap()[0].clone();
+        state.leader = 7;
+        state.leader_epoch += 1;
+        state.isr = vec![7];
+        t.metastore
+            .update_partition_state(&state, None)
+            .await
+            .unwrap();
+        renewal.await.unwrap().unwrap();
+        assert!(b.lease_valid());
+        assert!(
+            b.leader_partition("t", 0).is_err(),
+            "acts as leader of a partition that moved while its lease had lapsed"
+        );
+    }
 
     fn state(leader: i32, isr: &[i32]) -> PartitionState {
         PartitionState {

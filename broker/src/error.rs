@@ -60,6 +60,8 @@ pub enum Error {
     RemoteCorrupt(#[source] shale_tiering::reader::ReadError),
     #[error("{0}; retry later")]
     RemoteUnavailable(#[source] shale_tiering::reader::ReadError),
+    #[error("{0}; retry later")]
+    RemoteLogNotReady(String),
     #[error("this broker does not lead partition {partition} of '{topic}' (leader: {leader})")]
     NotLeader {
         topic: String,
@@ -72,6 +74,12 @@ pub enum Error {
     FencedLeaderEpoch { sent: i32, current: i32 },
     #[error("broker {0} is not a replica of this partition")]
     NotReplica(i32),
+    #[error("broker {replica}'s incarnation {sent} is not its registered one ({registered})")]
+    StaleBrokerEpoch {
+        replica: i32,
+        sent: i64,
+        registered: i64,
+    },
     #[error("the ISR has {isr} members, fewer than min.insync.replicas = {min}")]
     NotEnoughReplicas { isr: usize, min: usize },
     #[error("written, but the ISR shrank to {isr} members, fewer than min.insync.replicas = {min}")]
@@ -101,6 +109,7 @@ impl Error {
             FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             LeaseLapsed => ErrorCode::NotLeaderOrFollower,
             NotReplica(_) => ErrorCode::ReplicaNotAvailable,
+            StaleBrokerEpoch { .. } => ErrorCode::StaleBrokerEpoch,
             NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
             ReplicationTimeout { .. } => ErrorCode::RequestTimedOut,
@@ -116,7 +125,9 @@ impl Error {
             ShuttingDown => ErrorCode::LeaderNotAvailable,
             Storage(_) | LocalDiskFull { .. } => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,
-            Tiering(_) | RemoteUnavailable(_) => ErrorCode::KafkaStorageError,
+            Tiering(_) | RemoteUnavailable(_) | RemoteLogNotReady(_) => {
+                ErrorCode::KafkaStorageError
+            }
             RemoteCorrupt(_) => ErrorCode::CorruptMessage,
             Producer(ProducerError::OutOfOrderSequence { .. }) => {
                 ErrorCode::OutOfOrderSequenceNumber

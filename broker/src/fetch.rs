@@ -142,24 +142,34 @@ impl Broker {
         limit: usize,
         whole_first: bool,
     ) -> Result<Fetched> {
-        let offsets = p.offsets();
-        if offset < offsets.local_log_start_offset {
-            // Below the local log: the object store, or out of range.
-            let Some(remote) = self.read_remote(p, offset, limit, whole_first).await else {
-                return Err(Error::OffsetOutOfRange {
-                    offset,
-                    log_start: offsets.log_start_offset,
-                    log_end: offsets.log_end_offset,
-                });
+        let (plan, offsets) = p.plan_fetch(offset)?;
+        let Some(plan) = plan else {
+            // Below the local log: the object store, or out of range. A tiered
+            // partition whose remote log is not known yet cannot tell which: retriable,
+            // never out of range (a client would reset its position and skip records).
+            if p.config().remote_storage_enable && !p.remote_state().loaded {
+                return Err(Error::RemoteLogNotReady(format!(
+                    "the remote log of partition {} of '{}' is not loaded yet",
+                    p.index, p.topic
+                )));
+            }
+            return match self.read_remote(p, offset, limit, whole_first).await {
+                Some(records) => Ok(Fetched {
+                    records: records?,
+                    offsets,
+                }),
+                None => {
+                    let now = p.offsets();
+                    Err(Error::OffsetOutOfRange {
+                        offset,
+                        log_start: now.log_start_offset,
+                        log_end: now.log_end_offset,
+                    })
+                }
             };
-            return Ok(Fetched {
-                records: remote?,
-                offsets,
-            });
-        }
+        };
         // Local reads are page-cache preads; keep them off the async workers.
         tokio::task::block_in_place(|| {
-            let (plan, offsets) = p.plan_read(offset)?;
             let records = plan.read(limit, whole_first).map_err(Error::Storage)?;
             Ok(Fetched { records, offsets })
         })

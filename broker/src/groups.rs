@@ -684,14 +684,16 @@ impl Broker {
             return vec![shale_metastore::BrokerLease {
                 broker_id: self.config.broker_id,
                 address: self.config.advertised_address(),
+                broker_epoch: self.broker_epoch(),
                 lease_expires_ms: i64::MAX,
                 registered_at_ms: 0,
+                remaining_ms: i64::MAX,
+                read_at: std::time::Instant::now(),
             }];
         }
-        let now = now_ms();
         self.brokers()
             .into_iter()
-            .filter(|b| b.is_alive(now))
+            .filter(shale_metastore::BrokerLease::is_alive)
             .collect()
     }
 

@@ -15,6 +15,8 @@ pub mod metrics;
 pub mod partition;
 pub mod produce;
 pub mod replication;
+#[cfg(test)]
+mod testing;
 pub mod tiering;
 pub mod topic_config;
 pub mod topics;

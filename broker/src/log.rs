@@ -160,8 +160,15 @@ impl PartitionLog {
         let end = segments.last_key_value().map_or(0, |(_, s)| s.next_offset);
         let epochs = match EpochCache::load(dir)? {
             Some(mut epochs) => {
-                // Recovery may have cut a tail the checkpoint still names.
-                if epochs.truncate_from_end(end) {
+                // Recovery may have cut a tail the checkpoint still names, and a
+                // checkpoint written before an append reached the log (older versions
+                // wrote it after) may lack the newest epochs: take those from the
+                // batches.
+                let mut changed = epochs.truncate_from_end(end);
+                for e in epochs_after(&segments, epochs.latest_epoch())? {
+                    changed |= epochs.assign(e.epoch, e.start_offset);
+                }
+                if changed {
                     epochs.persist()?;
                 }
                 epochs
@@ -246,6 +253,15 @@ impl PartitionLog {
         self.epochs.end_offset_for(epoch, self.log_end_offset())
     }
 
+    /// Where `epoch` starts in this log, if it has that epoch.
+    pub fn epoch_start_offset(&self, epoch: i32) -> Option<i64> {
+        self.epochs
+            .entries()
+            .iter()
+            .find(|e| e.epoch == epoch)
+            .map(|e| e.start_offset)
+    }
+
     /// Notes that `epoch` starts at the log end (a leader taking over).
     pub fn start_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
         let end = self.log_end_offset();
@@ -297,13 +313,36 @@ impl PartitionLog {
 
     /// Deletes every segment and restarts the log, empty, at `offset` (a follower
     /// whose leader's log no longer holds this log's end).
+    /// The empty segment exists before the old ones go (a segment already based at
+    /// `offset` is emptied in place), so a failure midway never leaves the log without
+    /// one.
     pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
-        for (_, seg) in std::mem::take(&mut self.segments) {
-            seg.delete()?;
+        match self.segments.get_mut(&offset) {
+            Some(seg) => seg.clear()?,
+            None => {
+                let seg = Segment::create(&self.dir, offset)?;
+                self.segments.insert(offset, seg);
+            }
         }
-        self.segments
-            .insert(offset, Segment::create(&self.dir, offset)?);
+        let doomed: Vec<i64> = self
+            .segments
+            .keys()
+            .copied()
+            .filter(|b| *b != offset)
+            .collect();
+        let mut failed = None;
+        for base in doomed {
+            let seg = self.segments.remove(&base).expect("listed above");
+            if let Err(e) = seg.delete() {
+                tracing::error!(dir = %self.dir.display(), base_offset = base, error = %e,
+                    "cannot delete a segment of a reset log");
+                failed.get_or_insert(e);
+            }
+        }
         sync_dir(&self.dir)?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
         self.epochs.truncate_from_end(i64::MIN);
         self.epochs.persist()?;
         ProducerStates::delete_snapshots_above(&self.dir, i64::MIN)?;
@@ -331,16 +370,40 @@ impl PartitionLog {
             }
             next = h.last_offset() + 1;
         }
-        let info = self.write_batches(records, headers, now_ms)?;
-        self.record_producers(headers);
+        // Epochs reach the checkpoint before their batches reach the log, so a crash in
+        // between never leaves the checkpoint behind the log (see `record_epochs`).
         let mut changed = false;
         for h in headers {
             changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
         }
         if changed {
+            self.persist_epochs()?;
+        }
+        let info = self.write_batches(records, headers, now_ms);
+        let info = self.forget_unwritten_epochs(info)?;
+        self.record_producers(headers);
+        Ok(info)
+    }
+
+    /// Writes the checkpoint; if that fails, forgets the epochs assigned past the log
+    /// end in memory too, so memory and disk agree and the next append tries again.
+    fn persist_epochs(&mut self) -> Result<(), LogError> {
+        if let Err(e) = self.epochs.persist() {
+            self.epochs.truncate_from_end(self.log_end_offset());
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// After a failed write, drops checkpoint entries for offsets that never made it.
+    fn forget_unwritten_epochs(
+        &mut self,
+        written: Result<AppendInfo, LogError>,
+    ) -> Result<AppendInfo, LogError> {
+        if written.is_err() && self.epochs.truncate_from_end(self.log_end_offset()) {
             self.epochs.persist()?;
         }
-        Ok(info)
+        written
     }
 
     pub fn dir(&self) -> &Path {
@@ -413,11 +476,12 @@ impl PartitionLog {
             next = h.last_offset() + 1;
             pos += h.total_size();
         }
-        let info = self.write_batches(records, headers, now_ms)?;
-        self.record_producers(headers);
         if self.epochs.assign(leader_epoch, first_offset) {
-            self.epochs.persist()?;
+            self.persist_epochs()?;
         }
+        let info = self.write_batches(records, headers, now_ms);
+        let info = self.forget_unwritten_epochs(info)?;
+        self.record_producers(headers);
         Ok(info)
     }
 
@@ -639,6 +703,7 @@ impl PartitionLog {
             seg.delete()?;
         }
         if out.segments > 0 {
+            sync_dir(&self.dir)?;
             tracing::info!(dir = %self.dir.display(), segments = out.segments, bytes = out.bytes,
                 log_start_offset = self.log_start_offset(), "retention deleted segments");
         }
@@ -736,6 +801,56 @@ pub fn export_segment_tail(
         log_path: path,
         index_path: segment::segment_path(into, from, "index"),
         time_index_path: segment::segment_path(into, from, "timeindex"),
+    })
+}
+
+/// Epochs newer than `latest` in the batches, with their first offsets: from the
+/// active segment, whose batches recovery has just read, and from older segments only
+/// while each starts in such an epoch (the epoch may begin in one of them).
+fn epochs_after(segments: &BTreeMap<i64, Segment>, latest: i32) -> io::Result<Vec<EpochEntry>> {
+    let mut newer: Vec<&Segment> = Vec::new();
+    for seg in segments.values().rev() {
+        let first = match &seg.recovered_epochs {
+            Some(seen) => seen.first().map(|e| e.epoch),
+            None => first_batch_epoch(seg)?,
+        };
+        newer.push(seg);
+        if first.is_some_and(|e| e <= latest) {
+            break;
+        }
+    }
+    let mut out = EpochCache::new(Path::new(""), Vec::new());
+    for seg in newer.into_iter().rev() {
+        match &seg.recovered_epochs {
+            Some(seen) => seen.iter().for_each(|e| {
+                out.assign(e.epoch, e.start_offset);
+            }),
+            None => {
+                let file = seg.file();
+                let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
+                let mut pos = 0;
+                while let Some(Ok(h)) = reader.next_batch(pos, false) {
+                    out.assign(h.partition_leader_epoch, h.base_offset);
+                    pos += h.total_size() as u64;
+                }
+            }
+        }
+    }
+    Ok(out
+        .entries()
+        .iter()
+        .copied()
+        .filter(|e| e.epoch > latest)
+        .collect())
+}
+
+/// The leader epoch of a segment's first batch (`None`: empty).
+fn first_batch_epoch(seg: &Segment) -> io::Result<Option<i32>> {
+    let file = seg.file();
+    let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
+    Ok(match reader.next_batch(0, false) {
+        Some(Ok(h)) => Some(h.partition_leader_epoch),
+        _ => None,
     })
 }
 

@@ -90,8 +90,10 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let signal = {
         let cancel = cancel.clone();
         async move {
-            wait_for_signal().await;
-            tracing::info!("shutting down");
+            tokio::select! {
+                _ = wait_for_signal() => tracing::info!("shutting down"),
+                _ = cancel.cancelled() => {}
+            }
             cancel.cancel();
         }
     };
@@ -110,6 +112,12 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     }
     broker.shutdown().await;
     tracing::info!("stopped");
+    if broker.was_replaced() {
+        anyhow::bail!(
+            "another broker registered with broker id {}: broker ids must be unique",
+            broker.config.broker_id
+        );
+    }
     Ok(())
 }
 

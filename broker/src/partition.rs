@@ -35,12 +35,31 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{partition}"))
 }
 
-/// Reads the topic id a partition directory belongs to (`None` if it has no metadata).
-pub fn read_topic_id(dir: &Path) -> Option<Uuid> {
-    let text = std::fs::read_to_string(dir.join(METADATA_FILE)).ok()?;
+/// Reads the topic id a partition directory belongs to: `Ok(None)` if it has no
+/// metadata file; an error if the file cannot be read (EMFILE, EIO, …) or names no id,
+/// so that no caller takes a failed read for another topic's directory.
+pub fn read_topic_id(dir: &Path) -> std::io::Result<Option<Uuid>> {
+    let path = dir.join(METADATA_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("cannot read {}: {e}", path.display()),
+            ));
+        }
+    };
     text.lines()
         .find_map(|l| l.strip_prefix("topic_id: "))
         .and_then(|id| id.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} names no topic id", path.display()),
+            )
+        })
 }
 
 /// Offsets and sizes of a partition at one instant.
@@ -147,6 +166,8 @@ struct FollowerProgress {
     caught_up_ms: i64,
     /// The leader's log end when it answered the follower's previous fetch.
     leader_leo_at_last_fetch: i64,
+    /// The follower's incarnation that fetched last (-1: none yet).
+    broker_epoch: i64,
 }
 
 /// Log and role: changed together under one lock.
@@ -189,14 +210,24 @@ impl Partition {
         now_ms: i64,
     ) -> Result<Self> {
         let dir = partition_dir(data_dir, topic, index);
-        if dir.exists() && read_topic_id(&dir) != Some(topic_id) {
-            tracing::warn!(dir = %dir.display(), "removing partition directory of a deleted topic");
-            std::fs::remove_dir_all(&dir).map_err(Error::Storage)?;
-        }
-        if read_topic_id(&dir).is_none() {
-            // Before any log file, so a directory with data always says whose it is.
-            std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
-            write_metadata(&dir, topic_id).map_err(Error::Storage)?;
+        // Only a directory that says it belongs to another topic id is removed; one
+        // whose metadata cannot be read is left alone and the partition fails to open.
+        match read_topic_id(&dir).map_err(Error::Storage)? {
+            Some(id) if id == topic_id => {}
+            found => {
+                if let Some(other) = found {
+                    tracing::warn!(dir = %dir.display(), topic_id = %other,
+                        "removing partition directory of a deleted topic");
+                    std::fs::remove_dir_all(&dir).map_err(Error::Storage)?;
+                }
+                // Before any log file, so a directory with data always says whose it is;
+                // the data directory is fsynced so the new directory survives power loss.
+                std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
+                write_metadata(&dir, topic_id).map_err(Error::Storage)?;
+                std::fs::File::open(data_dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(Error::Storage)?;
+            }
         }
         let log = PartitionLog::open(&dir, config.log_config(), now_ms)?;
         // Until the leader says more (or, leading alone, the whole log is committed).
@@ -283,6 +314,7 @@ impl Partition {
                         leo: -1,
                         caught_up_ms: now_ms,
                         leader_leo_at_last_fetch: leo,
+                        broker_epoch: -1,
                     };
                     (b, p)
                 })
@@ -378,7 +410,7 @@ impl Partition {
                 high_watermark: self.high_watermark(),
                 local_log_start_offset: local_start,
                 diverging: None,
-                expand_isr: None,
+                isr_change: None,
             };
             if f.fetch_offset > local_start && f.last_fetched_epoch >= 0 {
                 match r.log.epoch_end_offset(f.last_fetched_epoch) {
@@ -401,24 +433,42 @@ impl Partition {
                     log_end: leo,
                 });
             }
-            let caught_up = match r.followers.get_mut(&f.replica_id) {
+            // A follower joins the ISR only at the HW and at the start of this epoch: a
+            // new leader's HW may lag what the last leader acknowledged (KAFKA-7128).
+            let epoch_start = r.log.epoch_start_offset(r.role.leader_epoch).unwrap_or(leo);
+            let hw = self.high_watermark();
+            let (caught_up, went_back) = match r.followers.get_mut(&f.replica_id) {
                 Some(p) => {
+                    // Within an epoch a follower's log only grows; if it shrank, the
+                    // follower lost records (power loss, new disk) it had vouched for.
+                    let went_back = p.leo >= 0 && f.fetch_offset < p.leo;
                     if f.fetch_offset >= p.leader_leo_at_last_fetch {
                         p.caught_up_ms = now_ms;
                     }
                     p.leo = f.fetch_offset;
                     p.leader_leo_at_last_fetch = leo;
-                    p.leo >= self.high_watermark()
+                    p.broker_epoch = f.replica_epoch;
+                    (p.leo >= hw && p.leo >= epoch_start, went_back)
                 }
                 None => return Err(Error::NotReplica(f.replica_id)),
             };
             self.advance_hw(&r);
             out.high_watermark = self.high_watermark();
-            if caught_up && !r.role.isr.contains(&f.replica_id) {
+            let in_isr = r.role.isr.contains(&f.replica_id);
+            if went_back && in_isr {
+                let isr = r
+                    .role
+                    .isr
+                    .iter()
+                    .copied()
+                    .filter(|b| *b != f.replica_id)
+                    .collect();
+                out.isr_change = Some((r.role.clone(), isr));
+            } else if caught_up && !in_isr {
                 let mut isr = r.role.isr.clone();
                 isr.push(f.replica_id);
                 isr.sort_unstable();
-                out.expand_isr = Some((r.role.clone(), isr));
+                out.isr_change = Some((r.role.clone(), isr));
             }
             (r.log.plan_read(f.fetch_offset, leo)?, out)
         };
@@ -619,6 +669,21 @@ impl Partition {
             leader_epoch: epoch,
             duplicate: info.duplicate,
         })
+    }
+
+    /// Where a fetch at `offset` reads: the local log (a planned read, bounded by the
+    /// high watermark) or, below the local log start, the object store. Decided under
+    /// the partition's lock, so local retention cannot move the local log start between
+    /// the decision and the plan.
+    pub fn plan_fetch(&self, offset: i64) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let offsets = self.offsets_of(&r.log);
+        if offset < r.log.log_start_offset() {
+            return Ok((None, offsets));
+        }
+        let plan = r.log.plan_read(offset, self.high_watermark())?;
+        Ok((Some(plan), offsets))
     }
 
     /// Plans a read from `offset` bounded by the high watermark.
@@ -831,6 +896,7 @@ mod tests {
     fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
         FollowerFetch {
             replica_id,
+            replica_epoch: 1,
             current_leader_epoch: epoch,
             fetch_offset: at.0,
             last_fetched_epoch: at.1,
@@ -927,6 +993,119 @@ mod tests {
         a.apply_state(&s1, 0).unwrap();
         let pos = a.follower_position().unwrap();
         assert_eq!((pos.log_end_offset, pos.last_epoch, pos.leader), (6, 1, 2));
+    }
+
+    /// A new leader's HW can lag what the old leader acknowledged: a follower at that
+    /// HW but short of the new epoch's start must not join the ISR, or electing it next
+    /// would lose acknowledged records (KAFKA-7128).
+    #[test]
+    fn a_follower_joins_the_isr_only_at_the_start_of_the_leaders_epoch() {
+        let id = Uuid::new_v4();
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let three = |leader, epoch, isr: Vec<i32>, version| PartitionState {
+            replicas: vec![1, 2, 3],
+            ..state(id, leader, epoch, isr, version)
+        };
+        // Broker 2 led epoch 0 and wrote 10 records; broker 1 copied them but learned
+        // a high watermark of only 4 before broker 2 died.
+        let b1 = open_replica(dirs[0].path(), id, TopicConfig::default(), 1);
+        let b3 = open_replica(dirs[1].path(), id, TopicConfig::default(), 3);
+        let s0 = three(2, 0, vec![1, 2], 0);
+        b1.apply_state(&s0, 0).unwrap();
+        let mut records = Vec::new();
+        for i in 0..10 {
+            let mut b = BytesMut::from(&batch(1, 5)[..]);
+            batch::set_base_offset(&mut b, i);
+            batch::set_partition_leader_epoch(&mut b, 0);
+            records.extend_from_slice(&b);
+        }
+        let pos = b1.follower_position().unwrap();
+        assert!(b1.append_from_leader(&pos, &records, 4, 0).unwrap());
+        // Broker 3 holds the first 4 only.
+        b3.apply_state(&s0, 0).unwrap();
+        let pos = b3.follower_position().unwrap();
+        let first4: usize = {
+            let mut n = 0;
+            for _ in 0..4 {
+                n += BatchHeader::parse(&records[n..]).unwrap().total_size();
+            }
+            n
+        };
+        assert!(
+            b3.append_from_leader(&pos, &records[..first4], 4, 0)
+                .unwrap()
+        );
+        // Broker 1 leads epoch 1 with HW 4 (broker 2, still in the ISR, has not fetched
+        // yet); broker 3 asks from offset 4.
+        let s1 = three(1, 1, vec![1, 2], 1);
+        b1.apply_state(&s1, 0).unwrap();
+        assert_eq!(b1.high_watermark(), 4);
+        let read = b1.serve_replica(&fetch(3, 1, (4, 0)), 0).unwrap();
+        assert!(read.isr_change.is_none(), "joined short of the epoch start");
+        let read = b1.serve_replica(&fetch(3, 1, (10, 0)), 0).unwrap();
+        let (_, isr) = read.isr_change.expect("caught up at the epoch start");
+        assert_eq!(isr, vec![1, 2, 3]);
+    }
+
+    /// An ISR member whose fetch offset goes backwards lost records it had: the leader
+    /// takes it out of the ISR at once.
+    #[test]
+    fn a_follower_whose_log_went_backwards_leaves_the_isr() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+        a.append(&batch(5, 10), None, 0).unwrap();
+        replicate_once(&a, &b, 2);
+        let read = a.serve_replica(&fetch(2, 0, (5, 0)), 0).unwrap();
+        assert!(read.isr_change.is_none());
+        let read = a.serve_replica(&fetch(2, 0, (2, 0)), 0).unwrap();
+        let (_, isr) = read.isr_change.expect("removed from the ISR");
+        assert_eq!(isr, vec![1]);
+    }
+
+    /// A directory whose metadata cannot be read is kept (the partition does not open),
+    /// never taken for another topic's and deleted.
+    #[test]
+    fn unreadable_partition_metadata_deletes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Uuid::new_v4();
+        let p = open(dir.path(), id, TopicConfig::default());
+        p.append(&batch(5, 5), None, 0).unwrap();
+        let pdir = p.dir();
+        drop(p);
+        let meta = pdir.join(METADATA_FILE);
+        std::fs::remove_file(&meta).unwrap();
+        std::fs::create_dir(&meta).unwrap(); // reading it fails with EISDIR
+        let appended = Arc::new(watch::Sender::new(0));
+        let opened = Partition::open(
+            dir.path(),
+            "t",
+            0,
+            id,
+            Arc::new(TopicConfig::default()),
+            1,
+            appended,
+            0,
+        );
+        assert!(
+            opened.is_err(),
+            "opened a partition with unreadable metadata"
+        );
+        let logs = std::fs::read_dir(&pdir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "log")
+            })
+            .count();
+        assert_eq!(logs, 1, "the partition's data is gone");
+        // Readable again: it opens with its data.
+        std::fs::remove_dir(&meta).unwrap();
+        write_metadata(&pdir, id).unwrap();
+        let p = open(dir.path(), id, TopicConfig::default());
+        assert_eq!(p.offsets().log_end_offset, 5);
     }
 
     #[test]

@@ -4,13 +4,18 @@
 //! `ReplicaFetch` stream open to that leader and sends a request for every partition
 //! it follows there (its log end offset and the epoch of its last batch); it sends the
 //! next request when it has applied the answer. The leader:
+//! - refuses a request from another incarnation of the follower than the registered
+//!   one (`STALE_BROKER_EPOCH`), so a request sent before a restart cannot vouch for a
+//!   log the restart may have lost;
 //! - refuses a request naming an old leader epoch (`FENCED_LEADER_EPOCH`);
 //! - compares the follower's last epoch with its own epoch checkpoint and, if the
 //!   follower's log diverged, answers with the end offset of that epoch: the follower
 //!   truncates there and asks again (so no divergent tail survives a failover);
 //! - records the follower's log end, raises the HW to the smallest log end over the
-//!   ISR, adds a caught-up follower back to the ISR (compare-and-set in the
-//!   metastore), and answers with batches from the follower's offset (not bounded by
+//!   ISR, adds a follower back to the ISR once it has reached both the HW and the start
+//!   of the leader's epoch (a new leader's HW can lag what the old one acknowledged),
+//!   removes an ISR member whose log end went backwards (compare-and-set in the
+//!   metastore either way), and answers with batches from the follower's offset (not bounded by
 //!   the HW) and its HW; with nothing new it holds the request up to
 //!   `replica_fetch_max_wait_ms`, waking on the next append.
 //!
@@ -40,6 +45,8 @@ use crate::partition::{FollowerPosition, Partition, Role};
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerFetch {
     pub replica_id: i32,
+    /// The follower's incarnation (broker epoch).
+    pub replica_epoch: i64,
     pub current_leader_epoch: i32,
     pub fetch_offset: i64,
     pub last_fetched_epoch: i32,
@@ -54,8 +61,9 @@ pub struct LeaderRead {
     pub local_log_start_offset: i64,
     /// (epoch, end offset) when the follower's log diverged.
     pub diverging: Option<(i32, i64)>,
-    /// The ISR to write when the follower caught up (the role it was computed from).
-    pub expand_isr: Option<(Role, Vec<i32>)>,
+    /// The ISR to write, and the role it was computed from: with the follower once it
+    /// has caught up, or without it once its log went backwards (it lost records).
+    pub isr_change: Option<(Role, Vec<i32>)>,
 }
 
 /// Bytes per partition in one replica fetch answer.
@@ -131,18 +139,28 @@ impl Broker {
         req: &ReplicaFetchRequest,
     ) -> Vec<(Result<LeaderRead>, Option<Arc<Partition>>)> {
         let mut budget = req.max_bytes.clamp(1, RESPONSE_MAX_BYTES) as usize;
+        let incarnation = self.check_replica_epoch(req.replica_id, req.replica_epoch);
         let work: Vec<(Result<Arc<Partition>>, FollowerFetch)> = req
             .partitions
             .iter()
             .map(|p| {
                 let fetch = FollowerFetch {
                     replica_id: req.replica_id,
+                    replica_epoch: req.replica_epoch,
                     current_leader_epoch: p.current_leader_epoch,
                     fetch_offset: p.fetch_offset,
                     last_fetched_epoch: p.last_fetched_epoch,
                     max_bytes: p.partition_max_bytes.clamp(1, PARTITION_MAX_BYTES) as usize,
                 };
-                (self.partition_by_id(&p.topic_id, p.partition), fetch)
+                let partition = match incarnation {
+                    Ok(()) => self.partition_by_id(&p.topic_id, p.partition),
+                    Err(registered) => Err(Error::StaleBrokerEpoch {
+                        replica: req.replica_id,
+                        sent: req.replica_epoch,
+                        registered,
+                    }),
+                };
+                (partition, fetch)
             })
             .collect();
         tokio::task::spawn_blocking(move || {
@@ -165,6 +183,24 @@ impl Broker {
         .unwrap_or_else(|e| vec![(Err(Error::Internal(e.to_string())), None)])
     }
 
+    /// Whether a replica fetch comes from the follower's registered incarnation; else
+    /// the registered epoch (-1: unknown broker). A newer incarnation than this broker
+    /// knows means its view is stale: it refreshes, and the follower asks again.
+    fn check_replica_epoch(&self, replica: i32, sent: i64) -> std::result::Result<(), i64> {
+        let registered = self
+            .brokers()
+            .iter()
+            .find(|b| b.broker_id == replica)
+            .map_or(-1, |b| b.broker_epoch);
+        if registered == sent {
+            return Ok(());
+        }
+        if registered < sent {
+            self.changes.notify_one();
+        }
+        Err(registered)
+    }
+
     async fn answer_replica_fetch(
         &self,
         req: &ReplicaFetchRequest,
@@ -173,9 +209,15 @@ impl Broker {
         let mut partitions = Vec::with_capacity(results.len());
         for (wanted, (r, p)) in req.partitions.iter().zip(results) {
             if let (Ok(read), Some(p)) = (&r, &p)
-                && let Some((role, isr)) = &read.expand_isr
+                && let Some((role, isr)) = &read.isr_change
             {
-                tracing::info!(topic = %p.topic, partition = p.index, replica = req.replica_id, "follower caught up, adding it to the ISR");
+                if isr.contains(&req.replica_id) {
+                    tracing::info!(topic = %p.topic, partition = p.index, replica = req.replica_id,
+                        "follower caught up, adding it to the ISR");
+                } else {
+                    tracing::warn!(topic = %p.topic, partition = p.index, replica = req.replica_id,
+                        "follower's log went backwards (it lost records), removing it from the ISR");
+                }
                 self.write_isr(p, role, isr.clone()).await;
             }
             let (error_code, error_message) = error_fields(r.as_ref().err());
@@ -322,6 +364,7 @@ impl Broker {
             }
             let request = ReplicaFetchRequest {
                 replica_id: self.config.broker_id,
+                replica_epoch: self.broker_epoch(),
                 max_wait_ms: max_wait_ms as u32,
                 max_bytes: RESPONSE_MAX_BYTES,
                 partitions: followed

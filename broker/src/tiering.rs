@@ -56,12 +56,27 @@ fn partition_ref(p: &Partition) -> PartitionRef {
     }
 }
 
-fn remote_state_of(finished: Vec<RemoteSegment>) -> RemoteState {
+/// The remote log as the metastore has it: its finished segments, and the highest
+/// offset ever copied (which outlives the segments: once remote retention has deleted
+/// them all, the local copies of what they held must be neither uploaded again nor
+/// served).
+fn remote_state_of(finished: Vec<RemoteSegment>, copied_end: i64) -> RemoteState {
+    let end_offset = finished
+        .iter()
+        .map(|s| s.end_offset)
+        .max()
+        .unwrap_or(-1)
+        .max(copied_end);
+    let retained_from = match finished.first() {
+        Some(s) => s.base_offset,
+        None if end_offset >= 0 => end_offset + 1,
+        None => -1,
+    };
     RemoteState {
         loaded: true,
         needs_cleanup: false,
-        end_offset: finished.iter().map(|s| s.end_offset).max().unwrap_or(-1),
-        retained_from: finished.first().map_or(-1, |s| s.base_offset),
+        end_offset,
+        retained_from,
         segments: Arc::new(finished),
     }
 }
@@ -126,30 +141,37 @@ impl Broker {
         if state.loaded {
             return Ok(state);
         }
-        let finished = self
-            .uploader
-            .finished_segments(&partition_ref(p))
-            .await
-            .map_err(Error::Tiering)?;
         let state = RemoteState {
             needs_cleanup: true,
-            ..remote_state_of(finished)
+            ..self.read_remote_log(p).await?
         };
         p.set_remote_state(state.clone());
         Ok(state)
     }
 
+    /// The partition's remote log, read from the metastore.
+    async fn read_remote_log(&self, p: &Partition) -> Result<RemoteState> {
+        let pref = partition_ref(p);
+        let finished = self
+            .uploader
+            .finished_segments(&pref)
+            .await
+            .map_err(Error::Tiering)?;
+        let copied_end = self
+            .uploader
+            .remote_log_end_offset(&pref)
+            .await
+            .map_err(Error::Tiering)?;
+        Ok(remote_state_of(finished, copied_end))
+    }
+
     /// A follower's pass: the finished segments as the leader left them.
     async fn refresh_remote_index(&self, p: &Partition) -> Result<()> {
         let _tier = p.tier_lock.lock().await;
-        let finished = self
-            .uploader
-            .finished_segments(&partition_ref(p))
-            .await
-            .map_err(Error::Tiering)?;
+        let state = self.read_remote_log(p).await?;
         p.set_remote_state(RemoteState {
             needs_cleanup: true,
-            ..remote_state_of(finished)
+            ..state
         });
         Ok(())
     }
@@ -164,17 +186,20 @@ impl Broker {
                 .await
                 .map_err(Error::Tiering)?;
             // Another leader may have finished copies since this broker last looked.
-            let finished = self
-                .uploader
-                .finished_segments(&pref)
-                .await
-                .map_err(Error::Tiering)?;
-            state = remote_state_of(finished);
+            state = self.read_remote_log(p).await?;
             p.set_remote_state(state.clone());
         }
         let committed = p.high_watermark();
+        let epoch = p.leader_epoch();
         for seg in p.sealed_segments_after(state.end_offset) {
             if self.cancel.is_cancelled() || seg.end_offset >= committed {
+                break;
+            }
+            // A deposed leader stops: the next leader copies from where the remote log
+            // ends (an unfinished copy of ours is cleaned up by it).
+            if !p.is_leader() || p.leader_epoch() != epoch {
+                tracing::info!(topic = %p.topic, partition = p.index,
+                    "no longer leading at the epoch the copies began in, stopping them");
                 break;
             }
             // The remote log ends inside this segment: copy the rest of it.
@@ -197,7 +222,7 @@ impl Broker {
                 base_offset: seg.base_offset,
                 end_offset: seg.end_offset,
                 max_timestamp: seg.max_timestamp,
-                leader_epoch: p.leader_epoch(),
+                leader_epoch: epoch,
                 size_bytes: seg.size_bytes,
                 log_path: seg.log_path,
                 index_path: seg.index_path,
@@ -227,7 +252,12 @@ impl Broker {
     /// local segments not yet uploaded) stays at or above `retention.bytes` without them.
     pub(crate) async fn remote_retention_pass(&self) -> Result<()> {
         let now = now_ms();
-        for p in tiered_partitions(self) {
+        // Only the leader deletes (as only it copies); followers learn of deletions
+        // when they next read the remote log.
+        for p in tiered_partitions(self)
+            .into_iter()
+            .filter(|p| p.is_leader())
+        {
             if let Err(e) = self.remote_retention(&p, now).await {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "remote retention failed");
             }
@@ -296,7 +326,10 @@ impl Broker {
     }
 
     /// Reads `offset` from the object store (the caller found it below the local log
-    /// start); `None` when no remote segment holds it.
+    /// start); `None` when no remote segment holds it. A segment found missing in the
+    /// store was usually deleted by remote retention after this read found it: the read
+    /// looks again in the remote log as it stands (then the offset may be out of range);
+    /// only a segment the metastore still lists as finished is reported corrupt.
     pub(crate) async fn read_remote(
         &self,
         p: &Partition,
@@ -304,14 +337,40 @@ impl Broker {
         max_bytes: usize,
         whole_first: bool,
     ) -> Option<Result<Bytes>> {
-        let state = p.remote_state();
-        let seg = state.find(offset)?.clone();
-        Some(
-            self.reader
-                .read(&seg, offset, max_bytes, whole_first)
-                .await
-                .map_err(remote_read_error),
-        )
+        let mut state = p.remote_state();
+        for _ in 0..3 {
+            let seg = state.find(offset)?.clone();
+            let read = self.reader.read(&seg, offset, max_bytes, whole_first).await;
+            let Err(ReadError::NotFound { object }) = read else {
+                return Some(read.map_err(remote_read_error));
+            };
+            let current = p.remote_state();
+            state = if current.find(offset).map(|s| s.segment_id) != Some(seg.segment_id) {
+                current
+            } else {
+                // This broker's view may lag the leader's retention: ask the metastore.
+                match self.read_remote_log(p).await {
+                    Ok(fresh) => fresh,
+                    Err(e) => return Some(Err(e)),
+                }
+            };
+            if state
+                .segments
+                .iter()
+                .any(|s| s.segment_id == seg.segment_id)
+            {
+                return Some(Err(Error::RemoteCorrupt(ReadError::Corrupt {
+                    object,
+                    reason: "the object of a finished remote segment is missing".into(),
+                })));
+            }
+            tracing::debug!(topic = %p.topic, partition = p.index, offset, segment = %seg.segment_id,
+                "remote segment deleted while being read, looking again");
+        }
+        Some(Err(Error::RemoteLogNotReady(format!(
+            "the remote log of partition {} of '{}' keeps changing under reads of offset {offset}",
+            p.index, p.topic
+        ))))
     }
 
     /// The first offset at or after `ts` among remote segments below the local log.
@@ -398,7 +457,10 @@ impl Drop for RemoveOnDrop {
 
 fn remote_read_error(e: ReadError) -> Error {
     match e {
-        ReadError::Corrupt { .. } => Error::RemoteCorrupt(e),
+        ReadError::Corrupt { .. } | ReadError::NotFound { .. } => Error::RemoteCorrupt(e),
         other => Error::RemoteUnavailable(other),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -780,3 +780,206 @@ async fn a_group_survives_the_kill_of_its_coordinator_with_its_offsets() {
         m.stop().await;
     }
 }
+
+/// The replicas of partition 0 in assignment order, as broker `via` reports them.
+async fn replicas_of_partition_0(cluster: &Cluster, via: i32) -> Vec<i32> {
+    let c = Client::connect(&cluster.brokers[(via - 1) as usize].address())
+        .await
+        .unwrap();
+    c.describe_topic(TOPIC).await.unwrap().partitions[0]
+        .replicas
+        .clone()
+}
+
+/// The active (last) segment file of partition 0 in a broker's data directory.
+fn active_segment(broker: &Broker) -> std::path::PathBuf {
+    let dir = broker.data_dir().join(format!("{TOPIC}-0"));
+    let mut logs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().expect("partition 0 has a segment")
+}
+
+/// A follower loses data while down (`wipe`: its whole disk; else the unflushed tail
+/// of partition 0's active segment, as a power loss would), the leader is then paused
+/// and the follower restarted at once, within its lease: the controller must elect the
+/// replica that holds everything, not the one that lost it.
+async fn a_follower_that_lost_data_is_not_elected(wipe: bool) {
+    let name = if wipe { "empty disk" } else { "lost tail" };
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(3_000).await;
+    let (acked, failed) = load.finish().await;
+
+    let replicas = replicas_of_partition_0(&cluster, 1).await;
+    let leader = cluster.partitions(1).await[0].0;
+    let pos = replicas.iter().position(|&b| b == leader).unwrap();
+    let follower = replicas[(pos + 1) % replicas.len()];
+    let third = replicas[(pos + 2) % replicas.len()];
+    // A restart moves the follower's leaderships away: it now leads nothing (as in a
+    // cluster with more brokers than partitions), so its start-up fence waits for none.
+    cluster.broker(follower).stop();
+    cluster.broker(follower).start_again().await;
+    cluster
+        .wait_until(third, "the follower back in every ISR", |ps| {
+            ps.iter()
+                .all(|(l, _, isr)| *l != follower && isr.contains(&follower))
+        })
+        .await;
+    cluster.broker(follower).kill();
+    if wipe {
+        std::fs::remove_dir_all(cluster.broker(follower).data_dir()).unwrap();
+    } else {
+        let segment = active_segment(cluster.broker(follower));
+        let len = std::fs::metadata(&segment).unwrap().len();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .unwrap();
+        file.set_len(len / 4).unwrap();
+        eprintln!(
+            "[{name}] cut {} from {len} to {} bytes",
+            segment.display(),
+            len / 4
+        );
+    }
+    cluster.broker(leader).pause();
+    cluster.broker(follower).start_again().await;
+    eprintln!(
+        "[{name}] after the restart: {:?}",
+        cluster.partitions(third).await
+    );
+    let failover = cluster
+        .wait_until(third, "a new leader of partition 0", |ps| {
+            ps[0].0 > 0 && ps[0].0 != leader
+        })
+        .await;
+    let elected = cluster.partitions(third).await[0].0;
+    eprintln!(
+        "[{name}] leader {leader} paused, follower {follower} restarted: broker {elected} elected after {failover:?}"
+    );
+    cluster.broker(leader).kill();
+    // Every acknowledged record is still there, whoever leads now.
+    let client = Client::connect(&format!(
+        "{},{}",
+        cluster.broker(follower).address(),
+        cluster.broker(third).address()
+    ))
+    .await
+    .unwrap()
+    .with_request_timeout(Duration::from_secs(5));
+    let read = check(client, &acked).await;
+    assert_ne!(elected, follower, "the broker that lost data was elected");
+    report(name, &acked, failed, read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_that_lost_its_unflushed_tail_is_not_elected() {
+    a_follower_that_lost_data_is_not_elected(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_back_with_an_empty_disk_is_not_elected() {
+    a_follower_that_lost_data_is_not_elected(true).await;
+}
+
+/// A crash between a replicated append and the leader-epoch checkpoint write leaves a
+/// checkpoint that lags the log. Imitated here by removing the checkpoint's newest
+/// epoch from a killed follower: on restart it must rebuild that epoch from its
+/// batches, not take the leader's answer as a divergence and cut committed records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_whose_epoch_checkpoint_lags_its_log_truncates_nothing() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(600).await;
+    // A failover starts epoch 1 of partition 0; its records reach every replica.
+    let first = cluster.partitions(1).await[0].0;
+    let other = if first == 1 { 2 } else { 1 };
+    cluster.broker(first).kill();
+    cluster
+        .wait_until(other, "a new leader of partition 0", |ps| {
+            ps[0].0 > 0 && ps[0].0 != first
+        })
+        .await;
+    load.wait_more(600).await;
+    cluster.broker(first).start_again().await;
+    cluster
+        .wait_until(other, "every replica in the ISR", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.len() == 3)
+        })
+        .await;
+    load.wait_more(600).await;
+    let (acked, failed) = load.finish().await;
+    let (leader, epoch, _) = cluster.partitions(other).await[0].clone();
+    let follower = (1..=3).find(|&b| b != leader).unwrap();
+    // Let the follower copy everything, then crash it and roll its checkpoint back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let end = loop {
+        let on = |b: i32| {
+            let address = cluster.brokers[(b - 1) as usize].address();
+            async move {
+                let c = Client::connect(&address).await.unwrap();
+                c.describe_topic(TOPIC).await.unwrap().partitions[0].log_end_offset
+            }
+        };
+        let (l, f) = (on(leader).await, on(follower).await);
+        if l == f {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "follower stuck at {f} of {l}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    cluster.broker(follower).kill();
+    let checkpoint = cluster
+        .broker(follower)
+        .data_dir()
+        .join(format!("{TOPIC}-0"))
+        .join("leader-epoch-checkpoint");
+    let text = std::fs::read_to_string(&checkpoint).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let entries = &lines[2..];
+    assert!(entries.len() >= 2, "expected two epochs: {text}");
+    assert!(
+        entries.last().unwrap().starts_with(&format!("{epoch} ")),
+        "{text}"
+    );
+    let lagging = format!(
+        "0\n{}\n{}\n",
+        entries.len() - 1,
+        entries[..entries.len() - 1].join("\n")
+    );
+    std::fs::write(&checkpoint, lagging).unwrap();
+    let log_before = cluster.broker(follower).log().len();
+    cluster.broker(follower).start_again().await;
+    // Its high watermark comes from the leader's answers: once it is the log end
+    // again, the follower has fetched (and, had it diverged, truncated) since.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = cluster.broker(follower).client().await;
+        let p = c.describe_topic(TOPIC).await.unwrap().partitions[0].clone();
+        if p.high_watermark == end && p.log_end_offset == end {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower never caught up: {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let since_restart = cluster.broker(follower).log()[log_before..].to_string();
+    let truncations: Vec<&str> = since_restart
+        .lines()
+        .filter(|l| l.contains("truncated log") || l.contains("log reset"))
+        .collect();
+    assert!(
+        truncations.is_empty(),
+        "the follower cut records of its log end {end} after restart: {truncations:?}"
+    );
+    let read = check(cluster.client().await, &acked).await;
+    report("lagging epoch checkpoint", &acked, failed, read);
+}

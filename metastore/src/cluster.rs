@@ -3,20 +3,35 @@
 
 use uuid::Uuid;
 
-/// A broker's registration: where to reach it and until when it is alive.
+/// A broker's registration: where to reach it, which incarnation it is, and how long
+/// its lease has left. Lease times come from the metastore's clock, so no two brokers'
+/// clocks are ever compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerLease {
     pub broker_id: i32,
     /// `host:port` of its gRPC listener.
     pub address: String,
-    /// The broker is dead once the clock passes this (ms since the Unix epoch).
+    /// Raised by every (re)start of the broker ([`crate::Metastore::register_broker`]).
+    pub broker_epoch: i64,
+    /// When the lease ends, on the metastore's clock (ms since the Unix epoch).
     pub lease_expires_ms: i64,
     pub registered_at_ms: i64,
+    /// Lease time left when the row was read (<= 0: expired), by the metastore's clock.
+    pub remaining_ms: i64,
+    /// When the row was read, on this process's monotonic clock.
+    pub read_at: std::time::Instant,
 }
 
 impl BrokerLease {
-    pub fn is_alive(&self, now_ms: i64) -> bool {
-        self.lease_expires_ms > now_ms
+    /// Whether the lease is still running: its remaining time when read, less the time
+    /// since (a lease read as valid counts down on this process's clock).
+    pub fn is_alive(&self) -> bool {
+        self.remaining_ms > 0 && (self.read_at.elapsed().as_millis() as i64) < self.remaining_ms
+    }
+
+    /// Milliseconds left on the lease now (<= 0: expired).
+    pub fn remaining_now_ms(&self) -> i64 {
+        self.remaining_ms - self.read_at.elapsed().as_millis() as i64
     }
 }
 
@@ -26,7 +41,10 @@ pub struct ControllerLease {
     pub broker_id: i32,
     /// Raised each time the lease changes hands.
     pub epoch: i64,
+    /// On the metastore's clock.
     pub lease_expires_ms: i64,
+    /// Lease time left when read (<= 0: expired).
+    pub remaining_ms: i64,
 }
 
 /// Leader, epoch and ISR of one partition. `version` is raised by every change; a

@@ -84,6 +84,8 @@ pub enum Error {
     PartitionStateNotFound { topic_id: Uuid, partition: i32 },
     #[error("broker {0} still holds its lease")]
     BrokerStillAlive(i32),
+    #[error("broker {broker_id} incarnation {broker_epoch} was replaced by a newer registration")]
+    BrokerEpochFenced { broker_id: i32, broker_epoch: i64 },
     #[error("{0}")]
     InvalidAssignment(String),
     #[error("topic {0} does not exist")]
@@ -137,36 +139,43 @@ pub trait Metastore: Send + Sync + 'static {
         assignments: &[Vec<i32>],
     ) -> Result<Topic>;
 
-    /// Registers a broker or renews its lease (an upsert).
+    /// Registers a (re)starting broker as a new incarnation: raises and returns its
+    /// broker epoch and ends its lease at once, so the controller moves its leaderships
+    /// and no earlier incarnation can renew any more. Times are the metastore's clock.
+    async fn register_broker(&self, broker_id: i32, address: &str) -> Result<i64>;
+    /// Renews the lease of incarnation `broker_epoch` until `lease_ms` from now on the
+    /// metastore's clock (`lease_ms <= 0` ends it: graceful shutdown). Fails with
+    /// `BrokerEpochFenced` if a newer incarnation has registered.
     async fn renew_broker_lease(
         &self,
         broker_id: i32,
+        broker_epoch: i64,
         address: &str,
-        expires_ms: i64,
+        lease_ms: i64,
     ) -> Result<()>;
-    /// Every broker that ever registered, by id (dead ones have a past lease).
+    /// Every broker that ever registered, by id (dead ones have an expired lease).
     async fn list_brokers(&self) -> Result<Vec<BrokerLease>>;
-    /// Takes or renews the controller lease: succeeds when nobody holds it, the
-    /// holder is `broker_id`, or the holder's lease has expired at `now_ms`.
+    /// Takes or renews the controller lease for `lease_ms` from now (metastore clock):
+    /// succeeds when nobody holds it, the holder is `broker_id`, or the holder's lease
+    /// has expired. `lease_ms <= 0` by the holder gives it up.
     async fn try_acquire_controller(
         &self,
         broker_id: i32,
-        now_ms: i64,
-        expires_ms: i64,
+        lease_ms: i64,
     ) -> Result<Option<ControllerLease>>;
     async fn controller(&self) -> Result<Option<ControllerLease>>;
     /// Every partition's state, by topic id and partition.
     async fn list_partition_states(&self) -> Result<Vec<PartitionState>>;
     /// Replaces a partition's leader/epoch/ISR if its version is still
     /// `state.version` (compare-and-set); the stored version becomes one higher.
-    /// With `fence = Some((broker, now_ms))` it also requires that broker's lease to
-    /// have expired at `now_ms`, checked under a lock of the broker's row so a broker
-    /// renewing its lease at the same moment is ordered before or after, never
+    /// With `fence = Some(broker)` it also requires that broker's lease to have
+    /// expired (on the metastore's clock), checked under a lock of the broker's row so
+    /// a broker renewing its lease at the same moment is ordered before or after, never
     /// between: a broker that renewed and then read the metadata sees the change.
     async fn update_partition_state(
         &self,
         state: &PartitionState,
-        fence: Option<(i32, i64)>,
+        fence: Option<i32>,
     ) -> Result<PartitionState>;
     /// Waits for change notifications and signals `notify` for each; returns only on
     /// error. Metastores without notifications return `Ok(())` at once (callers poll).
@@ -194,6 +203,9 @@ pub trait Metastore: Send + Sync + 'static {
     async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>>;
     /// Every remote segment of a topic, all partitions, not yet `DELETE_FINISHED`.
     async fn undeleted_remote_segments(&self, topic_id: Uuid) -> Result<Vec<RemoteSegment>>;
+    /// The highest offset of the partition ever copied to the object store (by a copy
+    /// that finished, whatever became of it since); -1 if none.
+    async fn remote_log_end_offset(&self, topic_id: Uuid, partition: i32) -> Result<i64>;
     /// A partition's remote segments in any of `states`, by base offset.
     async fn list_remote_segments(
         &self,

@@ -131,11 +131,14 @@ fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
     })
 }
 
-fn controller_lease((broker_id, epoch, lease_expires_ms): (i32, i64, i64)) -> ControllerLease {
+fn controller_lease(
+    (broker_id, epoch, lease_expires_ms, remaining_ms): (i32, i64, i64, i64),
+) -> ControllerLease {
     ControllerLease {
         broker_id,
         epoch,
         lease_expires_ms,
+        remaining_ms,
     }
 }
 
@@ -166,7 +169,7 @@ fn check_assignments(
 }
 
 macro_rules! sql_metastore {
-    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal) => {
+    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal, $now:literal) => {
         impl $ty {
             async fn insert_partition_states<'e, E>(
                 exec: &mut E,
@@ -444,8 +447,11 @@ macro_rules! sql_metastore {
                     }
                 }
                 let now = now_ms();
+                // `copied` remembers that this copy finished, whatever happens to it later.
                 let updated = sqlx::query(
-                    "UPDATE remote_segments SET state = $1, updated_at_ms = $2 WHERE segment_id = $3 AND state = $4",
+                    "UPDATE remote_segments SET state = $1, updated_at_ms = $2, \
+                       copied = CASE WHEN $1 = 'COPY_FINISHED' THEN 1 ELSE copied END \
+                     WHERE segment_id = $3 AND state = $4",
                 )
                 .bind(to.as_str())
                 .bind(now)
@@ -487,6 +493,18 @@ macro_rules! sql_metastore {
                 rows.into_iter().map(remote_segment).collect()
             }
 
+            async fn remote_log_end_offset(&self, topic_id: Uuid, partition: i32) -> Result<i64> {
+                let (end,): (Option<i64>,) = sqlx::query_as(
+                    "SELECT MAX(end_offset) FROM remote_segments \
+                     WHERE topic_id = $1 AND partition_id = $2 AND copied = 1",
+                )
+                .bind(topic_id)
+                .bind(partition)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(end.unwrap_or(-1))
+            }
+
             async fn list_remote_segments(
                 &self,
                 topic_id: Uuid,
@@ -509,34 +527,65 @@ macro_rules! sql_metastore {
                 query.fetch_all(&self.pool).await?.into_iter().map(remote_segment).collect()
             }
 
-            async fn renew_broker_lease(&self, broker_id: i32, address: &str, expires_ms: i64) -> Result<()> {
-                sqlx::query(
-                    "INSERT INTO brokers (broker_id, address, lease_expires_ms, registered_at_ms) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (broker_id) DO UPDATE \
-                     SET address = excluded.address, lease_expires_ms = excluded.lease_expires_ms",
-                )
+            async fn register_broker(&self, broker_id: i32, address: &str) -> Result<i64> {
+                let (epoch,): (i64,) = sqlx::query_as(concat!(
+                    "INSERT INTO brokers (broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms) \
+                     VALUES ($1, $2, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
+                     SET address = excluded.address, broker_epoch = brokers.broker_epoch + 1, \
+                       lease_expires_ms = 0, registered_at_ms = excluded.registered_at_ms \
+                     RETURNING broker_epoch",
+                ))
                 .bind(broker_id)
                 .bind(address)
-                .bind(expires_ms)
-                .bind(now_ms())
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(epoch)
+            }
+
+            async fn renew_broker_lease(
+                &self,
+                broker_id: i32,
+                broker_epoch: i64,
+                address: &str,
+                lease_ms: i64,
+            ) -> Result<()> {
+                let updated = sqlx::query(concat!(
+                    "UPDATE brokers SET address = $3, \
+                       lease_expires_ms = CASE WHEN $4 > 0 THEN ", $now, " + $4 ELSE 0 END \
+                     WHERE broker_id = $1 AND broker_epoch = $2",
+                ))
+                .bind(broker_id)
+                .bind(broker_epoch)
+                .bind(address)
+                .bind(lease_ms)
                 .execute(&self.pool)
                 .await?;
+                if updated.rows_affected() == 0 {
+                    return Err(Error::BrokerEpochFenced { broker_id, broker_epoch });
+                }
                 Ok(())
             }
 
             async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
-                let rows: Vec<(i32, String, i64, i64)> = sqlx::query_as(
-                    "SELECT broker_id, address, lease_expires_ms, registered_at_ms FROM brokers ORDER BY broker_id",
-                )
+                let rows: Vec<(i32, String, i64, i64, i64, i64)> = sqlx::query_as(concat!(
+                    "SELECT broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms, \
+                       lease_expires_ms - ", $now, " FROM brokers ORDER BY broker_id",
+                ))
                 .fetch_all(&self.pool)
                 .await?;
+                let read_at = std::time::Instant::now();
                 Ok(rows
                     .into_iter()
-                    .map(|(broker_id, address, lease_expires_ms, registered_at_ms)| BrokerLease {
-                        broker_id,
-                        address,
-                        lease_expires_ms,
-                        registered_at_ms,
+                    .map(|(broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms)| {
+                        BrokerLease {
+                            broker_id,
+                            address,
+                            broker_epoch,
+                            lease_expires_ms,
+                            registered_at_ms,
+                            remaining_ms,
+                            read_at,
+                        }
                     })
                     .collect())
             }
@@ -544,34 +593,34 @@ macro_rules! sql_metastore {
             async fn try_acquire_controller(
                 &self,
                 broker_id: i32,
-                now_ms: i64,
-                expires_ms: i64,
+                lease_ms: i64,
             ) -> Result<Option<ControllerLease>> {
                 // One statement: insert the first lease, or take over a lapsed one, or
                 // renew our own; the epoch rises whenever the holder changes.
-                let row: Option<(i32, i64, i64)> = sqlx::query_as(
-                    "INSERT INTO controller (id, broker_id, epoch, lease_expires_ms) VALUES (1, $1, 1, $3) \
+                let row: Option<(i32, i64, i64, i64)> = sqlx::query_as(concat!(
+                    "INSERT INTO controller (id, broker_id, epoch, lease_expires_ms) VALUES (1, $1, 1, ", $now, " + $2) \
                      ON CONFLICT (id) DO UPDATE SET \
                        epoch = CASE WHEN controller.broker_id = excluded.broker_id THEN controller.epoch \
                                     ELSE controller.epoch + 1 END, \
                        broker_id = excluded.broker_id, \
                        lease_expires_ms = excluded.lease_expires_ms \
-                     WHERE controller.broker_id = excluded.broker_id OR controller.lease_expires_ms <= $2 \
-                     RETURNING broker_id, epoch, lease_expires_ms",
-                )
+                     WHERE controller.broker_id = excluded.broker_id OR controller.lease_expires_ms <= ", $now, " \
+                     RETURNING broker_id, epoch, lease_expires_ms, lease_expires_ms - ", $now,
+                ))
                 .bind(broker_id)
-                .bind(now_ms)
-                .bind(expires_ms)
+                .bind(lease_ms.max(0))
                 .fetch_optional(&self.pool)
                 .await?;
                 Ok(row.map(controller_lease))
             }
 
             async fn controller(&self) -> Result<Option<ControllerLease>> {
-                let row: Option<(i32, i64, i64)> =
-                    sqlx::query_as("SELECT broker_id, epoch, lease_expires_ms FROM controller WHERE id = 1")
-                        .fetch_optional(&self.pool)
-                        .await?;
+                let row: Option<(i32, i64, i64, i64)> = sqlx::query_as(concat!(
+                    "SELECT broker_id, epoch, lease_expires_ms, lease_expires_ms - ", $now,
+                    " FROM controller WHERE id = 1",
+                ))
+                .fetch_optional(&self.pool)
+                .await?;
                 Ok(row.map(controller_lease))
             }
 
@@ -587,18 +636,18 @@ macro_rules! sql_metastore {
             async fn update_partition_state(
                 &self,
                 s: &PartitionState,
-                fence: Option<(i32, i64)>,
+                fence: Option<i32>,
             ) -> Result<PartitionState> {
                 let mut tx = self.pool.begin().await?;
-                if let Some((broker_id, now_ms)) = fence {
+                if let Some(broker_id) = fence {
                     let lease: Option<(i64,)> = sqlx::query_as(concat!(
-                        "SELECT lease_expires_ms FROM brokers WHERE broker_id = $1",
+                        "SELECT lease_expires_ms - ", $now, " FROM brokers WHERE broker_id = $1",
                         $for_update
                     ))
                     .bind(broker_id)
                     .fetch_optional(&mut *tx)
                     .await?;
-                    if lease.is_some_and(|(expires,)| expires > now_ms) {
+                    if lease.is_some_and(|(remaining,)| remaining > 0) {
                         return Err(Error::BrokerStillAlive(broker_id));
                     }
                 }
@@ -723,8 +772,22 @@ macro_rules! sql_metastore {
     };
 }
 
-sql_metastore!(PostgresMetastore, sqlx::Postgres, " FOR UPDATE", true);
-sql_metastore!(SqliteMetastore, sqlx::Sqlite, "", false);
+// `$now`: the database's clock in ms since the Unix epoch. Leases are timed by it alone,
+// so brokers' clocks are never compared with each other.
+sql_metastore!(
+    PostgresMetastore,
+    sqlx::Postgres,
+    " FOR UPDATE",
+    true,
+    "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+);
+sql_metastore!(
+    SqliteMetastore,
+    sqlx::Sqlite,
+    "",
+    false,
+    "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+);
 
 impl SqliteMetastore {
     /// One process, no notifications: brokers poll.

@@ -200,44 +200,60 @@ async fn partitions_only_grow(m: &dyn Metastore) {
 }
 
 async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
-    // Broker leases: upsert, renew, list.
-    m.renew_broker_lease(1, "127.0.0.1:1", 5_000).await.unwrap();
-    m.renew_broker_lease(2, "127.0.0.1:2", 1_000).await.unwrap();
-    m.renew_broker_lease(1, "127.0.0.1:11", 9_000)
-        .await
-        .unwrap();
+    // Broker leases: a registration is a new incarnation with an expired lease; only
+    // the newest incarnation renews; times are the metastore's own clock.
+    let e1 = m.register_broker(1, "127.0.0.1:1").await.unwrap();
+    let e2 = m.register_broker(2, "127.0.0.1:2").await.unwrap();
     let brokers = m.list_brokers().await.unwrap();
     assert_eq!(brokers.len(), 2);
+    assert!(brokers.iter().all(|b| !b.is_alive()), "{brokers:?}");
+    m.renew_broker_lease(1, e1, "127.0.0.1:11", 60_000)
+        .await
+        .unwrap();
+    m.renew_broker_lease(2, e2, "127.0.0.1:2", 1).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let brokers = m.list_brokers().await.unwrap();
     assert_eq!(
-        (brokers[0].address.as_str(), brokers[0].lease_expires_ms),
-        ("127.0.0.1:11", 9_000)
+        (brokers[0].address.as_str(), brokers[0].broker_epoch),
+        ("127.0.0.1:11", e1)
     );
-    assert!(brokers[0].is_alive(8_999) && !brokers[1].is_alive(1_000));
+    assert!(
+        brokers[0].remaining_ms > 50_000 && brokers[0].remaining_ms <= 60_000,
+        "{brokers:?}"
+    );
+    assert!(
+        brokers[0].is_alive() && !brokers[1].is_alive(),
+        "{brokers:?}"
+    );
+    // A restart registers a newer incarnation: the older one can no longer renew.
+    let e1b = m.register_broker(1, "127.0.0.1:1").await.unwrap();
+    assert_eq!(e1b, e1 + 1);
+    assert!(!m.list_brokers().await.unwrap()[0].is_alive());
+    let err = m
+        .renew_broker_lease(1, e1, "127.0.0.1:1", 60_000)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BrokerEpochFenced { broker_id: 1, .. }),
+        "{err:?}"
+    );
+    m.renew_broker_lease(1, e1b, "127.0.0.1:1", 60_000)
+        .await
+        .unwrap();
 
     // Controller lease: first taker wins, others wait for expiry, holder renews.
-    let c = m
-        .try_acquire_controller(1, 0, 2_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let c = m.try_acquire_controller(1, 60_000).await.unwrap().unwrap();
     assert_eq!((c.broker_id, c.epoch), (1, 1));
-    assert_eq!(
-        m.try_acquire_controller(2, 1_999, 4_000).await.unwrap(),
-        None
-    );
-    let c = m
-        .try_acquire_controller(1, 1_000, 3_000)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((c.epoch, c.lease_expires_ms), (1, 3_000));
-    let c = m
-        .try_acquire_controller(2, 3_000, 6_000)
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(c.remaining_ms > 50_000, "{c:?}");
+    assert_eq!(m.try_acquire_controller(2, 60_000).await.unwrap(), None);
+    let c = m.try_acquire_controller(1, 1).await.unwrap().unwrap();
+    assert_eq!(c.epoch, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let c = m.try_acquire_controller(2, 60_000).await.unwrap().unwrap();
     assert_eq!((c.broker_id, c.epoch), (2, 2));
-    assert_eq!(m.controller().await.unwrap(), Some(c));
+    let held = m.controller().await.unwrap().unwrap();
+    assert_eq!((held.broker_id, held.epoch), (2, 2));
+    assert!(held.remaining_ms > 0 && held.remaining_ms <= 60_000);
 
     // Partition state: created with the topic, changed by compare-and-set only.
     let mut t = new_topic("replicated", 2);
@@ -254,16 +270,13 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     next.leader = 2;
     next.leader_epoch = 1;
     next.isr = vec![2];
-    // Broker 1's lease runs to 9000: a fenced change is refused before then.
-    let err = m
-        .update_partition_state(&next, Some((1, 8_000)))
-        .await
-        .unwrap_err();
+    // Broker 1's lease runs: a fenced change is refused until it ends.
+    let err = m.update_partition_state(&next, Some(1)).await.unwrap_err();
     assert!(matches!(err, Error::BrokerStillAlive(1)), "{err:?}");
-    let stored = m
-        .update_partition_state(&next, Some((1, 9_000)))
+    m.renew_broker_lease(1, e1b, "127.0.0.1:1", 0)
         .await
         .unwrap();
+    let stored = m.update_partition_state(&next, Some(1)).await.unwrap();
     assert_eq!(
         (stored.leader, stored.leader_epoch, stored.version),
         (2, 1, 1)
@@ -462,6 +475,32 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
         ],
         "ordered by base offset, then creation"
     );
+    // The remote log end counts every copy that finished, deleted since or not, and
+    // no aborted copy (50..=149 never finished).
+    assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 199);
+    assert_eq!(m.remote_log_end_offset(topic, 1).await.unwrap(), -1);
+    m.transition_remote_segment(next.segment_id, CopyFinished, DeleteStarted)
+        .await
+        .unwrap();
+    assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 199);
+    let aborted = segment(topic, 200, 299);
+    m.add_remote_segment(&aborted).await.unwrap();
+    m.transition_remote_segment(aborted.segment_id, CopyStarted, DeleteStarted)
+        .await
+        .unwrap();
+    assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 199);
+    m.transition_remote_segment(aborted.segment_id, DeleteStarted, DeleteFinished)
+        .await
+        .unwrap();
+    m.transition_remote_segment(next.segment_id, DeleteStarted, DeleteFinished)
+        .await
+        .unwrap();
+    // Copied again (as after a restore): readable once more.
+    let again = segment(topic, 100, 199);
+    m.add_remote_segment(&again).await.unwrap();
+    m.transition_remote_segment(again.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap();
     // Rows outlive their topic; what is not DELETE_FINISHED can be found by topic.
     let ids = m.remote_segment_topic_ids().await.unwrap();
     assert_eq!(ids, vec![topic]);

@@ -49,6 +49,10 @@ pub enum ReadError {
     Corrupt { object: String, reason: String },
     #[error("remote object {object} cannot be read: {reason}")]
     Unavailable { object: String, reason: String },
+    /// The object is gone: either remote retention deleted its segment after the read
+    /// found it (the caller looks again), or a finished segment lost its data.
+    #[error("remote object {object} does not exist")]
+    NotFound { object: String },
     #[error("the read cache cannot be opened: {0}")]
     Cache(String),
 }
@@ -371,10 +375,8 @@ async fn get_whole(
 
 fn classify(path: &object_store::path::Path, e: object_store::Error) -> ReadError {
     match e {
-        // A finished segment whose object is gone: the data is lost, not late.
-        object_store::Error::NotFound { .. } => ReadError::Corrupt {
+        object_store::Error::NotFound { .. } => ReadError::NotFound {
             object: path.to_string(),
-            reason: "the object is missing".into(),
         },
         other => ReadError::Unavailable {
             object: path.to_string(),

@@ -295,6 +295,15 @@ impl Uploader {
         Ok(())
     }
 
+    /// The highest offset ever copied for the partition (-1: none), even if remote
+    /// retention has deleted every segment since.
+    pub async fn remote_log_end_offset(&self, p: &PartitionRef) -> Result<i64, UploadError> {
+        Ok(self
+            .metastore
+            .remote_log_end_offset(p.topic_id, p.partition)
+            .await?)
+    }
+
     /// The partition's readable remote segments, by base offset.
     pub async fn finished_segments(
         &self,

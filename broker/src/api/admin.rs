@@ -216,12 +216,11 @@ impl Admin for AdminService {
                 })
                 .collect()
         };
-        let now = crate::broker::now_ms();
         let brokers = self
             .broker
             .brokers()
             .into_iter()
-            .filter(|b| b.is_alive(now))
+            .filter(shale_metastore::BrokerLease::is_alive)
             .map(|b| BrokerInfo {
                 broker_id: b.broker_id,
                 address: b.address,

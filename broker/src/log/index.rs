@@ -149,6 +149,10 @@ impl<E: IndexEntry> IndexFile<E> {
         &self.entries
     }
 
+    pub fn first(&self) -> Option<&E> {
+        self.entries.first()
+    }
+
     pub fn last(&self) -> Option<&E> {
         self.entries.last()
     }

@@ -292,7 +292,7 @@ impl ProducerStates {
         for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
             std::fs::remove_file(snapshot_path(dir, *old))?;
         }
-        Ok(())
+        std::fs::File::open(dir)?.sync_all()
     }
 
     /// The newest readable snapshot at or below `max_offset` and its offset.
@@ -312,11 +312,18 @@ impl ProducerStates {
     }
 
     /// Deletes snapshots above `offset` (a truncated log) or all with `i64::MIN`.
+    /// The deletions are durable: a snapshot of a truncated tail must not come back
+    /// after a power loss and be taken for the state of different batches.
     pub fn delete_snapshots_above(dir: &Path, offset: i64) -> io::Result<()> {
+        let mut deleted = false;
         for o in list_snapshots(dir)? {
             if o > offset {
                 std::fs::remove_file(snapshot_path(dir, o))?;
+                deleted = true;
             }
+        }
+        if deleted {
+            std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())
     }

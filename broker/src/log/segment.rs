@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use shale_proto::batch::{BatchError, BatchHeader, HEADER_LEN};
 
+use super::epochs::EpochEntry;
 use super::index::{IndexFile, OffsetEntry, TimeEntry};
 
 pub(crate) const LOG_SUFFIX: &str = "log";
@@ -47,6 +48,9 @@ pub(crate) struct Segment {
     bytes_since_index_entry: u64,
     /// Max timestamp noted in the time index so far.
     time_indexed_max: i64,
+    /// For a segment recovered by a scan: each leader epoch its batches carry, with
+    /// the first offset of each (what the epoch checkpoint must hold).
+    pub recovered_epochs: Option<Vec<EpochEntry>>,
 }
 
 impl Segment {
@@ -69,6 +73,7 @@ impl Segment {
             time_index: IndexFile::create(&segment_path(dir, base_offset, TIME_INDEX_SUFFIX))?,
             bytes_since_index_entry: 0,
             time_indexed_max: -1,
+            recovered_epochs: None,
         })
     }
 
@@ -94,7 +99,17 @@ impl Segment {
             })?;
             let time_index =
                 IndexFile::<TimeEntry>::load(&time_path, |e| u64::from(e.relative_offset) < span)?;
-            if let (Some(index), Some(time_index)) = (index, time_index) {
+            // A non-empty segment's offset index starts with its first batch, and its
+            // time index holds at least the entry written at seal: an empty or torn
+            // file (a crash before the fsync of a seal reached it) is rebuilt, or the
+            // segment's max timestamp would read as -1 and retention would misjudge it.
+            let complete = |index: &IndexFile<OffsetEntry>, time: &IndexFile<TimeEntry>| {
+                size == 0
+                    || (index.first().is_some_and(|e| e.position == 0) && time.last().is_some())
+            };
+            if let (Some(index), Some(time_index)) = (index, time_index)
+                && complete(&index, &time_index)
+            {
                 let max_timestamp = time_index.last().map_or(-1, |e| e.timestamp);
                 return Ok(Self {
                     base_offset,
@@ -108,9 +123,10 @@ impl Segment {
                     time_index,
                     bytes_since_index_entry: 0,
                     time_indexed_max: max_timestamp,
+                    recovered_epochs: None,
                 });
             }
-            tracing::warn!(segment = %path.display(), "index files missing or malformed, rebuilding");
+            tracing::warn!(segment = %path.display(), "index files missing, incomplete or malformed, rebuilding");
         }
         let mut seg = Self {
             base_offset,
@@ -124,8 +140,13 @@ impl Segment {
             time_index: IndexFile::create(&time_path)?,
             bytes_since_index_entry: 0,
             time_indexed_max: -1,
+            recovered_epochs: Some(Vec::new()),
         };
         seg.recover(index_interval, next_offset.is_none())?;
+        if next_offset.is_some() {
+            // A sealed segment's rebuilt indexes end as seal left them, durably.
+            seg.seal()?;
+        }
         Ok(seg)
     }
 
@@ -157,6 +178,16 @@ impl Segment {
                 break;
             }
             self.rolling_timestamp.get_or_insert(h.max_timestamp);
+            if let Some(epochs) = &mut self.recovered_epochs
+                && epochs
+                    .last()
+                    .is_none_or(|e| e.epoch < h.partition_leader_epoch)
+            {
+                epochs.push(EpochEntry {
+                    epoch: h.partition_leader_epoch,
+                    start_offset: h.base_offset,
+                });
+            }
             self.index_batch(&h, pos, index_interval);
             pos += h.total_size() as u64;
         }
@@ -273,6 +304,36 @@ impl Segment {
             Some(e) => self.lookup_position(self.base_offset + i64::from(e.relative_offset)),
             None => 0,
         }
+    }
+
+    #[cfg(test)]
+    pub fn replace_file_for_test(&mut self, file: File) {
+        self.file = Arc::new(file);
+    }
+
+    #[cfg(test)]
+    pub fn time_index_entries_for_test(&self) -> Vec<TimeEntry> {
+        self.time_index.entries().to_vec()
+    }
+
+    /// Empties the segment in place: no batch, no index entry (a log reset to the
+    /// segment's own base offset).
+    pub fn clear(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        self.file.sync_all()?;
+        self.index = IndexFile::create(&segment_path(&self.dir, self.base_offset, INDEX_SUFFIX))?;
+        self.time_index = IndexFile::create(&segment_path(
+            &self.dir,
+            self.base_offset,
+            TIME_INDEX_SUFFIX,
+        ))?;
+        self.size = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.rolling_timestamp = None;
+        self.bytes_since_index_entry = 0;
+        self.time_indexed_max = -1;
+        Ok(())
     }
 
     /// Deletes the segment's files.

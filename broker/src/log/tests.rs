@@ -659,3 +659,138 @@ fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
     );
     assert_eq!(log.producer_count(), 1);
 }
+
+fn append_in_epoch(log: &mut PartitionLog, epoch: i32, n: usize) {
+    let mut b = batch(0, n, 1000, 10);
+    let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
+    log.append(&mut b, &mut h, epoch, 0).unwrap();
+}
+
+/// A crash between an append and its checkpoint write (the order before this fix)
+/// leaves a checkpoint without the newest epoch: opening takes it from the batches.
+#[test]
+fn a_checkpoint_behind_the_log_is_completed_from_the_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    append_in_epoch(&mut log, 0, 3);
+    // Epoch 3 begins while the active segment of epoch 0 is still open, and another
+    // segment rolls within it.
+    for _ in 0..100 {
+        append_in_epoch(&mut log, 3, 3);
+    }
+    assert!(log.segment_count() > 2);
+    let full = log.epochs().to_vec();
+    assert_eq!(full.len(), 2);
+    drop(log);
+    let checkpoint = dir.path().join(epochs::CHECKPOINT_FILE);
+    std::fs::write(&checkpoint, "0\n1\n0 0\n").unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.epochs(), &full[..]);
+    assert_eq!(log.epoch_end_offset(0), Some((0, 3)));
+    // And it was written back.
+    drop(log);
+    let text = std::fs::read_to_string(&checkpoint).unwrap();
+    assert_eq!(text, "0\n2\n0 0\n3 3\n");
+}
+
+/// The checkpoint is written before the batches: if it cannot be written, neither
+/// are they; and a write of batches that fails leaves no epoch naming offsets the log
+/// does not have.
+#[test]
+fn the_epoch_checkpoint_is_written_before_the_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    append_in_epoch(&mut log, 0, 3);
+    let blocker = dir.path().join(format!("{}.tmp", epochs::CHECKPOINT_FILE));
+    std::fs::create_dir(&blocker).unwrap();
+    let mut b = batch(0, 3, 1000, 10);
+    let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
+    assert!(log.append(&mut b, &mut h, 4, 0).is_err());
+    assert_eq!(
+        log.log_end_offset(),
+        3,
+        "batches written without their epoch"
+    );
+    assert_eq!(log.latest_epoch(), 0);
+    std::fs::remove_dir(&blocker).unwrap();
+    // The active segment's file can no longer be written (as on EIO or ENOSPC).
+    let active = active_log_file(&log);
+    let seg = log.segments.values_mut().last().unwrap();
+    seg.replace_file_for_test(std::fs::File::open(&active).unwrap());
+    let mut b = batch(0, 3, 1000, 10);
+    let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
+    assert!(log.append(&mut b, &mut h, 5, 0).is_err());
+    assert_eq!(log.latest_epoch(), 0, "epoch 5 wrote nothing");
+    let loaded = epochs::EpochCache::load(dir.path()).unwrap().unwrap();
+    assert_eq!(loaded.latest_epoch(), 0);
+}
+
+/// A sealed segment's index files cut to zero length (a crash before they reached the
+/// disk) are rebuilt, with seal's final time entry, and fsynced: the segment keeps its
+/// max timestamp, so retention and time lookups still see its age.
+#[test]
+fn empty_index_files_of_a_sealed_segment_are_rebuilt_with_its_max_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..60 {
+        append(&mut log, batch(i * 3, 3, 5_000 + i as i64, 40), 0);
+    }
+    let sealed: Vec<(i64, i64)> = log
+        .segments
+        .values()
+        .take(2)
+        .map(|s| (s.base_offset, s.max_timestamp))
+        .collect();
+    let time_entries =
+        |log: &PartitionLog, base: i64| log.segments[&base].time_index_entries_for_test();
+    let before = time_entries(&log, sealed[0].0);
+    drop(log);
+    for suffix in ["index", "timeindex"] {
+        std::fs::write(segment::segment_path(dir.path(), sealed[0].0, suffix), []).unwrap();
+    }
+    std::fs::write(
+        segment::segment_path(dir.path(), sealed[1].0, "timeindex"),
+        [],
+    )
+    .unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for (base, max_ts) in &sealed {
+        assert_eq!(log.segments[base].max_timestamp, *max_ts, "segment {base}");
+    }
+    assert_eq!(time_entries(&log, sealed[0].0), before);
+    let len = std::fs::metadata(segment::segment_path(dir.path(), sealed[0].0, "timeindex"))
+        .unwrap()
+        .len();
+    assert_eq!(
+        len as usize,
+        before.len() * 12,
+        "rebuilt entries are on disk"
+    );
+    let ts = sealed[0].1;
+    assert!(log.offset_for_timestamp(ts).unwrap().is_some());
+}
+
+/// A reset that cannot create its new segment leaves the log as it was, not empty.
+#[test]
+fn a_failed_reset_leaves_a_usable_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..20 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    let end = log.log_end_offset();
+    // A directory where the new segment's file must go.
+    std::fs::create_dir(segment::segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
+    assert!(log.reset_to(500).is_err());
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(read_all(&log, 0, 1 << 20).len(), 60);
+    // Resetting to the base of an existing segment empties it in place.
+    let base = *log.segments.keys().next().unwrap();
+    log.reset_to(base).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (base, base));
+    append(&mut log, batch(0, 3, 1000, 40), 0);
+    drop(log);
+    std::fs::remove_dir(segment::segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
+    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), base + 3);
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use object_store::ObjectStore;
-use shale_broker::log::{LogConfig, PartitionLog};
+use shale_broker::log::{FileCache, LogConfig, PartitionLog};
 use shale_proto::batch::{BatchHeader, BatchIter};
 use shale_proto::record::{BatchBuilder, Record};
 
@@ -37,7 +37,8 @@ fn header_and_crc(c: &mut Criterion) {
 /// Appends of 16 KiB batches to a segment (page cache, no fsync).
 fn segment_append(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let mut log =
+        PartitionLog::open(dir.path(), LogConfig::default(), 0, FileCache::new(64)).unwrap();
     let template = batch(16, 1000);
     let mut g = c.benchmark_group("log");
     g.throughput(Throughput::Bytes(template.len() as u64));
@@ -54,7 +55,8 @@ fn segment_append(c: &mut Criterion) {
 /// Offset-index lookup and read plan in a 64 MiB log (what every fetch does first).
 fn index_lookup(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let mut log =
+        PartitionLog::open(dir.path(), LogConfig::default(), 0, FileCache::new(64)).unwrap();
     let template = batch(16, 4000);
     for _ in 0..1000 {
         let mut bytes = template.clone();

@@ -66,14 +66,18 @@ pub struct Broker {
     /// Signalled when the metastore announces a change (or a broker finds its view
     /// stale): the metadata refresh runs at once.
     pub(crate) changes: Arc<tokio::sync::Notify>,
-    /// Bumped on every leader append (wakes waiting replica fetches).
-    pub(crate) appended: Arc<tokio::sync::watch::Sender<u64>>,
+    /// What every partition replica shares: data directory, broker id, the append
+    /// signal (wakes waiting replica fetches) and the open-file cache.
+    pub(crate) shared: crate::partition::Shared,
     /// Until when this broker may act as leader (see `cluster.rs`).
     pub(crate) lease_deadline: std::sync::Mutex<Option<std::time::Instant>>,
     /// This process's incarnation, registered at start (see `cluster.rs`).
     pub(crate) broker_epoch: std::sync::atomic::AtomicI64,
     /// Set when another process registered with this broker id: this one stops.
     pub(crate) replaced: std::sync::atomic::AtomicBool,
+    /// `{data_dir}/.lock`, locked for the broker's lifetime: one process per data
+    /// directory.
+    _data_dir_lock: std::fs::File,
     pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
@@ -112,6 +116,14 @@ impl Broker {
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
         use anyhow::Context;
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+        let data_dir_lock = lock_data_dir(&config.data_dir)?;
+        let cluster_id = metastore
+            .cluster_id()
+            .await
+            .context("cannot read the cluster id")?;
+        check_data_dir_identity(&config.data_dir, cluster_id, config.broker_id)?;
         let t = &config.tiering;
         let reader = RemoteReader::open(
             object_store.clone(),
@@ -142,6 +154,12 @@ impl Broker {
             config.tiering.upload_concurrency,
         ));
         let groups = crate::groups::Coordinator::new(config.groups.clone());
+        let shared = crate::partition::Shared {
+            data_dir: config.data_dir.clone(),
+            broker_id: config.broker_id,
+            appended: Arc::new(tokio::sync::watch::Sender::new(0)),
+            files: crate::log::FileCache::new(config.log.open_files_limit()),
+        };
         let broker = Arc::new(Self {
             config,
             metastore,
@@ -154,10 +172,11 @@ impl Broker {
             brokers: RwLock::new(Vec::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             changes: Arc::new(tokio::sync::Notify::new()),
-            appended: Arc::new(tokio::sync::watch::Sender::new(0)),
+            shared,
             lease_deadline: std::sync::Mutex::new(None),
             broker_epoch: std::sync::atomic::AtomicI64::new(-1),
             replaced: std::sync::atomic::AtomicBool::new(false),
+            _data_dir_lock: data_dir_lock,
             controller_epoch: std::sync::atomic::AtomicI64::new(0),
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
@@ -344,30 +363,27 @@ impl Broker {
                 .filter(|&p| partitions.get(p as usize).is_some_and(Option::is_none))
                 .collect();
             if !missing.is_empty() {
-                let (data_dir, name, id, cfg) = (
-                    self.config.data_dir.clone(),
+                let (shared, name, id, cfg) = (
+                    self.shared.clone(),
                     meta.name.clone(),
                     meta.id,
                     config.clone(),
                 );
-                let appended = self.appended.clone();
                 let opened = tokio::task::spawn_blocking(move || {
-                    missing
+                    let opened = missing
                         .into_iter()
                         .map(|p| {
-                            let open = Partition::open(
-                                &data_dir,
-                                &name,
-                                p,
-                                id,
-                                cfg.clone(),
-                                me,
-                                appended.clone(),
-                                now_ms(),
-                            );
+                            let open =
+                                Partition::open(&shared, &name, p, id, cfg.clone(), now_ms());
                             (p, open.map(Arc::new))
                         })
-                        .collect::<Vec<_>>()
+                        .collect::<Vec<_>>();
+                    // New partition directories survive a power loss from here on.
+                    if let Err(e) = std::fs::File::open(&shared.data_dir).and_then(|d| d.sync_all())
+                    {
+                        tracing::error!(error = %e, "cannot fsync the data directory");
+                    }
+                    opened
                 })
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))?;
@@ -417,15 +433,20 @@ impl Broker {
     }
 
     /// Deletes the local directories of removed topics (only those still carrying the
-    /// removed topic's id).
+    /// removed topic's id), whether or not this broker had opened them.
     async fn delete_local(&self, removed: Vec<Arc<TopicState>>) -> Result<()> {
+        let data_dir = &self.config.data_dir;
         let dirs: Vec<(std::path::PathBuf, uuid::Uuid)> = removed
             .iter()
-            .flat_map(|s| s.partitions.iter().flatten().map(|p| (p.dir(), p.topic_id)))
+            .flat_map(|s| {
+                (0..s.meta.partitions.max(0))
+                    .map(|p| (partition_dir(data_dir, &s.meta.name, p), s.meta.id))
+            })
             .collect();
         for s in &removed {
             tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
         }
+        let files = self.shared.files.clone();
         tokio::task::spawn_blocking(move || {
             for (dir, id) in dirs {
                 match read_topic_id(&dir) {
@@ -436,6 +457,7 @@ impl Broker {
                         continue;
                     }
                 }
+                files.forget_dir(&dir);
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
                 }
@@ -610,8 +632,10 @@ impl Broker {
         } else if failed > 0 || self.was_replaced() {
             tracing::warn!(partitions = failed, "not every partition closed cleanly");
         } else {
-            let dir = self.config.data_dir.clone();
-            match tokio::task::spawn_blocking(move || write_clean_shutdown_marker(&dir)).await {
+            let (dir, epoch) = (self.config.data_dir.clone(), self.broker_epoch());
+            match tokio::task::spawn_blocking(move || write_clean_shutdown_marker(&dir, epoch))
+                .await
+            {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "cannot write the clean-shutdown marker")
@@ -622,26 +646,104 @@ impl Broker {
     }
 }
 
-/// Written at the end of a clean shutdown, after every partition was fsynced; removed at
-/// start. Its absence at start means the logs may have lost unflushed tails.
+/// Written at the end of a clean shutdown, after every partition was fsynced, naming
+/// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
+/// incarnation is still the newest registered one: otherwise another process ran on
+/// this broker id since (and may have left unflushed tails).
 const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
 
-fn write_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<()> {
+fn write_clean_shutdown_marker(data_dir: &Path, broker_epoch: i64) -> std::io::Result<()> {
     let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
-    std::fs::File::create(&path)?.sync_all()?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{broker_epoch}\n"))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
     std::fs::File::open(data_dir)?.sync_all()
 }
 
-/// Whether the last stop was clean; removes the marker (durably) so that a crash from
-/// here on counts as unclean.
-fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<bool> {
-    match std::fs::remove_file(data_dir.join(CLEAN_SHUTDOWN_MARKER)) {
-        Ok(()) => {
-            std::fs::File::open(data_dir)?.sync_all()?;
-            Ok(true)
+/// The incarnation whose clean shutdown the marker records, if any; removes the marker
+/// (durably) so that a crash from here on counts as unclean.
+fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<Option<i64>> {
+    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
+    let epoch = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    std::fs::remove_file(&path)?;
+    std::fs::File::open(data_dir)?.sync_all()?;
+    Ok(epoch)
+}
+
+/// Locks `{data_dir}/.lock` for this process (released when it exits, however it
+/// exits): two brokers writing one data directory would corrupt it.
+fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    use anyhow::Context;
+    use rustix::fs::{FlockOperation, flock};
+    let path = data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
+        anyhow::anyhow!(
+            "data directory {} is in use by another shale-broker process ({e})",
+            data_dir.display()
+        )
+    })?;
+    Ok(file)
+}
+
+/// The data directory's identity (`meta.properties`): the cluster and broker it belongs
+/// to. A directory of another cluster (a metastore that is not its own would make the
+/// broker delete every partition it does not know) or of another broker id is refused;
+/// a new directory is stamped.
+fn check_data_dir_identity(
+    data_dir: &Path,
+    cluster_id: uuid::Uuid,
+    broker_id: i32,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let path = data_dir.join("meta.properties");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let field = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                    .map(str::trim)
+            };
+            let found_cluster = field("cluster.id").unwrap_or("");
+            if found_cluster != cluster_id.to_string() {
+                anyhow::bail!(
+                    "data directory {} belongs to cluster {found_cluster}, but the metastore is \
+                     cluster {cluster_id}: refusing to start (check --metastore-url and --data-dir)",
+                    data_dir.display()
+                );
+            }
+            let found_broker = field("broker.id").unwrap_or("");
+            if found_broker != broker_id.to_string() {
+                anyhow::bail!(
+                    "data directory {} belongs to broker {found_broker}, not broker {broker_id}: \
+                     refusing to start (check --broker-id and --data-dir)",
+                    data_dir.display()
+                );
+            }
+            Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(
+                &tmp,
+                format!("version=1\ncluster.id={cluster_id}\nbroker.id={broker_id}\n"),
+            )
+            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .and_then(|()| std::fs::File::open(data_dir)?.sync_all())
+            .with_context(|| format!("cannot write {}", path.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 

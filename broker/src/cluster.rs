@@ -35,10 +35,10 @@
 //! no longer holds. Leaders refuse replica fetches from an older incarnation and add a
 //! follower back to the ISR only once it has caught up (see `replication.rs`).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use shale_metastore::{BrokerLease, PartitionState};
+use shale_metastore::{BrokerLease, PartitionState, StateGuard};
 
 use crate::broker::Broker;
 use crate::error::{Error, Result};
@@ -118,7 +118,7 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
         let id = self.config.broker_id;
-        if let Err(e) = self
+        match self
             .metastore
             .renew_broker_lease(
                 id,
@@ -128,7 +128,14 @@ impl Broker {
             )
             .await
         {
-            tracing::warn!(error = %e, "cannot release the broker lease");
+            Ok(()) => {}
+            Err(shale_metastore::Error::BrokerEpochFenced { .. }) => {
+                // Another process registered with this id: this one's stop is not the
+                // clean stop of the newest incarnation.
+                self.replaced
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot release the broker lease"),
         }
         if let Ok(Some(c)) = self.metastore.controller().await
             && c.broker_id == id
@@ -142,8 +149,17 @@ impl Broker {
     /// expired), waits, acting as controller if nobody else does, until no partition
     /// names this broker as leader (or `2 × lease_ms`), and, unless the last stop was
     /// clean, leaves the ISRs.
-    pub(crate) async fn step_down_after_restart(&self, clean: bool) -> Result<()> {
+    pub(crate) async fn step_down_after_restart(&self, clean_marker: Option<i64>) -> Result<()> {
         let id = self.config.broker_id;
+        // The marker counts only for the incarnation registered last.
+        let registered = self
+            .metastore
+            .list_brokers()
+            .await?
+            .into_iter()
+            .find(|b| b.broker_id == id)
+            .map(|b| b.broker_epoch);
+        let clean = clean_marker.is_some() && clean_marker == registered;
         let epoch = self
             .metastore
             .register_broker(id, &self.config.advertised_address())
@@ -181,34 +197,48 @@ impl Broker {
             ))
             .await;
         }
-        if !clean {
-            self.leave_isrs(deadline).await?;
-        }
-        Ok(())
+        self.leave_isrs(clean, deadline).await
     }
 
-    /// After a start that did not follow a clean shutdown, this broker's logs may have
-    /// lost their unflushed tails (power loss) or everything (a new disk), so it must
-    /// not be elected for records it may no longer hold. Before its lease makes it
-    /// eligible, it leaves every ISR that has another member; each leader adds it back
-    /// once it has caught up. As the sole member it stays: no replica could then be
-    /// elected without an unclean election.
-    async fn leave_isrs(&self, deadline: Instant) -> Result<()> {
+    /// Makes sure this incarnation is elected for nothing its logs may have lost.
+    /// - A partition that still names it as leader (the controller did not move it in
+    ///   time, or elected it from a view older than its restart) goes offline at a new
+    ///   epoch: the controller elects again, this broker too if it is the only choice.
+    /// - After a start that did not follow a clean shutdown, its logs may have lost
+    ///   their unflushed tails (power loss) or everything (a new disk): it leaves every
+    ///   ELR, and every ISR that names another member or has an eligible replica, before
+    ///   its lease makes it electable; each leader adds it back once it has caught up.
+    ///   As the only member of both it stays: nothing could then be elected without an
+    ///   unclean election.
+    async fn leave_isrs(&self, clean: bool, deadline: Instant) -> Result<()> {
         let id = self.config.broker_id;
         loop {
             let mut conflicts = 0;
             for state in self.metastore.list_partition_states().await? {
-                if state.leader == id || !state.isr.contains(&id) || state.isr.len() < 2 {
+                let mut next = state.clone();
+                if state.leader == id {
+                    next.leader = -1;
+                    next.leader_epoch += 1;
+                }
+                if !clean {
+                    next.elr.retain(|b| *b != id);
+                    let others = next.isr.iter().chain(&next.elr).any(|b| *b != id);
+                    if others {
+                        next.isr.retain(|b| *b != id);
+                    }
+                }
+                if next == state {
                     continue;
                 }
-                let next = PartitionState {
-                    isr: state.isr.iter().copied().filter(|b| *b != id).collect(),
-                    ..state.clone()
-                };
-                match self.metastore.update_partition_state(&next, None).await {
+                match self
+                    .metastore
+                    .update_partition_state(&next, StateGuard::default())
+                    .await
+                {
                     Ok(stored) => tracing::info!(topic_id = %stored.topic_id,
-                        partition = stored.partition, isr = ?stored.isr,
-                        "left the ISR until caught up (the last stop was not clean)"),
+                        partition = stored.partition, leader = stored.leader,
+                        isr = ?stored.isr, elr = ?stored.elr,
+                        "gave up leadership and eligibility held before this start"),
                     Err(shale_metastore::Error::PartitionStateConflict { .. }) => conflicts += 1,
                     Err(e) => return Err(e.into()),
                 }
@@ -288,24 +318,46 @@ impl Broker {
         if was != lease.epoch {
             tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
         }
-        let live: HashSet<i32> = self.live_brokers().await?.into_iter().collect();
-        let unclean: HashSet<uuid::Uuid> = self
+        let live: HashMap<i32, i64> = self
+            .metastore
+            .list_brokers()
+            .await?
+            .into_iter()
+            .filter(BrokerLease::is_alive)
+            .map(|b| (b.broker_id, b.broker_epoch))
+            .collect();
+        let rules: HashMap<uuid::Uuid, TopicRules> = self
             .topics_snapshot()
             .iter()
-            .filter(|t| t.config.unclean_leader_election_enable)
-            .map(|t| t.meta.id)
+            .map(|t| {
+                let rules = TopicRules {
+                    min_isr: t.config.min_insync_replicas.max(1) as usize,
+                    unclean: t.config.unclean_leader_election_enable,
+                };
+                (t.meta.id, rules)
+            })
             .collect();
         for state in self.metastore.list_partition_states().await? {
-            let Some(next) = elect(&state, &live, unclean.contains(&state.topic_id)) else {
+            let topic_rules = rules.get(&state.topic_id).copied().unwrap_or(TopicRules {
+                min_isr: 1,
+                unclean: false,
+            });
+            let Some(next) = elect(&state, &live, topic_rules) else {
                 continue;
             };
-            // Taking the lead from a broker requires its lease to have expired.
-            let fence = (state.leader >= 0 && next.leader != state.leader).then_some(state.leader);
-            match self.metastore.update_partition_state(&next, fence).await {
+            // Taking the lead from a broker requires its lease to have expired, and the
+            // new leader must still be the live incarnation this pass saw: one that
+            // restarted since may have lost what made it eligible.
+            let moved = next.leader != state.leader;
+            let guard = StateGuard {
+                expired: (moved && state.leader >= 0).then_some(state.leader),
+                alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
+            };
+            match self.metastore.update_partition_state(&next, guard).await {
                 Ok(stored) => tracing::info!(
                     topic_id = %stored.topic_id, partition = stored.partition,
                     old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
-                    isr = ?stored.isr, "controller changed the partition's leader or ISR"
+                    isr = ?stored.isr, elr = ?stored.elr, "controller changed the partition's leader or ISR"
                 ),
                 Err(e) => tracing::info!(topic_id = %state.topic_id, partition = state.partition,
                     error = %e, "leader change not written"),
@@ -345,37 +397,84 @@ impl Broker {
     }
 }
 
+/// How the controller sees one partition's topic.
+#[derive(Debug, Clone, Copy)]
+struct TopicRules {
+    min_isr: usize,
+    unclean: bool,
+}
+
 /// The controller's decision for one partition: `None` if nothing changes (its leader
-/// and ISR are alive, or it stays offline). A live leader keeps its epoch; dead
-/// brokers leave its ISR at once (as KRaft fences them) instead of after the leader's
-/// `replica_lag_time_max_ms`, so acks=all stalls at most a lease on a dead follower.
-fn elect(state: &PartitionState, live: &HashSet<i32>, unclean: bool) -> Option<PartitionState> {
-    if state.leader >= 0 && live.contains(&state.leader) {
-        let isr: Vec<i32> = state
-            .isr
-            .iter()
-            .copied()
-            .filter(|b| live.contains(b))
-            .collect();
-        return (isr.len() < state.isr.len()).then(|| PartitionState {
+/// and ISR are alive, or it stays offline). `live` maps each live broker to its
+/// incarnation.
+///
+/// A live leader keeps its epoch; dead brokers leave its ISR at once (as KRaft fences
+/// them) instead of after the leader's `replica_lag_time_max_ms`, so acks=all stalls at
+/// most a lease on a dead follower. A broker that leaves the ISR because it died while
+/// the ISR is below `min.insync.replicas` becomes an eligible leader replica (ELR,
+/// KIP-966): no acks=all record can be committed without it from then on, so when no
+/// ISR member is alive it may lead without losing any. A dead leader is replaced by the
+/// first live ISR member in replica order, else the first live ELR member, else (with
+/// `unclean.leader.election.enable`) any live replica; otherwise the partition goes
+/// offline, keeping its ISR and ELR so a member can lead again when it returns.
+fn elect(
+    state: &PartitionState,
+    live: &HashMap<i32, i64>,
+    rules: TopicRules,
+) -> Option<PartitionState> {
+    let is_live = |b: &i32| live.contains_key(b);
+    let dead: Vec<i32> = state.isr.iter().copied().filter(|b| !is_live(b)).collect();
+    // The ISR without its dead members; those become eligible while it is too small.
+    let shrink = |isr: Vec<i32>, elr: &mut Vec<i32>| {
+        if isr.len() < rules.min_isr {
+            for b in &dead {
+                if !elr.contains(b) {
+                    elr.push(*b);
+                }
+            }
+        }
+        elr.retain(|b| !isr.contains(b));
+        isr
+    };
+    if state.leader >= 0 && is_live(&state.leader) {
+        if dead.is_empty() {
+            return None;
+        }
+        let mut elr = state.elr.clone();
+        let isr = shrink(
+            state.isr.iter().copied().filter(is_live).collect(),
+            &mut elr,
+        );
+        return Some(PartitionState {
             isr,
+            elr,
             ..state.clone()
         });
     }
-    let live_isr: Vec<i32> = state
-        .replicas
-        .iter()
-        .copied()
-        .filter(|b| state.isr.contains(b) && live.contains(b))
-        .collect();
+    let in_order = |set: &[i32]| -> Vec<i32> {
+        state
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| set.contains(b) && is_live(b))
+            .collect()
+    };
+    let live_isr = in_order(&state.isr);
+    let live_elr = in_order(&state.elr);
+    let mut elr = state.elr.clone();
     let (leader, isr) = if let Some(&leader) = live_isr.first() {
-        (leader, live_isr)
-    } else if let Some(&leader) = state.replicas.iter().find(|b| unclean && live.contains(b)) {
+        (leader, shrink(live_isr, &mut elr))
+    } else if let Some(&leader) = live_elr.first() {
+        tracing::info!(topic_id = %state.topic_id, partition = state.partition, leader,
+            "no ISR member is alive: electing an eligible leader replica");
+        (leader, shrink(vec![leader], &mut elr))
+    } else if let Some(&leader) = state.replicas.iter().find(|b| rules.unclean && is_live(b)) {
         tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
             "unclean leader election: records acknowledged by the old ISR may be lost");
+        elr.clear();
         (leader, vec![leader])
     } else if state.leader >= 0 {
-        // Offline until an ISR member returns; the ISR is kept so it can lead again.
+        // Offline until an ISR or ELR member returns.
         (-1, state.isr.clone())
     } else {
         return None;
@@ -384,6 +483,7 @@ fn elect(state: &PartitionState, live: &HashSet<i32>, unclean: bool) -> Option<P
         leader,
         leader_epoch: state.leader_epoch + 1,
         isr,
+        elr,
         ..state.clone()
     })
 }
@@ -423,7 +523,7 @@ mod tests {
         state.leader_epoch += 1;
         state.isr = vec![7];
         t.metastore
-            .update_partition_state(&state, None)
+            .update_partition_state(&state, StateGuard::default())
             .await
             .unwrap();
         renewal.await.unwrap().unwrap();
@@ -442,36 +542,93 @@ mod tests {
             leader,
             leader_epoch: 4,
             isr: isr.to_vec(),
+            elr: Vec::new(),
             version: 9,
         }
     }
 
+    fn live(ids: &[i32]) -> HashMap<i32, i64> {
+        ids.iter().map(|&b| (b, 1)).collect()
+    }
+
+    const CLEAN: TopicRules = TopicRules {
+        min_isr: 1,
+        unclean: false,
+    };
+
     #[test]
     fn elections_pick_live_isr_members_in_replica_order() {
-        let live = |ids: &[i32]| ids.iter().copied().collect::<HashSet<_>>();
-        assert_eq!(elect(&state(1, &[1, 2, 3]), &live(&[1, 2, 3]), false), None);
+        let unclean = TopicRules {
+            unclean: true,
+            ..CLEAN
+        };
+        assert_eq!(elect(&state(1, &[1, 2, 3]), &live(&[1, 2, 3]), CLEAN), None);
         // A dead follower leaves the ISR; the leader and its epoch stay.
-        let shrunk = elect(&state(1, &[1, 2, 3]), &live(&[1, 3]), false).unwrap();
+        let shrunk = elect(&state(1, &[1, 2, 3]), &live(&[1, 3]), CLEAN).unwrap();
         assert_eq!(
             (shrunk.leader, shrunk.leader_epoch, shrunk.isr),
             (1, 4, vec![1, 3])
         );
-        let next = elect(&state(1, &[1, 3, 2]), &live(&[2, 3]), false).unwrap();
+        let next = elect(&state(1, &[1, 3, 2]), &live(&[2, 3]), CLEAN).unwrap();
         assert_eq!(
             (next.leader, next.leader_epoch, next.isr.clone()),
             (2, 5, vec![2, 3])
         );
         // Only an out-of-sync replica alive: offline unless unclean election is on.
-        let offline = elect(&state(1, &[1, 2]), &live(&[3]), false).unwrap();
+        let offline = elect(&state(1, &[1, 2]), &live(&[3]), CLEAN).unwrap();
         assert_eq!((offline.leader, offline.isr.clone()), (-1, vec![1, 2]));
-        assert_eq!(elect(&offline, &live(&[3]), false), None);
-        let unclean = elect(&offline, &live(&[3]), true).unwrap();
+        assert_eq!(elect(&offline, &live(&[3]), CLEAN), None);
+        let forced = elect(&offline, &live(&[3]), unclean).unwrap();
         assert_eq!(
-            (unclean.leader, unclean.leader_epoch, unclean.isr),
+            (forced.leader, forced.leader_epoch, forced.isr),
             (3, 6, vec![3])
         );
         // An ISR member returning leads again.
-        let back = elect(&offline, &live(&[2, 3]), false).unwrap();
+        let back = elect(&offline, &live(&[2, 3]), CLEAN).unwrap();
         assert_eq!((back.leader, back.isr), (2, vec![2]));
+    }
+
+    /// Two failures within a lease (min.insync.replicas 2): follower 2 loses power,
+    /// then leader 1 pauses. The controller still sees 2 alive and elects it; 1 leaves
+    /// the ISR but stays eligible, since no acks=all record can commit without it. When
+    /// 2 restarts having lost its tail (and leaves the ISR, see `leave_isrs`), 1 is
+    /// elected on its return, not 2.
+    #[test]
+    fn a_member_that_died_below_min_isr_stays_eligible() {
+        let two = TopicRules {
+            min_isr: 2,
+            unclean: false,
+        };
+        let mut s = state(1, &[1, 2]);
+        s.replicas = vec![1, 2, 3];
+        let after_pause = elect(&s, &live(&[2, 3]), two).unwrap();
+        assert_eq!(
+            (
+                after_pause.leader,
+                after_pause.isr.clone(),
+                after_pause.elr.clone()
+            ),
+            (2, vec![2], vec![1])
+        );
+        // 2's lease runs out too: offline, ISR and ELR kept.
+        let offline = elect(&after_pause, &live(&[3]), two).unwrap();
+        assert_eq!(
+            (offline.leader, offline.isr.clone(), offline.elr.clone()),
+            (-1, vec![2], vec![1])
+        );
+        // 2 restarted uncleanly and left the ISR; 1 returns and leads.
+        let left = PartitionState {
+            isr: Vec::new(),
+            ..offline
+        };
+        assert_eq!(elect(&left, &live(&[2, 3]), two), None, "2 is not eligible");
+        let back = elect(&left, &live(&[1, 2, 3]), two).unwrap();
+        assert_eq!(
+            (back.leader, back.isr, back.elr),
+            (1, vec![1], Vec::<i32>::new())
+        );
+        // Above min.insync.replicas nobody dead stays eligible.
+        let wide = elect(&state(1, &[1, 2, 3]), &live(&[1, 3]), two).unwrap();
+        assert_eq!((wide.isr, wide.elr), (vec![1, 3], Vec::<i32>::new()));
     }
 }

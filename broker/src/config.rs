@@ -130,6 +130,23 @@ pub struct LogSection {
     /// on this broker hold this many bytes or more (e.g. while the object store is down
     /// and nothing can be deleted). Default: 0 (no limit).
     pub local_disk_limit_bytes: u64,
+    /// Segment files kept open at once, across all partitions; the least recently used
+    /// is closed first (and reopened when needed). Default: 0 = half the open-files
+    /// limit (`RLIMIT_NOFILE`, which the broker raises to its hard limit at start).
+    pub max_open_segment_files: usize,
+}
+
+impl LogSection {
+    /// `max_open_segment_files`, or half the process's open-files limit.
+    pub fn open_files_limit(&self) -> usize {
+        if self.max_open_segment_files > 0 {
+            return self.max_open_segment_files;
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(1 << 20);
+        (limit / 2).clamp(32, 1 << 20) as usize
+    }
 }
 
 impl Default for LogSection {
@@ -140,6 +157,7 @@ impl Default for LogSection {
             metadata_refresh_interval_ms: 2_000,
             shutdown_timeout_ms: 10_000,
             local_disk_limit_bytes: 0,
+            max_open_segment_files: 0,
         }
     }
 }

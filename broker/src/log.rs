@@ -14,6 +14,7 @@
 //! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
 
 mod epochs;
+pub mod files;
 mod index;
 pub mod producers;
 mod segment;
@@ -29,6 +30,7 @@ use shale_proto::batch::{self, BatchHeader, BatchIter};
 
 use epochs::EpochCache;
 pub use epochs::EpochEntry;
+pub use files::FileCache;
 use producers::{ProducerError, ProducerStates, SequenceCheck};
 use segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, SEEK_CHUNK, Segment};
 
@@ -122,6 +124,8 @@ pub struct RetentionOutcome {
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
+    /// The broker's open segment files.
+    files: Arc<FileCache>,
     segments: BTreeMap<i64, Segment>,
     epochs: EpochCache,
     producers: ProducerStates,
@@ -133,7 +137,12 @@ pub struct PartitionLog {
 
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir` and recovers it.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Self, LogError> {
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        files: Arc<FileCache>,
+    ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -150,11 +159,11 @@ impl PartitionLog {
         let mut segments = BTreeMap::new();
         for (i, base) in bases.iter().enumerate() {
             let next = bases.get(i + 1).copied();
-            let seg = Segment::open(dir, *base, next, config.index_interval_bytes)?;
+            let seg = Segment::open(dir, *base, next, config.index_interval_bytes, &files)?;
             segments.insert(*base, seg);
         }
         if segments.is_empty() {
-            segments.insert(0, Segment::create(dir, 0)?);
+            segments.insert(0, Segment::create(dir, 0, &files)?);
             sync_dir(dir)?;
         }
         let end = segments.last_key_value().map_or(0, |(_, s)| s.next_offset);
@@ -175,13 +184,17 @@ impl PartitionLog {
             }
             None => {
                 let epochs = EpochCache::new(dir, scan_epochs(&segments)?);
-                epochs.persist()?;
+                // An empty list needs no file: a missing checkpoint reads as empty.
+                if !epochs.entries().is_empty() {
+                    epochs.persist()?;
+                }
                 epochs
             }
         };
         let mut log = Self {
             dir: dir.to_path_buf(),
             config,
+            files,
             segments,
             epochs,
             producers: ProducerStates::default(),
@@ -205,7 +218,7 @@ impl PartitionLog {
             .next_back()
             .map_or(i64::MIN, |(b, _)| *b);
         for seg in self.segments.range(first_segment..).map(|(_, s)| s) {
-            let file = seg.file();
+            let file = seg.file()?;
             // In the segment holding `from`, start at its batch (found through the
             // index), so a clean restart (snapshot at the log end) reads nothing.
             let mut pos = if seg.base_offset <= from {
@@ -263,10 +276,15 @@ impl PartitionLog {
     }
 
     /// Notes that `epoch` starts at the log end (a leader taking over).
+    /// A log that never held a batch records nothing: its first append records the
+    /// epoch (before writing), and until then no fetch can diverge from it.
     pub fn start_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
         let end = self.log_end_offset();
+        if self.epochs.entries().is_empty() && end == self.log_start_offset() {
+            return Ok(());
+        }
         if self.epochs.assign(epoch, end) {
-            self.epochs.persist()?;
+            self.persist_epochs()?;
         }
         Ok(())
     }
@@ -274,8 +292,14 @@ impl PartitionLog {
     /// Removes every batch from the one holding `offset` on (a follower dropping a
     /// divergent tail). Below the log start it empties the log, which restarts at
     /// `offset`.
+    /// Epochs starting at or after `offset` leave the checkpoint even when no batch
+    /// does (an epoch this replica led without writing): otherwise a follower would
+    /// keep naming an epoch its leader does not know, and diverge forever.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         if offset >= self.log_end_offset() {
+            if self.epochs.truncate_from_end(offset) {
+                self.persist_epochs()?;
+            }
             return Ok(());
         }
         if offset <= self.log_start_offset() {
@@ -291,14 +315,20 @@ impl PartitionLog {
             .segments
             .last_key_value()
             .expect("a segment below the cut remains");
-        let file = seg.file();
+        let file = seg.file()?;
         let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
         let cut = reader
             .seek_offset(seg.lookup_position(offset), offset)?
             .map_or(seg.size(), |b| b.position);
         file.set_len(cut)?;
         file.sync_all()?;
-        let reopened = Segment::open(&self.dir, base, None, self.config.index_interval_bytes)?;
+        let reopened = Segment::open(
+            &self.dir,
+            base,
+            None,
+            self.config.index_interval_bytes,
+            &self.files,
+        )?;
         self.segments.insert(base, reopened);
         sync_dir(&self.dir)?;
         let end = self.log_end_offset();
@@ -320,7 +350,7 @@ impl PartitionLog {
         match self.segments.get_mut(&offset) {
             Some(seg) => seg.clear()?,
             None => {
-                let seg = Segment::create(&self.dir, offset)?;
+                let seg = Segment::create(&self.dir, offset, &self.files)?;
                 self.segments.insert(offset, seg);
             }
         }
@@ -552,7 +582,7 @@ impl PartitionLog {
     fn roll(&mut self, next_offset: i64, now_ms: i64) -> Result<(), LogError> {
         self.active_mut().seal()?;
         self.snapshot_producers(now_ms)?;
-        let seg = Segment::create(&self.dir, next_offset)?;
+        let seg = Segment::create(&self.dir, next_offset, &self.files)?;
         sync_dir(&self.dir)?;
         self.segments.insert(next_offset, seg);
         tracing::debug!(dir = %self.dir.display(), base_offset = next_offset, "rolled segment");
@@ -603,7 +633,7 @@ impl PartitionLog {
             .next_back()
             .expect("offset >= log start");
         Ok(ReadPlan {
-            file: seg.file(),
+            file: seg.file()?,
             start: seg.lookup_position(offset),
             end: seg.size(),
             offset,
@@ -618,7 +648,7 @@ impl PartitionLog {
         let Some(seg) = self.segments.values().find(|s| s.max_timestamp >= ts) else {
             return Ok(None);
         };
-        let file = seg.file();
+        let file = seg.file()?;
         let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
         let Some(found) = reader.seek_timestamp(seg.lookup_time_position(ts), ts)? else {
             return Ok(None);
@@ -791,7 +821,8 @@ pub fn export_segment_tail(
     io::Seek::seek(&mut src, io::SeekFrom::Start(start))?;
     io::copy(&mut io::Read::take(src, size - start), &mut out)?;
     drop(out);
-    let mut tail = Segment::open(into, from, Some(seg.end_offset + 1), index_interval)?;
+    let files = FileCache::new(1);
+    let mut tail = Segment::open(into, from, Some(seg.end_offset + 1), index_interval, &files)?;
     tail.seal()?;
     Ok(SealedSegmentInfo {
         base_offset: from,
@@ -826,7 +857,7 @@ fn epochs_after(segments: &BTreeMap<i64, Segment>, latest: i32) -> io::Result<Ve
                 out.assign(e.epoch, e.start_offset);
             }),
             None => {
-                let file = seg.file();
+                let file = seg.file()?;
                 let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
                 let mut pos = 0;
                 while let Some(Ok(h)) = reader.next_batch(pos, false) {
@@ -846,7 +877,7 @@ fn epochs_after(segments: &BTreeMap<i64, Segment>, latest: i32) -> io::Result<Ve
 
 /// The leader epoch of a segment's first batch (`None`: empty).
 fn first_batch_epoch(seg: &Segment) -> io::Result<Option<i32>> {
-    let file = seg.file();
+    let file = seg.file()?;
     let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
     Ok(match reader.next_batch(0, false) {
         Some(Ok(h)) => Some(h.partition_leader_epoch),
@@ -858,7 +889,7 @@ fn first_batch_epoch(seg: &Segment) -> io::Result<Option<i32>> {
 fn scan_epochs(segments: &BTreeMap<i64, Segment>) -> io::Result<Vec<EpochEntry>> {
     let mut epochs = EpochCache::new(Path::new(""), Vec::new());
     for seg in segments.values() {
-        let file = seg.file();
+        let file = seg.file()?;
         let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
         let mut pos = 0;
         while let Some(Ok(h)) = reader.next_batch(pos, false) {

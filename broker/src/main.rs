@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    raise_open_files_limit();
     let config = match BrokerConfig::load(Args::parse()) {
         Ok(c) => c,
         Err(e) => {
@@ -43,6 +44,26 @@ fn main() -> ExitCode {
             eprintln!("shale-broker: {}", cause_chain(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: a broker with many
+/// partitions needs descriptors for segments, sockets and index writes.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let before = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: before.maximum,
+        maximum: before.maximum,
+    };
+    let result = setrlimit(Resource::Nofile, raised);
+    let after = getrlimit(Resource::Nofile);
+    let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    match result {
+        Ok(()) => tracing::info!(soft = %show(after.current), hard = %show(after.maximum),
+            was = %show(before.current), "open files limit"),
+        Err(e) => tracing::warn!(soft = %show(before.current), hard = %show(before.maximum),
+            error = %e, "cannot raise the open files limit"),
     }
 }
 

@@ -24,7 +24,9 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::log::{PartitionLog, ReadPlan, RetentionOutcome, SealedSegmentInfo, TierBounds};
+use crate::log::{
+    FileCache, PartitionLog, ReadPlan, RetentionOutcome, SealedSegmentInfo, TierBounds,
+};
 use crate::replication::{FollowerFetch, LeaderRead};
 use crate::topic_config::{TimestampType, TopicConfig};
 
@@ -143,6 +145,8 @@ pub struct Role {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// Eligible leader replicas (see `PartitionState::elr`).
+    pub elr: Vec<i32>,
     pub version: i64,
 }
 
@@ -175,6 +179,21 @@ struct Replica {
     log: PartitionLog,
     role: Role,
     followers: HashMap<i32, FollowerProgress>,
+    /// Closed at shutdown: nothing is written after the final fsync, or a clean
+    /// shutdown could leave an unflushed tail behind.
+    closed: bool,
+}
+
+/// What every partition replica on a broker shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub data_dir: PathBuf,
+    /// This broker's id.
+    pub broker_id: i32,
+    /// Bumped on every leader append: wakes replica fetches waiting for data.
+    pub appended: Arc<watch::Sender<u64>>,
+    /// The broker's open segment files.
+    pub files: Arc<FileCache>,
 }
 
 pub struct Partition {
@@ -196,20 +215,18 @@ pub struct Partition {
 
 impl Partition {
     /// Opens (creating or recovering) the partition's log. A directory left by an older
-    /// topic of the same name (different topic id) is removed first.
+    /// topic of the same name (different topic id) is removed first. The caller
+    /// fsyncs the data directory once after opening new partitions.
     /// It serves nothing (leads nothing) until [`Partition::apply_state`] gives it a role.
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
-        data_dir: &Path,
+        shared: &Shared,
         topic: &str,
         index: i32,
         topic_id: Uuid,
         config: Arc<TopicConfig>,
-        broker_id: i32,
-        appended: Arc<watch::Sender<u64>>,
         now_ms: i64,
     ) -> Result<Self> {
-        let dir = partition_dir(data_dir, topic, index);
+        let dir = partition_dir(&shared.data_dir, topic, index);
         // Only a directory that says it belongs to another topic id is removed; one
         // whose metadata cannot be read is left alone and the partition fails to open.
         match read_topic_id(&dir).map_err(Error::Storage)? {
@@ -218,25 +235,22 @@ impl Partition {
                 if let Some(other) = found {
                     tracing::warn!(dir = %dir.display(), topic_id = %other,
                         "removing partition directory of a deleted topic");
+                    shared.files.forget_dir(&dir);
                     std::fs::remove_dir_all(&dir).map_err(Error::Storage)?;
                 }
-                // Before any log file, so a directory with data always says whose it is;
-                // the data directory is fsynced so the new directory survives power loss.
+                // Before any log file, so a directory with data always says whose it is.
                 std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
                 write_metadata(&dir, topic_id).map_err(Error::Storage)?;
-                std::fs::File::open(data_dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(Error::Storage)?;
             }
         }
-        let log = PartitionLog::open(&dir, config.log_config(), now_ms)?;
+        let log = PartitionLog::open(&dir, config.log_config(), now_ms, shared.files.clone())?;
         // Until the leader says more (or, leading alone, the whole log is committed).
         let hw = log.log_start_offset();
         Ok(Self {
             topic: topic.into(),
             index,
             topic_id,
-            broker_id,
+            broker_id: shared.broker_id,
             replica: Mutex::new(Replica {
                 log,
                 role: Role {
@@ -244,13 +258,15 @@ impl Partition {
                     leader_epoch: -1,
                     replicas: Vec::new(),
                     isr: Vec::new(),
+                    elr: Vec::new(),
                     version: -1,
                 },
                 followers: HashMap::new(),
+                closed: false,
             }),
             config: RwLock::new(config),
             high_watermark: watch::Sender::new(hw),
-            appended,
+            appended: shared.appended.clone(),
             remote: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
         })
@@ -300,6 +316,7 @@ impl Partition {
             leader_epoch: state.leader_epoch,
             replicas: state.replicas.clone(),
             isr: state.isr.clone(),
+            elr: state.elr.clone(),
             version: state.version,
         };
         if state.leader == self.broker_id && was_leading_epoch != Some(state.leader_epoch) {
@@ -335,11 +352,12 @@ impl Partition {
         Ok(())
     }
 
-    /// Records an ISR this broker (as leader) wrote to the metastore.
-    pub fn set_isr(&self, isr: Vec<i32>, version: i64) {
+    /// Records an ISR (and ELR) this broker (as leader) wrote to the metastore.
+    pub fn set_isr(&self, isr: Vec<i32>, elr: Vec<i32>, version: i64) {
         let mut r = self.replica();
         if version > r.role.version {
             r.role.isr = isr;
+            r.role.elr = elr;
             r.role.version = version;
         }
         self.advance_hw(&r);
@@ -439,13 +457,20 @@ impl Partition {
             let hw = self.high_watermark();
             let (caught_up, went_back) = match r.followers.get_mut(&f.replica_id) {
                 Some(p) => {
-                    // Within an epoch a follower's log only grows; if it shrank, the
-                    // follower lost records (power loss, new disk) it had vouched for.
-                    let went_back = p.leo >= 0 && f.fetch_offset < p.leo;
+                    // Within one incarnation a follower's log only grows here (a lower
+                    // offset is a stale request, still being answered after its stream
+                    // broke). A new incarnation fetching below what the old one had
+                    // lost records (power loss, new disk) it had vouched for.
+                    let same = p.broker_epoch == f.replica_epoch;
+                    let went_back = !same && p.leo >= 0 && f.fetch_offset < p.leo;
                     if f.fetch_offset >= p.leader_leo_at_last_fetch {
                         p.caught_up_ms = now_ms;
                     }
-                    p.leo = f.fetch_offset;
+                    p.leo = if same {
+                        p.leo.max(f.fetch_offset)
+                    } else {
+                        f.fetch_offset
+                    };
                     p.leader_leo_at_last_fetch = leo;
                     p.broker_epoch = f.replica_epoch;
                     (p.leo >= hw && p.leo >= epoch_start, went_back)
@@ -574,9 +599,11 @@ impl Partition {
         Ok(true)
     }
 
-    /// Whether this replica still follows as it did at `from`, with the same log end.
+    /// Whether this replica still follows as it did at `from`, with the same log end
+    /// (and is not closed).
     fn still_at(&self, r: &Replica, from: &FollowerPosition) -> bool {
-        r.role.leader != self.broker_id
+        !r.closed
+            && r.role.leader != self.broker_id
             && r.role.leader == from.leader
             && r.role.leader_epoch == from.leader_epoch
             && r.log.log_end_offset() == from.log_end_offset
@@ -644,6 +671,9 @@ impl Partition {
             TimestampType::CreateTime => -1,
         };
         let mut r = self.replica();
+        if r.closed {
+            return Err(Error::ShuttingDown);
+        }
         self.ensure_leader(&r.role)?;
         if let Some(min) = min_isr
             && r.role.isr.len() < min
@@ -812,9 +842,12 @@ impl Partition {
         Ok(self.replica().log.flush_if_due(now_ms)?)
     }
 
-    /// Fsyncs the log and saves its producer state (graceful shutdown).
+    /// Fsyncs the log and saves its producer state (graceful shutdown); writes after
+    /// this are refused.
     pub fn close(&self, now_ms: i64) -> Result<()> {
-        Ok(self.replica().log.close(now_ms)?)
+        let mut r = self.replica();
+        r.closed = true;
+        Ok(r.log.close(now_ms)?)
     }
 
     pub fn dir(&self) -> PathBuf {
@@ -880,9 +913,17 @@ mod tests {
         b.build().to_vec()
     }
 
+    fn shared(dir: &Path, broker: i32) -> Shared {
+        Shared {
+            data_dir: dir.to_path_buf(),
+            broker_id: broker,
+            appended: Arc::new(watch::Sender::new(0)),
+            files: FileCache::new(16),
+        }
+    }
+
     fn open_replica(dir: &Path, id: Uuid, config: TopicConfig, broker: i32) -> Partition {
-        let appended = Arc::new(watch::Sender::new(0));
-        Partition::open(dir, "t", 0, id, Arc::new(config), broker, appended, 0).unwrap()
+        Partition::open(&shared(dir, broker), "t", 0, id, Arc::new(config), 0).unwrap()
     }
 
     /// A partition this broker (1) leads alone.
@@ -928,6 +969,7 @@ mod tests {
             leader,
             leader_epoch: epoch,
             isr,
+            elr: Vec::new(),
             version,
         }
     }
@@ -1047,8 +1089,37 @@ mod tests {
         assert_eq!(isr, vec![1, 2, 3]);
     }
 
-    /// An ISR member whose fetch offset goes backwards lost records it had: the leader
-    /// takes it out of the ISR at once.
+    /// A replica that led an epoch without writing in it, then follows a leader that
+    /// never heard of that epoch: it forgets the empty epoch and catches up (it used
+    /// to be told "diverged" forever, truncating nothing).
+    #[test]
+    fn an_empty_epoch_led_by_a_follower_does_not_stall_it() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let id = Uuid::new_v4();
+        let (a, b) = two_replicas(d1.path(), d2.path(), id);
+        a.append(&batch(3, 10), None, 0).unwrap();
+        replicate_once(&a, &b, 2);
+        // b leads epoch 1 and writes nothing; then a leads epoch 2 and writes.
+        let s1 = state(id, 2, 1, vec![1, 2], 1);
+        a.apply_state(&s1, 0).unwrap();
+        b.apply_state(&s1, 0).unwrap();
+        let s2 = state(id, 1, 2, vec![1, 2], 2);
+        a.apply_state(&s2, 0).unwrap();
+        b.apply_state(&s2, 0).unwrap();
+        a.append(&batch(2, 10), None, 0).unwrap();
+        for _ in 0..3 {
+            replicate_once(&a, &b, 2);
+        }
+        assert_eq!(
+            b.offsets().log_end_offset,
+            5,
+            "the follower never caught up"
+        );
+    }
+
+    /// An ISR member whose new incarnation fetches below what the old one had lost
+    /// records: the leader takes it out of the ISR at once. A stale request of the same
+    /// incarnation changes nothing.
     #[test]
     fn a_follower_whose_log_went_backwards_leaves_the_isr() {
         let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -1058,6 +1129,15 @@ mod tests {
         let read = a.serve_replica(&fetch(2, 0, (5, 0)), 0).unwrap();
         assert!(read.isr_change.is_none());
         let read = a.serve_replica(&fetch(2, 0, (2, 0)), 0).unwrap();
+        assert!(
+            read.isr_change.is_none(),
+            "a stale request of the same incarnation"
+        );
+        let restarted = FollowerFetch {
+            replica_epoch: 2,
+            ..fetch(2, 0, (2, 0))
+        };
+        let read = a.serve_replica(&restarted, 0).unwrap();
         let (_, isr) = read.isr_change.expect("removed from the ISR");
         assert_eq!(isr, vec![1]);
     }
@@ -1075,15 +1155,12 @@ mod tests {
         let meta = pdir.join(METADATA_FILE);
         std::fs::remove_file(&meta).unwrap();
         std::fs::create_dir(&meta).unwrap(); // reading it fails with EISDIR
-        let appended = Arc::new(watch::Sender::new(0));
         let opened = Partition::open(
-            dir.path(),
+            &shared(dir.path(), 1),
             "t",
             0,
             id,
             Arc::new(TopicConfig::default()),
-            1,
-            appended,
             0,
         );
         assert!(

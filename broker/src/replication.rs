@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shale_metastore::PartitionState;
+use shale_metastore::{PartitionState, StateGuard};
 use shale_proto::ErrorCode;
 use shale_proto::v1::replication_client::ReplicationClient;
 use shale_proto::v1::replication_server::Replication;
@@ -117,7 +117,7 @@ impl Broker {
         self: &Arc<Self>,
         req: ReplicaFetchRequest,
     ) -> ReplicaFetchResponse {
-        let mut appended = self.appended.subscribe();
+        let mut appended = self.shared.appended.subscribe();
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms).min(5_000));
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
@@ -251,6 +251,19 @@ impl Broker {
         if !self.lease_valid() {
             return;
         }
+        // Eligible replicas back in the ISR are plain members again; and once the ISR
+        // reaches min.insync.replicas, records can commit without the others: none of
+        // them stays eligible (KIP-966).
+        let min_isr = p.config().min_insync_replicas.max(1) as usize;
+        let elr = if isr.len() >= min_isr {
+            Vec::new()
+        } else {
+            role.elr
+                .iter()
+                .copied()
+                .filter(|b| !isr.contains(b))
+                .collect()
+        };
         let next = PartitionState {
             topic_id: p.topic_id,
             partition: p.index,
@@ -258,12 +271,18 @@ impl Broker {
             leader: role.leader,
             leader_epoch: role.leader_epoch,
             isr,
+            elr,
             version: role.version,
         };
-        match self.metastore.update_partition_state(&next, None).await {
+        match self
+            .metastore
+            .update_partition_state(&next, StateGuard::default())
+            .await
+        {
             Ok(stored) => {
-                tracing::info!(topic = %p.topic, partition = p.index, isr = ?stored.isr, "ISR changed");
-                p.set_isr(stored.isr, stored.version);
+                tracing::info!(topic = %p.topic, partition = p.index, isr = ?stored.isr,
+                    elr = ?stored.elr, "ISR changed");
+                p.set_isr(stored.isr, stored.elr, stored.version);
             }
             Err(e) => {
                 tracing::info!(topic = %p.topic, partition = p.index, error = %e, "ISR change not written");

@@ -22,7 +22,7 @@ use object_store::{
 };
 use shale_metastore::{
     BrokerLease, CommittedOffset, ControllerLease, Metastore, NewTopic, PartitionState,
-    RemoteSegment, RemoteSegmentState, Topic,
+    RemoteSegment, RemoteSegmentState, StateGuard, Topic,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -86,6 +86,9 @@ impl Metastore for FaultyMetastore {
     async fn register_broker(&self, broker_id: i32, address: &str) -> R<i64> {
         self.inner.register_broker(broker_id, address).await
     }
+    async fn cluster_id(&self) -> R<Uuid> {
+        self.inner.cluster_id().await
+    }
     async fn renew_broker_lease(
         &self,
         broker_id: i32,
@@ -120,9 +123,9 @@ impl Metastore for FaultyMetastore {
     async fn update_partition_state(
         &self,
         state: &PartitionState,
-        fence: Option<i32>,
+        guard: StateGuard,
     ) -> R<PartitionState> {
-        self.inner.update_partition_state(state, fence).await
+        self.inner.update_partition_state(state, guard).await
     }
     fn supports_replication(&self) -> bool {
         self.inner.supports_replication()

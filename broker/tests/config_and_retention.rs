@@ -199,3 +199,60 @@ async fn prometheus_metrics_describe_partitions_and_traffic() {
             .starts_with("HTTP/1.1 404")
     );
 }
+
+/// Runs `shale-broker` with `args` until it exits; its status and stderr.
+fn run_broker_to_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let out = Command::new(common::broker_bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One process per data directory, and a data directory only with its own cluster
+/// and broker id: a second broker on the same directory, or one pointed at another
+/// cluster's metastore, refuses to start (the latter would otherwise delete every
+/// partition its metastore does not know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_serves_one_broker_of_one_cluster() {
+    let mut broker = Broker::start(&[]).await;
+    let c = broker.client().await;
+    c.create_topic("kept", 1, 1, BTreeMap::new()).await.unwrap();
+    let data = broker.data_dir();
+    let data = data.to_str().unwrap();
+    let port = common::free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let (status, err) = run_broker_to_exit(&["--data-dir", data, "--listen", &listen]);
+    assert!(!status.success());
+    assert!(
+        err.contains("in use by another shale-broker process"),
+        "{err}"
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/other.db", other.path().display());
+    broker.kill(); // the lock goes with the process
+    let (status, err) = run_broker_to_exit(&[
+        "--data-dir",
+        data,
+        "--listen",
+        &listen,
+        "--metastore-url",
+        &metastore,
+    ]);
+    assert!(!status.success());
+    assert!(err.contains("belongs to cluster"), "{err}");
+    let (status, err) =
+        run_broker_to_exit(&["--data-dir", data, "--listen", &listen, "--broker-id", "7"]);
+    assert!(!status.success());
+    assert!(err.contains("belongs to broker 0"), "{err}");
+    assert!(
+        std::path::Path::new(data).join("kept-0").is_dir(),
+        "the partition survived"
+    );
+}

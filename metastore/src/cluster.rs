@@ -59,6 +59,11 @@ pub struct PartitionState {
     pub leader: i32,
     pub leader_epoch: i32,
     pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966): brokers removed from the ISR because they
+    /// died while the ISR was below `min.insync.replicas`. No `acks=all` record can
+    /// have been committed without them since, so they may lead when no ISR member
+    /// can. Cleared once the ISR is back at `min.insync.replicas`.
+    pub elr: Vec<i32>,
     pub version: i64,
 }
 
@@ -71,10 +76,22 @@ impl PartitionState {
             leader: replicas.first().copied().unwrap_or(-1),
             leader_epoch: 0,
             isr: replicas.clone(),
+            elr: Vec::new(),
             replicas,
             version: 0,
         }
     }
+}
+
+/// What a partition-state change requires besides its version, checked under locks of
+/// the brokers' lease rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateGuard {
+    /// This broker's lease must have ended (the leader being replaced).
+    pub expired: Option<i32>,
+    /// This broker must hold a running lease in this incarnation (broker epoch): the
+    /// leader being elected, as the controller saw it.
+    pub alive: Option<(i32, i64)>,
 }
 
 pub(crate) fn encode_ids(ids: &[i32]) -> String {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use cluster::{BrokerLease, ControllerLease, PartitionState};
+pub use cluster::{BrokerLease, ControllerLease, PartitionState, StateGuard};
 pub use groups::CommittedOffset;
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
@@ -86,6 +86,17 @@ pub enum Error {
     BrokerStillAlive(i32),
     #[error("broker {broker_id} incarnation {broker_epoch} was replaced by a newer registration")]
     BrokerEpochFenced { broker_id: i32, broker_epoch: i64 },
+    #[error("broker {0} has no running lease in the incarnation the change was made for")]
+    BrokerNotAlive(i32),
+    #[error(
+        "partition {partition} of topic {topic_id} moved to leader epoch {current}; a copy made under epoch {copied} cannot finish"
+    )]
+    StaleLeaderEpoch {
+        topic_id: Uuid,
+        partition: i32,
+        copied: i32,
+        current: i32,
+    },
     #[error("{0}")]
     InvalidAssignment(String),
     #[error("topic {0} does not exist")]
@@ -140,9 +151,12 @@ pub trait Metastore: Send + Sync + 'static {
     ) -> Result<Topic>;
 
     /// Registers a (re)starting broker as a new incarnation: raises and returns its
-    /// broker epoch and ends its lease at once, so the controller moves its leaderships
-    /// and no earlier incarnation can renew any more. Times are the metastore's clock.
+    /// broker epoch, so no earlier incarnation can renew the lease any more. The lease
+    /// keeps its expiry: an earlier incarnation that still runs (a duplicate broker id)
+    /// trusts it until then, so leadership cannot move before it has stopped.
     async fn register_broker(&self, broker_id: i32, address: &str) -> Result<i64>;
+    /// The cluster's id, created by the first caller.
+    async fn cluster_id(&self) -> Result<Uuid>;
     /// Renews the lease of incarnation `broker_epoch` until `lease_ms` from now on the
     /// metastore's clock (`lease_ms <= 0` ends it: graceful shutdown). Fails with
     /// `BrokerEpochFenced` if a newer incarnation has registered.
@@ -166,16 +180,15 @@ pub trait Metastore: Send + Sync + 'static {
     async fn controller(&self) -> Result<Option<ControllerLease>>;
     /// Every partition's state, by topic id and partition.
     async fn list_partition_states(&self) -> Result<Vec<PartitionState>>;
-    /// Replaces a partition's leader/epoch/ISR if its version is still
-    /// `state.version` (compare-and-set); the stored version becomes one higher.
-    /// With `fence = Some(broker)` it also requires that broker's lease to have
-    /// expired (on the metastore's clock), checked under a lock of the broker's row so
-    /// a broker renewing its lease at the same moment is ordered before or after, never
+    /// Replaces a partition's leader/epoch/ISR/ELR if its version is still
+    /// `state.version` (compare-and-set); the stored version becomes one higher. The
+    /// `guard`'s lease conditions are checked under locks of the brokers' rows, so a
+    /// broker renewing its lease at the same moment is ordered before or after, never
     /// between: a broker that renewed and then read the metadata sees the change.
     async fn update_partition_state(
         &self,
         state: &PartitionState,
-        fence: Option<i32>,
+        guard: StateGuard,
     ) -> Result<PartitionState>;
     /// Waits for change notifications and signals `notify` for each; returns only on
     /// error. Metastores without notifications return `Ok(())` at once (callers poll).

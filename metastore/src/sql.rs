@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::cluster::{decode_ids, encode_ids};
 use crate::{
     BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic, PartitionState,
-    RemoteSegment, RemoteSegmentState, Result, Topic,
+    RemoteSegment, RemoteSegmentState, Result, StateGuard, Topic,
 };
 
 pub struct PostgresMetastore {
@@ -113,13 +113,13 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
 const SELECT_TOPIC: &str =
     "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics WHERE name = $1";
 
-type PartitionStateRow = (Uuid, i32, String, i32, i32, String, i64);
+type PartitionStateRow = (Uuid, i32, String, i32, i32, String, String, i64);
 
 const PARTITION_STATE_COLUMNS: &str =
-    "topic_id, partition_id, replicas, leader, leader_epoch, isr, version";
+    "topic_id, partition_id, replicas, leader, leader_epoch, isr, elr, version";
 
 fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
-    let (topic_id, partition, replicas, leader, leader_epoch, isr, version) = row;
+    let (topic_id, partition, replicas, leader, leader_epoch, isr, elr, version) = row;
     Ok(PartitionState {
         topic_id,
         partition,
@@ -127,6 +127,7 @@ fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
         leader,
         leader_epoch,
         isr: decode_ids(&isr)?,
+        elr: decode_ids(&elr)?,
         version,
     })
 }
@@ -183,7 +184,7 @@ macro_rules! sql_metastore {
                 for (i, replicas) in assignments.iter().enumerate() {
                     let s = PartitionState::initial(topic_id, first + i as i32, replicas.clone());
                     sqlx::query(&format!(
-                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                     ))
                     .bind(s.topic_id)
                     .bind(s.partition)
@@ -191,6 +192,7 @@ macro_rules! sql_metastore {
                     .bind(s.leader)
                     .bind(s.leader_epoch)
                     .bind(encode_ids(&s.isr))
+                    .bind(encode_ids(&s.elr))
                     .bind(s.version)
                     .execute(&mut *exec)
                     .await?;
@@ -432,6 +434,26 @@ macro_rules! sql_metastore {
                     return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: seg.state });
                 }
                 if to == RemoteSegmentState::CopyFinished {
+                    // Only a copy made under the partition's current leader epoch may
+                    // finish: a deposed leader's late copy would overlap the new one's.
+                    let epoch: Option<(i32,)> = sqlx::query_as(concat!(
+                        "SELECT leader_epoch FROM partition_state WHERE topic_id = $1 AND partition_id = $2",
+                        $for_update
+                    ))
+                    .bind(seg.topic_id)
+                    .bind(seg.partition)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some((current,)) = epoch
+                        && current > seg.leader_epoch
+                    {
+                        return Err(Error::StaleLeaderEpoch {
+                            topic_id: seg.topic_id,
+                            partition: seg.partition,
+                            copied: seg.leader_epoch,
+                            current,
+                        });
+                    }
                     let other: Option<(Uuid,)> = sqlx::query_as(
                         "SELECT segment_id FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
                          AND state = 'COPY_FINISHED' AND base_offset <= $3 AND end_offset >= $4 LIMIT 1",
@@ -532,7 +554,7 @@ macro_rules! sql_metastore {
                     "INSERT INTO brokers (broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms) \
                      VALUES ($1, $2, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
                      SET address = excluded.address, broker_epoch = brokers.broker_epoch + 1, \
-                       lease_expires_ms = 0, registered_at_ms = excluded.registered_at_ms \
+                       registered_at_ms = excluded.registered_at_ms \
                      RETURNING broker_epoch",
                 ))
                 .bind(broker_id)
@@ -540,6 +562,19 @@ macro_rules! sql_metastore {
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(epoch)
+            }
+
+            async fn cluster_id(&self) -> Result<Uuid> {
+                sqlx::query(
+                    "INSERT INTO cluster_meta (id, cluster_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(Uuid::new_v4())
+                .execute(&self.pool)
+                .await?;
+                let (id,): (Uuid,) = sqlx::query_as("SELECT cluster_id FROM cluster_meta WHERE id = 1")
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(id)
             }
 
             async fn renew_broker_lease(
@@ -636,30 +671,38 @@ macro_rules! sql_metastore {
             async fn update_partition_state(
                 &self,
                 s: &PartitionState,
-                fence: Option<i32>,
+                guard: StateGuard,
             ) -> Result<PartitionState> {
                 let mut tx = self.pool.begin().await?;
-                if let Some(broker_id) = fence {
-                    let lease: Option<(i64,)> = sqlx::query_as(concat!(
-                        "SELECT lease_expires_ms - ", $now, " FROM brokers WHERE broker_id = $1",
-                        $for_update
-                    ))
-                    .bind(broker_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if lease.is_some_and(|(remaining,)| remaining > 0) {
+                let lease_of = concat!(
+                    "SELECT lease_expires_ms - ", $now, ", broker_epoch FROM brokers WHERE broker_id = $1",
+                    $for_update
+                );
+                if let Some(broker_id) = guard.expired {
+                    let lease: Option<(i64, i64)> =
+                        sqlx::query_as(lease_of).bind(broker_id).fetch_optional(&mut *tx).await?;
+                    if lease.is_some_and(|(remaining, _)| remaining > 0) {
                         return Err(Error::BrokerStillAlive(broker_id));
                     }
                 }
+                if let Some((broker_id, epoch)) = guard.alive {
+                    let lease: Option<(i64, i64)> =
+                        sqlx::query_as(lease_of).bind(broker_id).fetch_optional(&mut *tx).await?;
+                    if !lease.is_some_and(|(remaining, e)| remaining > 0 && e == epoch) {
+                        return Err(Error::BrokerNotAlive(broker_id));
+                    }
+                }
                 let updated = sqlx::query(
-                    "UPDATE partition_state SET leader = $3, leader_epoch = $4, isr = $5, version = version + 1 \
-                     WHERE topic_id = $1 AND partition_id = $2 AND version = $6",
+                    "UPDATE partition_state SET leader = $3, leader_epoch = $4, isr = $5, elr = $6, \
+                       version = version + 1 \
+                     WHERE topic_id = $1 AND partition_id = $2 AND version = $7",
                 )
                 .bind(s.topic_id)
                 .bind(s.partition)
                 .bind(s.leader)
                 .bind(s.leader_epoch)
                 .bind(encode_ids(&s.isr))
+                .bind(encode_ids(&s.elr))
                 .bind(s.version)
                 .execute(&mut *tx)
                 .await?;

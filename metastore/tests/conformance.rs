@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shale_metastore::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState};
+use shale_metastore::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState, StateGuard};
 
 /// A metastore under test plus whatever must be cleaned up after it.
 struct Fixture {
@@ -200,6 +200,10 @@ async fn partitions_only_grow(m: &dyn Metastore) {
 }
 
 async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
+    // The cluster id is created once and then stays.
+    let id = m.cluster_id().await.unwrap();
+    assert_eq!(m.cluster_id().await.unwrap(), id);
+
     // Broker leases: a registration is a new incarnation with an expired lease; only
     // the newest incarnation renews; times are the metastore's own clock.
     let e1 = m.register_broker(1, "127.0.0.1:1").await.unwrap();
@@ -225,10 +229,11 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
         brokers[0].is_alive() && !brokers[1].is_alive(),
         "{brokers:?}"
     );
-    // A restart registers a newer incarnation: the older one can no longer renew.
+    // A restart registers a newer incarnation: the older one can no longer renew, and
+    // the lease keeps its expiry (an older process that still runs trusts it).
     let e1b = m.register_broker(1, "127.0.0.1:1").await.unwrap();
     assert_eq!(e1b, e1 + 1);
-    assert!(!m.list_brokers().await.unwrap()[0].is_alive());
+    assert!(m.list_brokers().await.unwrap()[0].is_alive());
     let err = m
         .renew_broker_lease(1, e1, "127.0.0.1:1", 60_000)
         .await
@@ -270,20 +275,50 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     next.leader = 2;
     next.leader_epoch = 1;
     next.isr = vec![2];
+    next.elr = vec![1];
+    let expired = |b| StateGuard {
+        expired: Some(b),
+        ..StateGuard::default()
+    };
     // Broker 1's lease runs: a fenced change is refused until it ends.
-    let err = m.update_partition_state(&next, Some(1)).await.unwrap_err();
+    let err = m
+        .update_partition_state(&next, expired(1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::BrokerStillAlive(1)), "{err:?}");
     m.renew_broker_lease(1, e1b, "127.0.0.1:1", 0)
         .await
         .unwrap();
-    let stored = m.update_partition_state(&next, Some(1)).await.unwrap();
+    // The new leader must be alive, in the incarnation the controller saw.
+    let elect = |epoch| StateGuard {
+        expired: Some(1),
+        alive: Some((2, epoch)),
+    };
+    let err = m
+        .update_partition_state(&next, elect(e2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
+    m.renew_broker_lease(2, e2, "127.0.0.1:2", 60_000)
+        .await
+        .unwrap();
+    let err = m
+        .update_partition_state(&next, elect(e2 + 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
+    let stored = m.update_partition_state(&next, elect(e2)).await.unwrap();
+    assert_eq!(stored.elr, vec![1]);
     assert_eq!(
         (stored.leader, stored.leader_epoch, stored.version),
         (2, 1, 1)
     );
     assert_eq!(stored.isr, vec![2]);
     // A writer that read version 0 loses.
-    let err = m.update_partition_state(&p0, None).await.unwrap_err();
+    let err = m
+        .update_partition_state(&p0, StateGuard::default())
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -475,6 +510,47 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
         ],
         "ordered by base offset, then creation"
     );
+    // A copy made under an older leader epoch than the partition's cannot finish.
+    let mut state = m
+        .list_partition_states()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.topic_id == topic && s.partition == 0)
+        .unwrap();
+    state.leader_epoch = 1;
+    m.update_partition_state(&state, StateGuard::default())
+        .await
+        .unwrap();
+    let late = segment(topic, 200, 299);
+    m.add_remote_segment(&late).await.unwrap();
+    let err = m
+        .transition_remote_segment(late.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleLeaderEpoch {
+                copied: 0,
+                current: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    m.transition_remote_segment(late.segment_id, CopyStarted, DeleteStarted)
+        .await
+        .unwrap();
+    m.transition_remote_segment(late.segment_id, DeleteStarted, DeleteFinished)
+        .await
+        .unwrap();
+    state.version += 1;
+    state.leader_epoch = 0;
+    m.update_partition_state(&state, StateGuard::default())
+        .await
+        .unwrap();
+
     // The remote log end counts every copy that finished, deleted since or not, and
     // no aborted copy (50..=149 never finished).
     assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 199);

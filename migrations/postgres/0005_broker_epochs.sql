@@ -7,3 +7,15 @@ ALTER TABLE brokers ADD COLUMN broker_epoch BIGINT NOT NULL DEFAULT 0;
 -- the highest offset ever copied survives the deletion of every remote segment.
 ALTER TABLE remote_segments ADD COLUMN copied INTEGER NOT NULL DEFAULT 0;
 UPDATE remote_segments SET copied = 1 WHERE state = 'COPY_FINISHED';
+
+-- Eligible leader replicas (KIP-966): members the controller removed from the ISR
+-- because they died while the ISR was below min.insync.replicas. No acks=all record
+-- can have been committed without them since, so they may still be elected.
+ALTER TABLE partition_state ADD COLUMN elr TEXT NOT NULL DEFAULT '';
+
+-- The cluster's identity: written into every data directory, so a broker pointed at
+-- another cluster's metastore refuses to start instead of deleting its partitions.
+CREATE TABLE cluster_meta (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    cluster_id UUID NOT NULL
+);

@@ -9,9 +9,9 @@
 //! index that fails [`IndexFile::load`]'s checks is rebuilt from its log too.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::marker::PhantomData;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One fixed-size entry.
 pub(crate) trait IndexEntry: Copy + std::fmt::Debug {
@@ -74,28 +74,27 @@ impl IndexEntry for TimeEntry {
     }
 }
 
-/// An index file and its entries in memory.
+/// An index file and its entries in memory. It holds no file descriptor: entries are
+/// appended to the file (opened for that) at flush, and fsynced at sync.
 pub(crate) struct IndexFile<E> {
-    file: File,
+    path: PathBuf,
     entries: Vec<E>,
     /// Encoded entries not yet written.
     pending: Vec<u8>,
+    /// Entries were written since the last fsync.
+    unsynced: bool,
     _entry: PhantomData<E>,
 }
 
 impl<E: IndexEntry> IndexFile<E> {
     /// Creates (or truncates) an empty index file.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(true)
-            .open(path)?;
+        File::create(path)?;
         Ok(Self {
-            file,
+            path: path.to_path_buf(),
             entries: Vec::new(),
             pending: Vec::new(),
+            unsynced: true,
             _entry: PhantomData,
         })
     }
@@ -103,13 +102,11 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Loads an existing index. `Ok(None)` when the file is missing or malformed
     /// (torn size, entries out of order, or `valid` rejects an entry): the caller rebuilds.
     pub fn load(path: &Path, valid: impl Fn(&E) -> bool) -> io::Result<Option<Self>> {
-        let mut file = match OpenOptions::new().read(true).append(true).open(path) {
-            Ok(f) => f,
+        let raw = match std::fs::read(path) {
+            Ok(raw) => raw,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mut raw = Vec::new();
-        file.read_to_end(&mut raw)?;
         if raw.len() % E::SIZE != 0 {
             return Ok(None);
         }
@@ -119,9 +116,10 @@ impl<E: IndexEntry> IndexFile<E> {
             return Ok(None);
         }
         Ok(Some(Self {
-            file,
+            path: path.to_path_buf(),
             entries,
             pending: Vec::new(),
+            unsynced: false,
             _entry: PhantomData,
         }))
     }
@@ -138,8 +136,12 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Writes entries pushed since the last flush (to the page cache; `sync` makes them durable).
     pub fn flush(&mut self) -> io::Result<()> {
         if !self.pending.is_empty() {
-            self.file.write_all(&self.pending)?;
+            OpenOptions::new()
+                .append(true)
+                .open(&self.path)?
+                .write_all(&self.pending)?;
             self.pending.clear();
+            self.unsynced = true;
         }
         Ok(())
     }
@@ -157,8 +159,13 @@ impl<E: IndexEntry> IndexFile<E> {
         self.entries.last()
     }
 
-    pub fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+    /// Fsyncs what [`IndexFile::flush`] wrote.
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.unsynced {
+            File::open(&self.path)?.sync_data()?;
+            self.unsynced = false;
+        }
+        Ok(())
     }
 
     /// The last entry for which `is_at_or_before` holds, given entries sorted so that it

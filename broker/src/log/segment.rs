@@ -3,8 +3,10 @@
 //! A segment owns the byte range of its log file up to `size`; everything past it is
 //! garbage from a torn write and is truncated away on recovery. Readers get an
 //! `Arc<File>` and a size snapshot, so they read without holding the partition lock.
+//! The log file's descriptor comes from the broker's [`FileCache`], opened when the
+//! segment is read or written and closed when it has been idle longest.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use shale_proto::batch::{BatchError, BatchHeader, HEADER_LEN};
 
 use super::epochs::EpochEntry;
+use super::files::FileCache;
 use super::index::{IndexFile, OffsetEntry, TimeEntry};
 
 pub(crate) const LOG_SUFFIX: &str = "log";
@@ -33,7 +36,9 @@ pub(crate) struct StoredBatch {
 pub(crate) struct Segment {
     pub base_offset: i64,
     dir: PathBuf,
-    file: Arc<File>,
+    /// The `.log` file, opened through `files`.
+    path: PathBuf,
+    files: Arc<FileCache>,
     /// Valid bytes in the log file.
     size: u64,
     /// One past the last offset stored here (== base_offset while empty).
@@ -55,16 +60,14 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates a new, empty segment.
-    pub fn create(dir: &Path, base_offset: i64) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .append(true)
-            .open(segment_path(dir, base_offset, LOG_SUFFIX))?;
+    pub fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
+        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        files.create(&path)?;
         Ok(Self {
             base_offset,
             dir: dir.to_path_buf(),
-            file: Arc::new(file),
+            path,
+            files: files.clone(),
             size: 0,
             next_offset: base_offset,
             max_timestamp: -1,
@@ -86,10 +89,11 @@ impl Segment {
         base_offset: i64,
         next_offset: Option<i64>,
         index_interval: u64,
+        files: &Arc<FileCache>,
     ) -> io::Result<Self> {
         let path = segment_path(dir, base_offset, LOG_SUFFIX);
-        let file = OpenOptions::new().read(true).append(true).open(&path)?;
-        let size = file.metadata()?.len();
+        // No descriptor for a sealed segment with good indexes: opened when read.
+        let size = std::fs::metadata(&path)?.len();
         let index_path = segment_path(dir, base_offset, INDEX_SUFFIX);
         let time_path = segment_path(dir, base_offset, TIME_INDEX_SUFFIX);
         if let Some(next) = next_offset {
@@ -114,7 +118,8 @@ impl Segment {
                 return Ok(Self {
                     base_offset,
                     dir: dir.to_path_buf(),
-                    file: Arc::new(file),
+                    path,
+                    files: files.clone(),
                     size,
                     next_offset: next,
                     max_timestamp,
@@ -131,7 +136,8 @@ impl Segment {
         let mut seg = Self {
             base_offset,
             dir: dir.to_path_buf(),
-            file: Arc::new(file),
+            path,
+            files: files.clone(),
             size,
             next_offset: base_offset,
             max_timestamp: -1,
@@ -153,7 +159,7 @@ impl Segment {
     /// Scans the log batch by batch from the start, truncating at the first torn,
     /// corrupt (CRC, when `check_crc`) or out-of-sequence batch, and rebuilds both indexes.
     fn recover(&mut self, index_interval: u64, check_crc: bool) -> io::Result<()> {
-        let file = self.file.clone();
+        let file = self.file()?;
         let mut reader = ChunkReader::new(&file, self.size, SCAN_CHUNK);
         let mut pos = 0u64;
         while let Some(batch) = reader.next_batch(pos, check_crc) {
@@ -192,8 +198,8 @@ impl Segment {
             pos += h.total_size() as u64;
         }
         if pos < self.size {
-            self.file.set_len(pos)?;
-            self.file.sync_all()?;
+            file.set_len(pos)?;
+            file.sync_all()?;
         }
         self.size = pos;
         self.index.flush()?;
@@ -231,8 +237,9 @@ impl Segment {
         self.size == 0
     }
 
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// The log file's handle (opened through the broker's file cache if needed).
+    pub fn file(&self) -> io::Result<Arc<File>> {
+        self.files.open(&self.path)
     }
 
     /// Appends validated batches that already carry their final offsets.
@@ -244,10 +251,11 @@ impl Segment {
         now_ms: i64,
         index_interval: u64,
     ) -> io::Result<()> {
-        if let Err(e) = (&*self.file).write_all(batches) {
+        let file = self.file()?;
+        if let Err(e) = (&*file).write_all(batches) {
             // Cut off whatever part reached the file, so the next append starts at `size`
             // and no half batch sits between two good ones.
-            if let Err(trunc) = self.file.set_len(self.size) {
+            if let Err(trunc) = file.set_len(self.size) {
                 tracing::error!(segment = self.base_offset, error = %trunc, "cannot cut off a failed append");
             }
             return Err(e);
@@ -283,7 +291,7 @@ impl Segment {
     pub fn sync(&mut self) -> io::Result<()> {
         self.index.flush()?;
         self.time_index.flush()?;
-        self.file.sync_data()?;
+        self.file()?.sync_data()?;
         self.index.sync()?;
         self.time_index.sync()
     }
@@ -308,7 +316,7 @@ impl Segment {
 
     #[cfg(test)]
     pub fn replace_file_for_test(&mut self, file: File) {
-        self.file = Arc::new(file);
+        self.files.replace_for_test(&self.path, file);
     }
 
     #[cfg(test)]
@@ -319,8 +327,9 @@ impl Segment {
     /// Empties the segment in place: no batch, no index entry (a log reset to the
     /// segment's own base offset).
     pub fn clear(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.sync_all()?;
+        let file = self.file()?;
+        file.set_len(0)?;
+        file.sync_all()?;
         self.index = IndexFile::create(&segment_path(&self.dir, self.base_offset, INDEX_SUFFIX))?;
         self.time_index = IndexFile::create(&segment_path(
             &self.dir,
@@ -338,6 +347,7 @@ impl Segment {
 
     /// Deletes the segment's files.
     pub fn delete(self) -> io::Result<()> {
+        self.files.forget(&self.path);
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             match std::fs::remove_file(segment_path(&self.dir, self.base_offset, suffix)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),

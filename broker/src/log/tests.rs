@@ -43,6 +43,12 @@ fn read_all(log: &PartitionLog, from: i64, max_bytes: usize) -> Vec<Record> {
     out
 }
 
+/// Opens a log with a small file cache, so that rolls and reads also exercise closing
+/// and reopening segment files.
+fn open_log(dir: &Path, config: LogConfig) -> Result<PartitionLog, LogError> {
+    PartitionLog::open(dir, config, 0, FileCache::new(4))
+}
+
 fn small_config() -> LogConfig {
     LogConfig {
         segment_bytes: 2048,
@@ -54,7 +60,7 @@ fn small_config() -> LogConfig {
 #[test]
 fn segments_roll_and_every_offset_is_found_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..100u64 {
         let info = append(&mut log, batch(i * 3, 3, 1000, 40), 0);
         assert_eq!(info.first_offset, i as i64 * 3);
@@ -84,7 +90,7 @@ fn segments_roll_and_every_offset_is_found_through_the_index() {
     assert_eq!(records[299].value.as_deref().unwrap()[..5], *b"v299-");
     // Reopen: sealed segments load their indexes, the active one is recovered.
     drop(log);
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), 300);
     assert_eq!(read_all(&log, 123, 10_000).len(), 177);
 }
@@ -92,7 +98,7 @@ fn segments_roll_and_every_offset_is_found_through_the_index() {
 #[test]
 fn read_stops_before_max_offset_and_at_log_end() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let mut log = open_log(dir.path(), LogConfig::default()).unwrap();
     for i in 0..10 {
         append(&mut log, batch(i * 2, 2, 1000, 10), 0);
     }
@@ -119,7 +125,7 @@ fn read_stops_before_max_offset_and_at_log_end() {
 #[test]
 fn time_index_finds_first_record_at_or_after_a_timestamp() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     // Batch i holds offsets 4i..4i+3 with timestamps 10_000 + 100i + (0..4).
     for i in 0..60 {
         append(&mut log, batch(i * 4, 4, 10_000 + 100 * i as i64, 30), 0);
@@ -149,7 +155,7 @@ fn time_index_finds_first_record_at_or_after_a_timestamp() {
     assert_eq!(log.offset_for_timestamp(20_000).unwrap(), None);
     // The same answers after a restart, from loaded (not rebuilt) time indexes.
     drop(log);
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(
         log.offset_for_timestamp(10_000 + 100 * 37 + 2).unwrap(),
         Some((37 * 4 + 2, 13_702))
@@ -163,7 +169,7 @@ fn retention_by_time_deletes_old_segments_and_advances_log_start() {
         retention_ms: 10_000,
         ..small_config()
     };
-    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    let mut log = open_log(dir.path(), config).unwrap();
     for i in 0..40 {
         append(&mut log, batch(i * 3, 3, 1_000 + i as i64, 40), 0); // old
     }
@@ -195,7 +201,7 @@ fn retention_by_time_deletes_old_segments_and_advances_log_start() {
     // The log start offset survives a restart (it is the first segment's base offset).
     let end = log.log_end_offset();
     drop(log);
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (end, end));
 }
 
@@ -206,7 +212,7 @@ fn retention_by_size_keeps_the_newest_bytes() {
         retention_bytes: 5000,
         ..small_config()
     };
-    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    let mut log = open_log(dir.path(), config).unwrap();
     for i in 0..100 {
         append(&mut log, batch(i * 3, 3, 1_000, 40), 0);
     }
@@ -230,7 +236,7 @@ fn active_log_file(log: &PartitionLog) -> PathBuf {
 #[test]
 fn torn_tail_is_truncated_on_recovery() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..30 {
         append(&mut log, batch(i * 2, 2, 1_000, 50), 0);
     }
@@ -245,7 +251,7 @@ fn torn_tail_is_truncated_on_recovery() {
         .unwrap();
     std::io::Write::write_all(&mut f, &partial[..partial.len() / 2]).unwrap();
     drop(f);
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), 60);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len);
     assert_eq!(read_all(&log, 0, 4096).len(), 60);
@@ -259,7 +265,7 @@ fn torn_tail_is_truncated_on_recovery() {
 #[test]
 fn corrupt_batch_and_everything_after_it_are_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let mut log = open_log(dir.path(), LogConfig::default()).unwrap();
     let sizes: Vec<_> = (0..10)
         .map(|i| {
             let b = batch(i * 2, 2, 1_000, 50);
@@ -275,7 +281,7 @@ fn corrupt_batch_and_everything_after_it_are_truncated() {
     let at: usize = sizes[..6].iter().sum::<usize>() + 70;
     raw[at] ^= 0xff;
     std::fs::write(&path, &raw).unwrap();
-    let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+    let log = open_log(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(log.log_end_offset(), 12);
     let records = read_all(&log, 0, 1 << 20);
     assert_eq!(records.len(), 12);
@@ -285,7 +291,7 @@ fn corrupt_batch_and_everything_after_it_are_truncated() {
 #[test]
 fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..60 {
         append(&mut log, batch(i * 3, 3, 5_000 + i as i64, 40), 0);
     }
@@ -302,7 +308,7 @@ fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
         [1u8; 7],
     )
     .unwrap();
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(read_all(&log, 0, 300).len(), 180);
     for offset in [sealed[1] + 1, sealed[2] + 2] {
         let bytes = log
@@ -324,7 +330,7 @@ fn tiered_retention_deletes_only_uploaded_segments() {
         retention_bytes: 0,
         ..small_config()
     };
-    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    let mut log = open_log(dir.path(), config).unwrap();
     for i in 0..60 {
         append(&mut log, batch(i * 3, 3, 1_000, 40), 0);
     }
@@ -417,7 +423,7 @@ fn segment_ms_rolls_an_old_active_segment() {
         segment_ms: 1_000,
         ..LogConfig::default()
     };
-    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    let mut log = open_log(dir.path(), config).unwrap();
     append(&mut log, batch(0, 1, 1, 10), 10_000);
     append(&mut log, batch(1, 1, 1, 10), 10_500);
     assert_eq!(log.segment_count(), 1);
@@ -457,7 +463,7 @@ proptest! {
     fn appends_rolls_and_restarts_read_back_exactly(ops in proptest::collection::vec(op(), 1..40), interval in 1u64..2000) {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 3000, index_interval_bytes: interval, ..LogConfig::default() };
-        let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+        let mut log = open_log(dir.path(), config.clone()).unwrap();
         let mut model: Vec<Vec<u8>> = Vec::new();
         for op in ops {
             match op {
@@ -478,7 +484,7 @@ proptest! {
                 Op::Roll => log.force_roll(0).unwrap(),
                 Op::Reopen => {
                     drop(log);
-                    log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+                    log = open_log(dir.path(), config.clone()).unwrap();
                 }
                 Op::TornReopen(n) => {
                     let path = active_log_file(&log);
@@ -487,7 +493,7 @@ proptest! {
                     let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
                     std::io::Write::write_all(&mut f, &junk[..n.min(junk.len() - 1)]).unwrap();
                     drop(f);
-                    log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+                    log = open_log(dir.path(), config.clone()).unwrap();
                 }
             }
             prop_assert_eq!(log.log_end_offset(), model.len() as i64);
@@ -505,7 +511,7 @@ proptest! {
 #[test]
 fn truncation_cuts_at_batch_boundaries_across_segments_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..60u64 {
         append(&mut log, batch(i * 3, 3, 1000, 40), 0);
     }
@@ -519,7 +525,7 @@ fn truncation_cuts_at_batch_boundaries_across_segments_and_survives_reopen() {
     // Appends continue densely after the cut, and a reopen agrees.
     assert_eq!(append(&mut log, batch(0, 2, 1000, 40), 0).first_offset, 99);
     drop(log);
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), 101);
     assert_eq!(read_all(&log, 0, 1 << 20).len(), 101);
     // Below the log start: the log restarts empty there.
@@ -531,7 +537,7 @@ fn truncation_cuts_at_batch_boundaries_across_segments_and_survives_reopen() {
 #[test]
 fn epochs_follow_appends_and_truncation() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     let mut b = batch(0, 3, 1000, 10);
     let mut h: Vec<_> = BatchIter::new(&b).map(|r| r.unwrap().0).collect();
     log.append(&mut b, &mut h, 0, 0).unwrap();
@@ -547,14 +553,14 @@ fn epochs_follow_appends_and_truncation() {
     // Without its checkpoint, the epochs are rebuilt from the batches.
     drop(log);
     std::fs::remove_file(dir.path().join(epochs::CHECKPOINT_FILE)).unwrap();
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.epoch_end_offset(0), Some((0, 3)));
 }
 
 #[test]
 fn a_segment_tail_exports_as_a_segment_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..30u64 {
         append(&mut log, batch(i * 3, 3, 1000 + i as i64, 40), 0);
     }
@@ -598,7 +604,7 @@ fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
         segment_bytes: 600,
         ..small_config()
     };
-    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    let mut log = open_log(dir.path(), config.clone()).unwrap();
     let mut seq = 0;
     for _ in 0..20 {
         let info = try_append(&mut log, idempotent(5, 0, seq, 4)).unwrap();
@@ -623,7 +629,7 @@ fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
     assert_eq!(log.log_end_offset(), end);
     // After a crash (no clean close) the state is rebuilt from snapshot + headers.
     drop(log);
-    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    let mut log = open_log(dir.path(), config.clone()).unwrap();
     assert!(
         try_append(&mut log, idempotent(5, 0, seq - 4, 4))
             .unwrap()
@@ -638,7 +644,7 @@ fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
         }
     }
     drop(log);
-    let mut log = PartitionLog::open(dir.path(), config.clone(), 0).unwrap();
+    let mut log = open_log(dir.path(), config.clone()).unwrap();
     assert!(
         try_append(&mut log, idempotent(5, 0, seq - 4, 4))
             .unwrap()
@@ -651,7 +657,7 @@ fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
     // A clean close saves the state at the log end.
     log.close(0).unwrap();
     drop(log);
-    let mut log = PartitionLog::open(dir.path(), config, 0).unwrap();
+    let mut log = open_log(dir.path(), config).unwrap();
     assert!(
         try_append(&mut log, idempotent(5, 0, seq - 8, 4))
             .unwrap()
@@ -671,7 +677,7 @@ fn append_in_epoch(log: &mut PartitionLog, epoch: i32, n: usize) {
 #[test]
 fn a_checkpoint_behind_the_log_is_completed_from_the_batches() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     append_in_epoch(&mut log, 0, 3);
     // Epoch 3 begins while the active segment of epoch 0 is still open, and another
     // segment rolls within it.
@@ -684,7 +690,7 @@ fn a_checkpoint_behind_the_log_is_completed_from_the_batches() {
     drop(log);
     let checkpoint = dir.path().join(epochs::CHECKPOINT_FILE);
     std::fs::write(&checkpoint, "0\n1\n0 0\n").unwrap();
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.epochs(), &full[..]);
     assert_eq!(log.epoch_end_offset(0), Some((0, 3)));
     // And it was written back.
@@ -699,7 +705,7 @@ fn a_checkpoint_behind_the_log_is_completed_from_the_batches() {
 #[test]
 fn the_epoch_checkpoint_is_written_before_the_batches() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     append_in_epoch(&mut log, 0, 3);
     let blocker = dir.path().join(format!("{}.tmp", epochs::CHECKPOINT_FILE));
     std::fs::create_dir(&blocker).unwrap();
@@ -731,7 +737,7 @@ fn the_epoch_checkpoint_is_written_before_the_batches() {
 #[test]
 fn empty_index_files_of_a_sealed_segment_are_rebuilt_with_its_max_timestamp() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..60 {
         append(&mut log, batch(i * 3, 3, 5_000 + i as i64, 40), 0);
     }
@@ -753,7 +759,7 @@ fn empty_index_files_of_a_sealed_segment_are_rebuilt_with_its_max_timestamp() {
         [],
     )
     .unwrap();
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     for (base, max_ts) in &sealed {
         assert_eq!(log.segments[base].max_timestamp, *max_ts, "segment {base}");
     }
@@ -774,7 +780,7 @@ fn empty_index_files_of_a_sealed_segment_are_rebuilt_with_its_max_timestamp() {
 #[test]
 fn a_failed_reset_leaves_a_usable_log() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
     for i in 0..20 {
         append(&mut log, batch(i * 3, 3, 1000, 40), 0);
     }
@@ -791,6 +797,6 @@ fn a_failed_reset_leaves_a_usable_log() {
     append(&mut log, batch(0, 3, 1000, 40), 0);
     drop(log);
     std::fs::remove_dir(segment::segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
-    let log = PartitionLog::open(dir.path(), small_config(), 0).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), base + 3);
 }

@@ -62,6 +62,9 @@ pub struct Broker {
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     /// Registered brokers at the last refresh.
     brokers: RwLock<Vec<BrokerLease>>,
+    /// Partitions this broker holds but could not open at the last refresh, by topic
+    /// id and partition, with the reason.
+    open_failures: std::sync::Mutex<HashMap<(uuid::Uuid, i32), String>>,
     reconcile_lock: tokio::sync::Mutex<()>,
     /// Signalled when the metastore announces a change (or a broker finds its view
     /// stale): the metadata refresh runs at once.
@@ -79,6 +82,11 @@ pub struct Broker {
     /// directory.
     _data_dir_lock: std::fs::File,
     pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
+    /// A digest of every partition's state version at the last refresh: it changes
+    /// when any partition's leader, ISR or ELR changed.
+    pub(crate) states_digest: std::sync::atomic::AtomicU64,
+    /// What the controller last acted on (see `Broker::controller_pass`).
+    pub(crate) controller_view: std::sync::Mutex<crate::cluster::ControllerView>,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
     /// Consumer groups this broker coordinates.
@@ -170,6 +178,7 @@ impl Broker {
             request_stats: crate::metrics::RequestStats::default(),
             topics: RwLock::new(HashMap::new()),
             brokers: RwLock::new(Vec::new()),
+            open_failures: std::sync::Mutex::new(HashMap::new()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             changes: Arc::new(tokio::sync::Notify::new()),
             shared,
@@ -178,6 +187,8 @@ impl Broker {
             replaced: std::sync::atomic::AtomicBool::new(false),
             _data_dir_lock: data_dir_lock,
             controller_epoch: std::sync::atomic::AtomicI64::new(0),
+            states_digest: std::sync::atomic::AtomicU64::new(0),
+            controller_view: std::sync::Mutex::new(Default::default()),
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),
@@ -285,6 +296,24 @@ impl Broker {
             .collect()
     }
 
+    /// An error if a partition of the topic that this broker holds failed to open at
+    /// the last refresh.
+    pub(crate) fn open_failure(&self, topic_id: uuid::Uuid) -> Result<()> {
+        let failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mine: Vec<_> = failures
+            .iter()
+            .filter(|((t, _), _)| *t == topic_id)
+            .collect();
+        match mine.first() {
+            None => Ok(()),
+            Some(((_, p), reason)) => Err(Error::Storage(std::io::Error::other(format!(
+                "{} partition(s) cannot be created on broker {}; partition {p}: {reason}",
+                mine.len(),
+                self.config.broker_id
+            )))),
+        }
+    }
+
     /// Registered brokers at the last metadata refresh.
     pub fn brokers(&self) -> Vec<BrokerLease> {
         self.brokers
@@ -329,12 +358,21 @@ impl Broker {
             .map(|(_, s)| s)
             .collect();
         if !removed.is_empty() {
+            self.open_failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(t, _), _| removed.iter().all(|r| r.meta.id != *t));
             // Unpublish first, then delete: a re-created topic of the same name opens
             // the same directories below, so the deletion must be over by then.
             *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
             self.delete_local(removed).await?;
         }
         let me = self.config.broker_id;
+        let digest = all_states.iter().fold(all_states.len() as u64, |h, s| {
+            h.wrapping_mul(31).wrapping_add(s.version as u64)
+        });
+        self.states_digest
+            .store(digest, std::sync::atomic::Ordering::Relaxed);
         let mut states_of: HashMap<uuid::Uuid, Vec<PartitionState>> = HashMap::new();
         for s in all_states {
             states_of.entry(s.topic_id).or_default().push(s);
@@ -388,18 +426,24 @@ impl Broker {
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))?;
                 let mut count = 0;
+                let mut failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
                 for (p, part) in opened {
                     match part {
                         Ok(part) => {
                             partitions[p as usize] = Some(part);
+                            failures.remove(&(meta.id, p));
                             count += 1;
                         }
                         // Left unopened (this broker serves no replica of it); the next
                         // refresh tries again.
-                        Err(e) => tracing::error!(topic = %meta.name, partition = p, error = %e,
-                            "cannot open partition"),
+                        Err(e) => {
+                            tracing::error!(topic = %meta.name, partition = p, error = %e,
+                                "cannot open partition");
+                            failures.insert((meta.id, p), e.to_string());
+                        }
                     }
                 }
+                drop(failures);
                 tracing::info!(topic = %meta.name, partitions = count, "opened partitions");
             }
             for s in &states {
@@ -483,21 +527,14 @@ impl Broker {
                 b.sweep_deleted_topics().await
             },
         );
-        self.spawn_every(
-            tasks,
-            log.flush_check_interval_ms,
-            "disk usage",
-            |b| async move {
-                let used = b
-                    .all_partitions()
-                    .iter()
-                    .map(|p| p.offsets().size_bytes)
-                    .sum();
-                b.local_log_bytes
-                    .store(used, std::sync::atomic::Ordering::Relaxed);
-                Ok(())
-            },
-        );
+        // Appends raise the figure as they go; this corrects it (retention, truncation)
+        // once a second.
+        self.spawn_every(tasks, 1_000, "disk usage", |b| async move {
+            let used = b.all_partitions().iter().map(|p| p.size_bytes()).sum();
+            b.local_log_bytes
+                .store(used, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        });
         self.spawn_every(
             tasks,
             self.config.tiering.upload_interval_ms,
@@ -570,7 +607,8 @@ impl Broker {
             b.groups_tick();
             Ok(())
         });
-        self.spawn_every(tasks, 250, "replica fetchers", |b| async move {
+        // Fetchers start on every metadata refresh; this restarts ones that ended.
+        self.spawn_every(tasks, 1_000, "replica fetchers", |b| async move {
             b.ensure_fetchers();
             Ok(())
         });

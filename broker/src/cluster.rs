@@ -326,6 +326,26 @@ impl Broker {
             .filter(BrokerLease::is_alive)
             .map(|b| (b.broker_id, b.broker_epoch))
             .collect();
+        // Elections follow deaths and partition changes: with neither since a pass
+        // that decided everything, there is nothing to do (with many partitions, a
+        // full pass is the costliest thing an idle broker does). A full pass still
+        // runs every `FULL_PASS_EVERY` passes, should a change go unseen.
+        let digest = self
+            .states_digest
+            .load(std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut view = self
+                .controller_view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            view.skipped += 1;
+            let unchanged = view.settled && view.live == live && view.digest == digest;
+            if unchanged && view.skipped < FULL_PASS_EVERY {
+                return Ok(());
+            }
+            view.skipped = 0;
+        }
+        let mut settled = true;
         let rules: HashMap<uuid::Uuid, TopicRules> = self
             .topics_snapshot()
             .iter()
@@ -359,10 +379,20 @@ impl Broker {
                     old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
                     isr = ?stored.isr, elr = ?stored.elr, "controller changed the partition's leader or ISR"
                 ),
-                Err(e) => tracing::info!(topic_id = %state.topic_id, partition = state.partition,
-                    error = %e, "leader change not written"),
+                Err(e) => {
+                    settled = false;
+                    tracing::info!(topic_id = %state.topic_id, partition = state.partition,
+                        error = %e, "leader change not written")
+                }
             }
         }
+        let mut view = self
+            .controller_view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        view.settled = settled;
+        view.live = live;
+        view.digest = digest;
         Ok(())
     }
 
@@ -395,6 +425,18 @@ impl Broker {
             .collect();
         Ok((controller, brokers))
     }
+}
+
+/// Full controller passes run at least once in this many.
+const FULL_PASS_EVERY: u32 = 10;
+
+/// What the controller's last full pass saw and whether it decided everything.
+#[derive(Debug, Default)]
+pub(crate) struct ControllerView {
+    settled: bool,
+    live: HashMap<i32, i64>,
+    digest: u64,
+    skipped: u32,
 }
 
 /// How the controller sees one partition's topic.

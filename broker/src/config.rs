@@ -185,6 +185,9 @@ pub struct ClusterSection {
     pub replica_fetch_max_wait_ms: u64,
     /// Replication factor of topics created without one. Default: 1.
     pub default_replication_factor: i32,
+    /// Partition replicas one broker may hold; creating more is refused with
+    /// INVALID_PARTITIONS. Default: 100000.
+    pub max_partitions_per_broker: i32,
 }
 
 impl Default for ClusterSection {
@@ -197,6 +200,7 @@ impl Default for ClusterSection {
             replica_lag_time_max_ms: 10_000,
             replica_fetch_max_wait_ms: 500,
             default_replication_factor: 1,
+            max_partitions_per_broker: 100_000,
         }
     }
 }
@@ -307,6 +311,11 @@ pub enum ConfigLoadError {
 }
 
 impl BrokerConfig {
+    /// Whether the object store forgets everything at restart (`memory://`).
+    pub fn volatile_object_store(&self) -> bool {
+        self.object_store_url.starts_with("memory://")
+    }
+
     /// Where other brokers and clients reach this one.
     pub fn advertised_address(&self) -> String {
         self.cluster
@@ -348,12 +357,26 @@ impl BrokerConfig {
             .or(file.broker.object_store_url)
             .unwrap_or_else(|| format!("file://{}/objects", data_dir.display()));
         let mut topic_defaults = TopicConfig::default();
+        if object_store_url.starts_with("memory://") {
+            // A memory store keeps nothing across restarts: segments tiered to it (and
+            // deleted locally) would be lost. Tiering is off unless asked for, and
+            // refused if asked for (below).
+            topic_defaults.remote_storage_enable = false;
+        }
         for (key, value) in &file.topic_defaults {
             let value = match value {
                 toml::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
             topic_defaults.set(key, &value)?;
+        }
+        if object_store_url.starts_with("memory://") && topic_defaults.remote_storage_enable {
+            return Err(ConfigLoadError::Invalid {
+                key: "topic_defaults.remote.storage.enable",
+                reason: "the memory:// object store keeps nothing across restarts, so tiering \
+                         to it would lose data: use file:// or s3://, or leave tiering off"
+                    .into(),
+            });
         }
         let config = Self {
             broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
@@ -409,6 +432,9 @@ impl BrokerConfig {
         }
         if self.cluster.default_replication_factor < 1 {
             return invalid("cluster.default_replication_factor", "must be >= 1");
+        }
+        if self.cluster.max_partitions_per_broker < 1 {
+            return invalid("cluster.max_partitions_per_broker", "must be >= 1");
         }
         if self.tiering.chunk_bytes < 64 * 1024 {
             return invalid("tiering.chunk_bytes", "must be at least 65536");

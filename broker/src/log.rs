@@ -666,6 +666,11 @@ impl PartitionLog {
             .sum()
     }
 
+    /// Whether a sealed segment holds offsets above `after`.
+    pub fn has_sealed_after(&self, after: i64) -> bool {
+        self.segments.len() > 1 && self.active().base_offset - 1 > after
+    }
+
     /// Sealed segments whose base offset is above `after`, oldest first, as the
     /// uploader needs them (their files never change again).
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {

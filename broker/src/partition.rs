@@ -341,8 +341,14 @@ impl Partition {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .needs_cleanup = true;
-            tracing::info!(topic = %self.topic, partition = self.index, epoch = state.leader_epoch,
-                log_end_offset = leo, isr = ?state.isr, "leading partition");
+            // A new partition's first leader is routine (a topic of 20,000 partitions
+            // would log 20,000 lines); every other change of leader is news.
+            if state.leader_epoch == 0 && leo == 0 {
+                tracing::debug!(topic = %self.topic, partition = self.index, "leading new partition");
+            } else {
+                tracing::info!(topic = %self.topic, partition = self.index, epoch = state.leader_epoch,
+                    log_end_offset = leo, isr = ?state.isr, "leading partition");
+            }
         } else if state.leader != self.broker_id && was_leading_epoch.is_some() {
             r.followers.clear();
             tracing::info!(topic = %self.topic, partition = self.index, leader = state.leader,
@@ -820,6 +826,16 @@ impl Partition {
 
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
         self.replica().log.sealed_segments_after(after)
+    }
+
+    /// Whether a sealed segment holds offsets above `after` (cheap).
+    pub fn has_sealed_after(&self, after: i64) -> bool {
+        self.replica().log.has_sealed_after(after)
+    }
+
+    /// Bytes of the local log.
+    pub fn size_bytes(&self) -> u64 {
+        self.replica().log.size_bytes()
     }
 
     /// Local bytes of the segments after `offset` (those not in the object store).

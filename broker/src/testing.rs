@@ -21,7 +21,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use shale_metastore::{
-    BrokerLease, CommittedOffset, ControllerLease, Metastore, NewTopic, PartitionState,
+    BrokerLease, CommittedOffset, ControllerLease, Metastore, NewTopic, PartitionState, RemoteLog,
     RemoteSegment, RemoteSegmentState, StateGuard, Topic,
 };
 use tokio_util::sync::CancellationToken;
@@ -152,6 +152,10 @@ impl Metastore for FaultyMetastore {
     async fn remote_log_end_offset(&self, topic_id: Uuid, partition: i32) -> R<i64> {
         self.remote_read()?;
         self.inner.remote_log_end_offset(topic_id, partition).await
+    }
+    async fn remote_logs(&self, topic_id: Uuid) -> R<BTreeMap<i32, RemoteLog>> {
+        self.remote_read()?;
+        self.inner.remote_logs(topic_id).await
     }
     async fn list_remote_segments(
         &self,

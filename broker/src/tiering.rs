@@ -89,11 +89,30 @@ fn tiered_partitions(b: &Broker) -> Vec<Arc<Partition>> {
 }
 
 impl Broker {
-    /// One pass: every tiered partition copies its pending sealed segments, at most
-    /// `upload_concurrency` partitions at a time.
+    /// One pass: every tiered partition this broker leads copies its pending sealed
+    /// segments, at most `upload_concurrency` partitions at a time; followers with
+    /// sealed segments not known to be copied yet re-read their remote logs (one read
+    /// per topic), for local retention.
     pub(crate) async fn upload_pass(self: &Arc<Self>) -> Result<()> {
+        let (leaders, followers): (Vec<_>, Vec<_>) = tiered_partitions(self)
+            .into_iter()
+            .partition(|p| p.is_leader());
+        let waiting: Vec<Arc<Partition>> = followers
+            .into_iter()
+            .filter(|p| {
+                let state = p.remote_state();
+                state.loaded && p.has_sealed_after(state.end_offset)
+            })
+            .collect();
+        self.read_remote_logs(waiting, true).await;
         let mut running = JoinSet::new();
-        for p in tiered_partitions(self) {
+        // Only partitions with something to do: a remote log to load or clean up, or a
+        // sealed segment beyond it (most partitions of a broker with many have none).
+        let busy = leaders.into_iter().filter(|p| {
+            let state = p.remote_state();
+            !state.loaded || state.needs_cleanup || p.has_sealed_after(state.end_offset)
+        });
+        for p in busy {
             let permit = self
                 .upload_permits
                 .clone()
@@ -103,12 +122,6 @@ impl Broker {
             let broker = self.clone();
             running.spawn(async move {
                 let _permit = permit;
-                if !p.is_leader() {
-                    if let Err(e) = broker.refresh_remote_index(&p).await {
-                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot read remote segments");
-                    }
-                    return;
-                }
                 if let Err(e) = broker.tier_partition(&p).await {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "segment copy failed, will retry");
                 }
@@ -118,22 +131,45 @@ impl Broker {
         Ok(())
     }
 
-    /// Loads the remote read index of every tiered partition not loaded yet (at
-    /// start, and for partitions opened or tiered since). A failure is logged and
-    /// retried by the next upload pass.
+    /// Loads the remote log of every tiered partition not loaded yet (at start, and
+    /// for partitions opened since): one metastore read per topic. A failure is logged
+    /// and retried by the next refresh.
     pub(crate) async fn load_remote_indexes(&self) {
-        for p in tiered_partitions(self) {
-            if !p.remote_state().loaded
-                && let Err(e) = self.load_remote_index(&p).await
-            {
-                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot load remote segments");
-            }
-        }
+        let unloaded = tiered_partitions(self)
+            .into_iter()
+            .filter(|p| !p.remote_state().loaded)
+            .collect();
+        self.read_remote_logs(unloaded, false).await;
     }
 
-    async fn load_remote_index(&self, p: &Partition) -> Result<RemoteState> {
-        let _tier = p.tier_lock.lock().await;
-        self.load_remote_index_locked(p).await
+    /// Reads the remote logs of `parts` from the metastore, one read per topic, and
+    /// installs them (`refresh`: also over loaded ones).
+    async fn read_remote_logs(&self, parts: Vec<Arc<Partition>>, refresh: bool) {
+        let mut by_topic: std::collections::BTreeMap<uuid::Uuid, Vec<Arc<Partition>>> =
+            Default::default();
+        for p in parts {
+            by_topic.entry(p.topic_id).or_default().push(p);
+        }
+        for (topic_id, parts) in by_topic {
+            let mut logs = match self.metastore.remote_logs(topic_id).await {
+                Ok(logs) => logs,
+                Err(e) => {
+                    tracing::warn!(topic = %parts[0].topic, error = %e, "cannot read remote segments");
+                    continue;
+                }
+            };
+            for p in parts {
+                let _tier = p.tier_lock.lock().await;
+                if !refresh && p.remote_state().loaded {
+                    continue;
+                }
+                let log = logs.remove(&p.index).unwrap_or_default();
+                p.set_remote_state(RemoteState {
+                    needs_cleanup: log.unfinished,
+                    ..remote_state_of(log.finished, log.copied_end)
+                });
+            }
+        }
     }
 
     async fn load_remote_index_locked(&self, p: &Partition) -> Result<RemoteState> {
@@ -163,17 +199,6 @@ impl Broker {
             .await
             .map_err(Error::Tiering)?;
         Ok(remote_state_of(finished, copied_end))
-    }
-
-    /// A follower's pass: the finished segments as the leader left them.
-    async fn refresh_remote_index(&self, p: &Partition) -> Result<()> {
-        let _tier = p.tier_lock.lock().await;
-        let state = self.read_remote_log(p).await?;
-        p.set_remote_state(RemoteState {
-            needs_cleanup: true,
-            ..state
-        });
-        Ok(())
     }
 
     async fn tier_partition(&self, p: &Partition) -> Result<()> {

@@ -89,7 +89,8 @@ impl Broker {
         let assignments = self
             .assign_replicas(name, 0, partitions, replication_factor)
             .await?;
-        self.resolve_config(&configs)?;
+        self.check_broker_capacity(&assignments).await?;
+        self.check_topic_config(&self.resolve_config(&configs)?, replication_factor)?;
         let new = NewTopic {
             name: name.to_string(),
             partitions,
@@ -112,8 +113,98 @@ impl Broker {
         }
         let topic = self.metastore.create_topic(new).await?;
         tracing::info!(topic = %topic.name, id = %topic.id, partitions, "created topic");
-        self.reconcile().await?;
+        // All or nothing: if a partition this broker holds cannot be created here (a
+        // full disk, say), the topic goes again and the caller hears why.
+        let opened = self
+            .reconcile()
+            .await
+            .and_then(|()| self.open_failure(topic.id));
+        if let Err(e) = opened {
+            tracing::error!(topic = %topic.name, error = %e, "cannot create the topic's partitions, deleting it");
+            if let Err(undo) = self.delete_topic(&topic.name).await {
+                tracing::error!(topic = %topic.name, error = %undo, "cannot delete the half-created topic");
+            }
+            return Err(e);
+        }
         Ok(topic)
+    }
+
+    /// Refuses replica assignments that would leave a broker with more partition
+    /// replicas than `cluster.max_partitions_per_broker`.
+    async fn check_broker_capacity(&self, assignments: &[Vec<i32>]) -> Result<()> {
+        let limit = self.config.cluster.max_partitions_per_broker as usize;
+        let mut held: BTreeMap<i32, usize> = BTreeMap::new();
+        for s in self.metastore.list_partition_states().await? {
+            for b in s.replicas {
+                *held.entry(b).or_default() += 1;
+            }
+        }
+        for b in assignments.iter().flatten() {
+            *held.entry(*b).or_default() += 1;
+        }
+        if let Some((b, n)) = held.into_iter().find(|(_, n)| *n > limit) {
+            return Err(Error::InvalidPartitions(format!(
+                "broker {b} would hold {n} partition replicas, more than \
+                 cluster.max_partitions_per_broker = {limit}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a topic's effective config against its replication factor and the
+    /// broker (as Kafka does at create and alter time).
+    fn check_topic_config(&self, config: &TopicConfig, replication_factor: i32) -> Result<()> {
+        let invalid = |key: &str, value: String, reason: String| {
+            Err(crate::topic_config::ConfigError {
+                key: key.into(),
+                value,
+                reason,
+            }
+            .into())
+        };
+        if config.min_insync_replicas > i64::from(replication_factor) {
+            return invalid(
+                "min.insync.replicas",
+                config.min_insync_replicas.to_string(),
+                format!(
+                    "must not exceed the replication factor {replication_factor}, or acks=all \
+                     could never succeed"
+                ),
+            );
+        }
+        if config.retention_bytes >= 0
+            && config.local_retention_bytes >= 0
+            && config.local_retention_bytes > config.retention_bytes
+        {
+            return invalid(
+                "local.retention.bytes",
+                config.local_retention_bytes.to_string(),
+                format!(
+                    "must not exceed retention.bytes ({})",
+                    config.retention_bytes
+                ),
+            );
+        }
+        if config.retention_ms >= 0
+            && config.local_retention_ms >= 0
+            && config.local_retention_ms > config.retention_ms
+        {
+            return invalid(
+                "local.retention.ms",
+                config.local_retention_ms.to_string(),
+                format!("must not exceed retention.ms ({})", config.retention_ms),
+            );
+        }
+        if config.remote_storage_enable && self.config.volatile_object_store() {
+            return invalid(
+                "remote.storage.enable",
+                "true".into(),
+                "the memory:// object store keeps nothing across restarts: tiering to it \
+                 would lose data"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
@@ -151,6 +242,7 @@ impl Broker {
         overrides.extend(set.clone());
         let before = self.resolve_config(&topic.configs)?;
         let after = self.resolve_config(&overrides)?;
+        self.check_topic_config(&after, topic.replication_factor)?;
         if before.remote_storage_enable && !after.remote_storage_enable {
             // As in Kafka: the remote log would be orphaned.
             return Err(crate::topic_config::ConfigError {
@@ -199,11 +291,13 @@ impl Broker {
                 topic.replication_factor,
             )
             .await?;
+        self.check_broker_capacity(&assignments).await?;
         self.metastore
             .add_partitions(name, total, &assignments)
             .await?;
         tracing::info!(topic = name, total, "added partitions");
-        self.reconcile().await
+        self.reconcile().await?;
+        self.open_failure(topic.id)
     }
 
     pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {

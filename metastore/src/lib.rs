@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 pub use cluster::{BrokerLease, ControllerLease, PartitionState, StateGuard};
 pub use groups::CommittedOffset;
-pub use remote::{RemoteSegment, RemoteSegmentState};
+pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
 
 /// A topic as the metastore records it.
@@ -219,6 +219,9 @@ pub trait Metastore: Send + Sync + 'static {
     /// The highest offset of the partition ever copied to the object store (by a copy
     /// that finished, whatever became of it since); -1 if none.
     async fn remote_log_end_offset(&self, topic_id: Uuid, partition: i32) -> Result<i64>;
+    /// The remote logs of every partition of a topic that has any, by partition: one
+    /// read for a whole topic (a broker loading thousands of partitions).
+    async fn remote_logs(&self, topic_id: Uuid) -> Result<BTreeMap<i32, RemoteLog>>;
     /// A partition's remote segments in any of `states`, by base offset.
     async fn list_remote_segments(
         &self,

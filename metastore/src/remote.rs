@@ -62,3 +62,26 @@ pub struct RemoteSegment {
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
+
+/// A partition's remote log as the metastore records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteLog {
+    /// Readable (`COPY_FINISHED`) segments, by base offset.
+    pub finished: Vec<RemoteSegment>,
+    /// The highest offset ever copied by a copy that finished, deleted since or not;
+    /// -1 if none.
+    pub copied_end: i64,
+    /// Some copy or deletion never finished (`COPY_STARTED` or `DELETE_STARTED` rows):
+    /// their objects must be cleaned up before the next copy.
+    pub unfinished: bool,
+}
+
+impl Default for RemoteLog {
+    fn default() -> Self {
+        Self {
+            finished: Vec::new(),
+            copied_end: -1,
+            unfinished: false,
+        }
+    }
+}

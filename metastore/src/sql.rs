@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::cluster::{decode_ids, encode_ids};
 use crate::{
     BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic, PartitionState,
-    RemoteSegment, RemoteSegmentState, Result, StateGuard, Topic,
+    RemoteLog, RemoteSegment, RemoteSegmentState, Result, StateGuard, Topic,
 };
 
 pub struct PostgresMetastore {
@@ -525,6 +525,46 @@ macro_rules! sql_metastore {
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(end.unwrap_or(-1))
+            }
+
+            async fn remote_logs(&self, topic_id: Uuid) -> Result<BTreeMap<i32, RemoteLog>> {
+                let mut out: BTreeMap<i32, RemoteLog> = BTreeMap::new();
+                let ends: Vec<(i32, i64)> = sqlx::query_as(
+                    "SELECT partition_id, MAX(end_offset) FROM remote_segments \
+                     WHERE topic_id = $1 AND copied = 1 GROUP BY partition_id",
+                )
+                .bind(topic_id)
+                .fetch_all(&self.pool)
+                .await?;
+                for (partition, end) in ends {
+                    out.entry(partition).or_default().copied_end = end;
+                }
+                let unfinished: Vec<(i32,)> = sqlx::query_as(
+                    "SELECT DISTINCT partition_id FROM remote_segments \
+                     WHERE topic_id = $1 AND state IN ('COPY_STARTED', 'DELETE_STARTED')",
+                )
+                .bind(topic_id)
+                .fetch_all(&self.pool)
+                .await?;
+                for (partition,) in unfinished {
+                    out.entry(partition).or_default().unfinished = true;
+                }
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 \
+                     AND state = 'COPY_FINISHED' ORDER BY partition_id, base_offset"
+                );
+                let rows = sqlx::query_as::<_, RemoteSegmentRow>(&sql)
+                    .bind(topic_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                for row in rows {
+                    let seg = remote_segment(row)?;
+                    out.entry(seg.partition)
+                        .or_default()
+                        .finished
+                        .push(seg);
+                }
+                Ok(out)
             }
 
             async fn list_remote_segments(

@@ -555,6 +555,15 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
     // no aborted copy (50..=149 never finished).
     assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 199);
     assert_eq!(m.remote_log_end_offset(topic, 1).await.unwrap(), -1);
+    let logs = m.remote_logs(topic).await.unwrap();
+    assert_eq!(logs.keys().copied().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(logs[&0].copied_end, 199);
+    assert!(
+        logs[&0].unfinished,
+        "the copy of 0..=99 that never finished"
+    );
+    let bases: Vec<i64> = logs[&0].finished.iter().map(|s| s.base_offset).collect();
+    assert_eq!(bases, vec![100]);
     m.transition_remote_segment(next.segment_id, CopyFinished, DeleteStarted)
         .await
         .unwrap();

@@ -41,6 +41,8 @@ pub struct Broker {
     pub port: u16,
     extra_args: Vec<String>,
     envs: Vec<(String, String)>,
+    /// Open-files limit (soft and hard) the process starts under.
+    fd_limit: Option<u64>,
     child: Option<Child>,
 }
 
@@ -61,6 +63,22 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            fd_limit: None,
+            child: None,
+        };
+        b.spawn().await;
+        b
+    }
+
+    /// A broker whose data lives under `dir` (e.g. a tmpfs), started under an
+    /// open-files limit (soft and hard, so the broker cannot raise it).
+    pub async fn start_limited(dir: tempfile::TempDir, extra_args: &[&str], fd_limit: u64) -> Self {
+        let mut b = Broker {
+            dir,
+            port: free_port(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            envs: Vec::new(),
+            fd_limit: Some(fd_limit),
             child: None,
         };
         b.spawn().await;
@@ -85,7 +103,17 @@ impl Broker {
             .append(true)
             .open(self.log_path())
             .unwrap();
-        let child = Command::new(broker_bin())
+        let mut command = match self.fd_limit {
+            None => Command::new(broker_bin()),
+            Some(limit) => {
+                let mut c = Command::new("bash");
+                c.args(["-c", "ulimit -n \"$1\" && shift && exec \"$@\"", "bash"])
+                    .arg(limit.to_string())
+                    .arg(broker_bin());
+                c
+            }
+        };
+        let child = command
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")

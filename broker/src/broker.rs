@@ -87,6 +87,8 @@ pub struct Broker {
     pub(crate) states_digest: std::sync::atomic::AtomicU64,
     /// What the controller last acted on (see `Broker::controller_pass`).
     pub(crate) controller_view: std::sync::Mutex<crate::cluster::ControllerView>,
+    /// When the controller last checked leader balance.
+    pub(crate) last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
     /// Consumer groups this broker coordinates.
@@ -189,6 +191,7 @@ impl Broker {
             controller_epoch: std::sync::atomic::AtomicI64::new(0),
             states_digest: std::sync::atomic::AtomicU64::new(0),
             controller_view: std::sync::Mutex::new(Default::default()),
+            last_rebalance: std::sync::Mutex::new(Some(std::time::Instant::now())),
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),

@@ -255,6 +255,18 @@ impl Broker {
         }
     }
 
+    /// Live brokers (lease not expired) and their incarnations.
+    async fn live_incarnations(&self) -> Result<HashMap<i32, i64>> {
+        Ok(self
+            .metastore
+            .list_brokers()
+            .await?
+            .into_iter()
+            .filter(BrokerLease::is_alive)
+            .map(|b| (b.broker_id, b.broker_epoch))
+            .collect())
+    }
+
     /// Live brokers (lease not expired), by id.
     pub(crate) async fn live_brokers(&self) -> Result<Vec<i32>> {
         Ok(self
@@ -318,14 +330,25 @@ impl Broker {
         if was != lease.epoch {
             tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
         }
-        let live: HashMap<i32, i64> = self
-            .metastore
-            .list_brokers()
-            .await?
-            .into_iter()
-            .filter(BrokerLease::is_alive)
-            .map(|b| (b.broker_id, b.broker_epoch))
-            .collect();
+        let live = self.live_incarnations().await?;
+        if self.config.cluster.auto_leader_rebalance_enable {
+            let due = {
+                let mut last = self
+                    .last_rebalance
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let every =
+                    Duration::from_millis(self.config.cluster.leader_imbalance_check_interval_ms);
+                let due = last.is_none_or(|t| t.elapsed() >= every);
+                if due {
+                    *last = Some(Instant::now());
+                }
+                due
+            };
+            if due && let Err(e) = self.rebalance_leaders().await {
+                tracing::warn!(error = %e, "leader rebalance failed");
+            }
+        }
         // Elections follow deaths and partition changes: with neither since a pass
         // that decided everything, there is nothing to do (with many partitions, a
         // full pass is the costliest thing an idle broker does). A full pass still
@@ -393,6 +416,128 @@ impl Broker {
         view.settled = settled;
         view.live = live;
         view.digest = digest;
+        Ok(())
+    }
+
+    /// Preferred leader election: moves each partition's leadership to its first
+    /// replica where that one is alive, in the ISR and not leading already. `topic`
+    /// `None` means every topic; `partitions` `None` every partition. The old leader
+    /// stops acknowledging acks=all writes as soon as the new one stops fetching from
+    /// it; acks=1 writes it takes before it learns of the change are truncated (as in
+    /// Kafka).
+    pub async fn elect_preferred_leaders(
+        &self,
+        topic: Option<&str>,
+        partitions: Option<&[i32]>,
+    ) -> Result<Vec<(String, i32, Result<i32>)>> {
+        let topics: HashMap<uuid::Uuid, String> = match topic {
+            Some(name) => {
+                let t = self
+                    .topic(name)
+                    .or(Err(Error::UnknownTopic(name.to_string())))?;
+                HashMap::from([(t.meta.id, t.meta.name.clone())])
+            }
+            None => self
+                .topics_snapshot()
+                .iter()
+                .map(|t| (t.meta.id, t.meta.name.clone()))
+                .collect(),
+        };
+        let live = self.live_incarnations().await?;
+        let mut out = Vec::new();
+        for state in self.metastore.list_partition_states().await? {
+            let Some(name) = topics.get(&state.topic_id) else {
+                continue;
+            };
+            if partitions.is_some_and(|ps| !ps.contains(&state.partition)) {
+                continue;
+            }
+            let result = self.elect_preferred(&state, &live).await;
+            out.push((name.clone(), state.partition, result));
+        }
+        if let (Some(name), Some(wanted)) = (topic, partitions) {
+            for p in wanted {
+                if !out.iter().any(|(_, q, _)| q == p) {
+                    let err = Error::UnknownPartition {
+                        topic: name.to_string(),
+                        partition: *p,
+                    };
+                    out.push((name.to_string(), *p, Err(err)));
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        Ok(out)
+    }
+
+    async fn elect_preferred(
+        &self,
+        state: &PartitionState,
+        live: &HashMap<i32, i64>,
+    ) -> Result<i32> {
+        let preferred = state.replicas.first().copied().unwrap_or(-1);
+        if state.leader == preferred {
+            return Err(Error::ElectionNotNeeded(preferred));
+        }
+        let Some(&epoch) = live
+            .get(&preferred)
+            .filter(|_| state.isr.contains(&preferred))
+        else {
+            return Err(Error::PreferredLeaderNotAvailable(preferred));
+        };
+        let next = PartitionState {
+            leader: preferred,
+            leader_epoch: state.leader_epoch + 1,
+            ..state.clone()
+        };
+        let guard = StateGuard {
+            expired: None,
+            alive: Some((preferred, epoch)),
+        };
+        let stored = self.metastore.update_partition_state(&next, guard).await?;
+        tracing::info!(topic_id = %stored.topic_id, partition = stored.partition,
+            old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
+            "preferred leader elected");
+        Ok(stored.leader)
+    }
+
+    /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, a
+    /// broker leading fewer than 90 % of the partitions it is the preferred replica of
+    /// gets them back where it is alive and in sync (Kafka's 10 % imbalance rule).
+    async fn rebalance_leaders(&self) -> Result<()> {
+        let states = self.metastore.list_partition_states().await?;
+        let mut preferred: HashMap<i32, (usize, usize)> = HashMap::new();
+        for s in &states {
+            if let Some(&p) = s.replicas.first() {
+                let entry = preferred.entry(p).or_default();
+                entry.0 += 1;
+                if s.leader != p {
+                    entry.1 += 1;
+                }
+            }
+        }
+        let imbalanced: Vec<i32> = preferred
+            .into_iter()
+            .filter(|(_, (total, off))| *off * 10 > *total)
+            .map(|(b, _)| b)
+            .collect();
+        if imbalanced.is_empty() {
+            return Ok(());
+        }
+        let live = self.live_incarnations().await?;
+        for s in &states {
+            let Some(p) = s.replicas.first() else {
+                continue;
+            };
+            // Only from a live leader: a dead one's partitions are the elections' job.
+            if imbalanced.contains(p) && s.leader != *p && live.contains_key(&s.leader) {
+                match self.elect_preferred(s, &live).await {
+                    Ok(_) | Err(Error::PreferredLeaderNotAvailable(_)) => {}
+                    Err(e) => tracing::info!(topic_id = %s.topic_id, partition = s.partition,
+                        error = %e, "preferred leader not elected"),
+                }
+            }
+        }
         Ok(())
     }
 

@@ -188,6 +188,13 @@ pub struct ClusterSection {
     /// Partition replicas one broker may hold; creating more is refused with
     /// INVALID_PARTITIONS. Default: 100000.
     pub max_partitions_per_broker: i32,
+    /// The controller moves leaderships back to their preferred replicas (the first
+    /// of each partition) when a broker leads fewer than 90 % of its own (Kafka's
+    /// `auto.leader.rebalance.enable`). Default: true.
+    pub auto_leader_rebalance_enable: bool,
+    /// How often leader balance is checked (`leader.imbalance.check.interval.seconds`).
+    /// Default: 300000 ms.
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -201,6 +208,8 @@ impl Default for ClusterSection {
             replica_fetch_max_wait_ms: 500,
             default_replication_factor: 1,
             max_partitions_per_broker: 100_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }

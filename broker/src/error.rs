@@ -74,6 +74,10 @@ pub enum Error {
     FencedLeaderEpoch { sent: i32, current: i32 },
     #[error("broker {0} is not a replica of this partition")]
     NotReplica(i32),
+    #[error("the preferred replica, broker {0}, leads already")]
+    ElectionNotNeeded(i32),
+    #[error("the preferred replica, broker {0}, is not alive and in sync")]
+    PreferredLeaderNotAvailable(i32),
     #[error("broker {replica}'s incarnation {sent} is not its registered one ({registered})")]
     StaleBrokerEpoch {
         replica: i32,
@@ -109,6 +113,8 @@ impl Error {
             FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             LeaseLapsed => ErrorCode::NotLeaderOrFollower,
             NotReplica(_) => ErrorCode::ReplicaNotAvailable,
+            ElectionNotNeeded(_) => ErrorCode::ElectionNotNeeded,
+            PreferredLeaderNotAvailable(_) => ErrorCode::PreferredLeaderNotAvailable,
             StaleBrokerEpoch { .. } => ErrorCode::StaleBrokerEpoch,
             NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,

@@ -16,6 +16,27 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Where a topic's config value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// The topic's own override.
+    Topic,
+    /// The broker's `[topic_defaults]`.
+    Broker,
+    /// Built in.
+    Default,
+}
+
+impl ConfigSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Topic => "topic",
+            Self::Broker => "broker",
+            Self::Default => "default",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampType {
     CreateTime,
@@ -224,6 +245,30 @@ impl TopicConfig {
             "flush.ms" => self.flush_ms.to_string(),
             _ => return None,
         })
+    }
+
+    /// Every key with its effective value and where the value comes from: the topic's
+    /// own overrides, the broker's `[topic_defaults]` (`broker`, differing from the
+    /// built-in default) or the built-in default.
+    pub fn entries(
+        &self,
+        overrides: &BTreeMap<String, String>,
+        broker: &TopicConfig,
+    ) -> Vec<(String, String, ConfigSource)> {
+        let builtin = TopicConfig::default();
+        KEYS.iter()
+            .filter_map(|k| {
+                let value = self.get(k)?;
+                let source = if overrides.contains_key(*k) {
+                    ConfigSource::Topic
+                } else if broker.get(k) != builtin.get(k) {
+                    ConfigSource::Broker
+                } else {
+                    ConfigSource::Default
+                };
+                Some((k.to_string(), value, source))
+            })
+            .collect()
     }
 
     /// Every key with its effective value.

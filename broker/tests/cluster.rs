@@ -42,9 +42,15 @@ struct Cluster {
 impl Cluster {
     /// Starts `n` brokers on a fresh database, reached through `via` if given.
     async fn start(n: i32, via: Option<&PgProxy>) -> Self {
+        Self::start_with(n, via, "").await
+    }
+
+    /// [`Cluster::start`] with more `[cluster]` settings.
+    async fn start_with(n: i32, via: Option<&PgProxy>, cluster_extra: &str) -> Self {
         let s3 = S3Server::start("shale-cluster");
         let cfg_dir = tempfile::tempdir().unwrap();
-        let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(CLUSTER_TOML));
+        let toml = CLUSTER_TOML.replace("[cluster]\n", &format!("[cluster]\n{cluster_extra}"));
+        let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(&toml));
         let db = PgDatabase::create();
         let url = match via {
             Some(proxy) => db.url().replace(":5432/", &format!(":{}/", proxy.port)),
@@ -982,4 +988,91 @@ async fn a_follower_whose_epoch_checkpoint_lags_its_log_truncates_nothing() {
     );
     let read = check(cluster.client().await, &acked).await;
     report("lagging epoch checkpoint", &acked, failed, read);
+}
+
+/// Partitions whose preferred replica (the first) is `broker`, and how many it leads.
+async fn preferred_led(cluster: &Cluster, via: i32, broker: i32) -> (usize, usize) {
+    let c = Client::connect(&cluster.brokers[(via - 1) as usize].address())
+        .await
+        .unwrap();
+    let parts = c.describe_topic(TOPIC).await.unwrap().partitions;
+    let mine: Vec<_> = parts.iter().filter(|p| p.replicas[0] == broker).collect();
+    (
+        mine.len(),
+        mine.iter().filter(|p| p.leader == broker).count(),
+    )
+}
+
+/// After a restart a broker leads nothing; `shale cluster elect-leaders` gives it back
+/// the partitions it is the preferred replica of, once it is in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preferred_leader_election_returns_leadership_to_a_restarted_broker() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster.create_topic().await;
+    let (own, _) = preferred_led(&cluster, 2, 1).await;
+    assert!(own > 0);
+    cluster.broker(1).stop();
+    cluster.broker(1).start_again().await;
+    cluster
+        .wait_until(2, "broker 1 back in every ISR", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.contains(&1))
+        })
+        .await;
+    assert_eq!(preferred_led(&cluster, 2, 1).await, (own, 0));
+    let out = common::run_cli(&cluster.bootstrap(), &["cluster", "elect-leaders"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("\telected").count(), own, "{text}");
+    assert_eq!(
+        text.matches("ELECTION_NOT_NEEDED").count(),
+        PARTITIONS as usize - own,
+        "{text}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while preferred_led(&cluster, 2, 1).await != (own, own) {
+        assert!(
+            Instant::now() < deadline,
+            "broker 1 did not lead its partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With `auto_leader_rebalance_enable` (the default) the controller does it by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_broker_takes_back_its_preferred_leaderships() {
+    let mut cluster =
+        Cluster::start_with(3, None, "leader_imbalance_check_interval_ms = 500\n").await;
+    cluster.create_topic().await;
+    let load = Load::start(cluster.client().await).await;
+    load.wait_more(300).await;
+    let (own, _) = preferred_led(&cluster, 2, 1).await;
+    cluster.broker(1).stop();
+    cluster
+        .wait_until(2, "broker 1's leaderships moved", |ps| {
+            ps.iter().all(|(l, _, _)| *l != 1 && *l > 0)
+        })
+        .await;
+    cluster.broker(1).start_again().await;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    while preferred_led(&cluster, 2, 1).await != (own, own) {
+        assert!(
+            Instant::now() < deadline,
+            "broker 1 never led its partitions again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "[rebalance] broker 1 led its {own} preferred partitions again {:?} after restarting",
+        started.elapsed()
+    );
+    load.wait_more(300).await;
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("leader rebalance", &acked, failed, read);
 }

@@ -339,7 +339,11 @@ async fn offsets_by_time_and_topic_lifecycle_through_the_cli() {
         None,
     );
     let d = broker.cli_ok(&["topic", "describe", "t1"], None);
-    assert!(!d.contains("retention.ms="), "{d}");
+    assert!(
+        d.contains("Config: retention.ms=604800000 (default)"),
+        "{d}"
+    );
+    assert!(d.contains("Config: retention.bytes=1000000 (topic)"), "{d}");
     broker.cli_ok(&["produce", "t1", "--partition", "3"], Some(b"p3\n"));
     assert_eq!(
         broker.cli_ok(

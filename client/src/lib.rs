@@ -183,6 +183,15 @@ fn endpoint(address: &str) -> Result<Endpoint> {
     let url = if address.contains("://") {
         address.to_string()
     } else {
+        // `host:port`, `[v6]:port`; a bare host would silently mean port 80.
+        let has_port = address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !has_port {
+            return Err(Error::Invalid(format!(
+                "broker address '{address}' has no port: give host:port, e.g. {address}:9093"
+            )));
+        }
         format!("http://{address}")
     };
     Ok(Endpoint::from_shared(url)
@@ -425,6 +434,26 @@ impl Client {
             .cluster_status(ClusterStatusRequest {})
             .await?
             .into_inner())
+    }
+
+    /// Preferred leader election (see the `ElectLeaders` RPC): per partition, the
+    /// leader after it, or why not. An empty `topic` means every topic.
+    pub async fn elect_leaders(
+        &self,
+        topic: &str,
+        partitions: Vec<i32>,
+    ) -> Result<Vec<ElectLeadersResult>> {
+        let r = self
+            .admin
+            .clone()
+            .elect_leaders(ElectLeadersRequest {
+                topic: topic.into(),
+                partitions,
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.results)
     }
 
     pub async fn create_topic(

@@ -220,6 +220,46 @@ struct Accumulator {
     /// A sequence gap: bump the epoch once nothing is in flight.
     bump_epoch: bool,
     closed: bool,
+    /// Retries not logged yet, and when retries were last logged (see `log_retry`).
+    retries: RetryLog,
+}
+
+/// How retries are logged: the first retriable error at once, then, while retries go
+/// on, a line every `RETRY_LOG_EVERY` with their count; a success after retries says
+/// so. A producer that cannot succeed is never silent for long.
+#[derive(Debug, Default)]
+struct RetryLog {
+    unlogged: u64,
+    last_logged: Option<Instant>,
+}
+
+const RETRY_LOG_EVERY: Duration = Duration::from_secs(5);
+
+impl RetryLog {
+    fn retry(&mut self, partition: usize, e: &Error) {
+        self.unlogged += 1;
+        match self.last_logged {
+            None => {
+                tracing::warn!(partition, error = %e, "produce failed, retrying");
+                self.unlogged = 0;
+                self.last_logged = Some(Instant::now());
+            }
+            Some(t) if t.elapsed() >= RETRY_LOG_EVERY => {
+                tracing::warn!(partition, retries = self.unlogged, error = %e,
+                    "still retrying");
+                self.unlogged = 0;
+                self.last_logged = Some(Instant::now());
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn success(&mut self) {
+        if self.last_logged.take().is_some() {
+            tracing::warn!("produce succeeded again after retries");
+            self.unlogged = 0;
+        }
+    }
 }
 
 struct Shared_ {
@@ -295,6 +335,7 @@ impl Producer {
             producer: None,
             bump_epoch: false,
             closed: false,
+            retries: RetryLog::default(),
         };
         Ok(Self {
             client,
@@ -943,6 +984,9 @@ impl Sender {
                 if q.retrying && q.queued.iter().all(|x| x.attempts == 0) {
                     q.retrying = false;
                 }
+                if b.attempts > 1 {
+                    acc.retries.success();
+                }
                 self.finish(acc, b, Ok(base));
             }
             Err(e) => {
@@ -966,6 +1010,7 @@ impl Sender {
                         self.client.invalidate(&self.topic);
                     }
                     tracing::debug!(partition = p, error = %e, attempts = b.attempts, "retrying batch");
+                    acc.retries.retry(p, &e);
                     let backoff = self
                         .config
                         .retry_backoff

@@ -110,12 +110,23 @@ impl Admin for AdminService {
                 }
             })
             .collect();
+        let config_entries = d
+            .config
+            .entries(&d.topic.configs, &self.broker.config.topic_defaults)
+            .into_iter()
+            .map(|(name, value, source)| ConfigEntry {
+                name,
+                value,
+                source: source.as_str().into(),
+            })
+            .collect();
         Ok(Response::new(DescribeTopicResponse {
             error,
             topic: Some(summary(&d.topic)),
             config_overrides: d.topic.configs.clone().into_iter().collect(),
             configs: d.config.to_map().into_iter().collect(),
             partitions,
+            config_entries,
         }))
     }
 
@@ -229,6 +240,32 @@ impl Admin for AdminService {
         Ok(Response::new(MetadataResponse { brokers, topics }))
     }
 
+    async fn elect_leaders(
+        &self,
+        request: Request<ElectLeadersRequest>,
+    ) -> Result<Response<ElectLeadersResponse>, Status> {
+        let r = request.into_inner();
+        let topic = (!r.topic.is_empty()).then_some(r.topic.as_str());
+        let partitions = (!r.partitions.is_empty()).then_some(&r.partitions[..]);
+        let result = self.broker.elect_preferred_leaders(topic, partitions).await;
+        let error = error_result(&result);
+        let results = result
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(topic, partition, r)| {
+                let (error_code, error_message) = super::error_fields(r.as_ref().err());
+                ElectLeadersResult {
+                    topic,
+                    partition,
+                    leader: r.unwrap_or(-1),
+                    error_code,
+                    error_message,
+                }
+            })
+            .collect();
+        Ok(Response::new(ElectLeadersResponse { error, results }))
+    }
+
     async fn cluster_status(
         &self,
         _request: Request<ClusterStatusRequest>,
@@ -245,11 +282,13 @@ impl Admin for AdminService {
                 .into_iter()
                 .map(|b| BrokerStatus {
                     broker_id: b.lease.broker_id,
-                    address: b.lease.address,
                     alive: b.alive,
                     lease_expires_ms: b.lease.lease_expires_ms,
+                    lease_remaining_ms: b.lease.remaining_now_ms(),
+                    broker_epoch: b.lease.broker_epoch,
                     leader_partitions: b.leader_partitions,
                     replica_partitions: b.replica_partitions,
+                    address: b.lease.address,
                 })
                 .collect(),
         }))

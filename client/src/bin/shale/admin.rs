@@ -1,0 +1,231 @@
+//! `shale offsets`, `shale cluster …` and `shale tiering …`.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use shale_client::Client;
+use shale_proto::ErrorCode;
+
+use crate::out::{self, OutputFormat};
+
+#[derive(Args)]
+pub struct OffsetsArgs {
+    /// The topic.
+    topic: String,
+    /// `latest`/`-1` (the high watermark), `earliest`/`-2`, milliseconds since the
+    /// epoch, or an RFC 3339 time: the first offset at or after it (-1 if none).
+    #[arg(long, default_value = "latest", allow_hyphen_values = true)]
+    time: String,
+    /// Only this partition (default: all).
+    #[arg(short = 'p', long)]
+    partition: Option<i32>,
+}
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// The controller, and per broker: address, incarnation, alive or not, when its
+    /// lease expires, partitions led and held.
+    Status,
+    /// Preferred leader election: moves leadership to each partition's first replica
+    /// where it is alive and in sync.
+    ElectLeaders {
+        /// Only this topic (default: every topic).
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only these partitions of the topic (repeatable).
+        #[arg(long, requires = "topic")]
+        partition: Vec<i32>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TieringCommand {
+    /// Per partition: log start, local log start, remote start, highest uploaded
+    /// offset, upload lag (segments, bytes), remote segments and bytes.
+    Status {
+        /// Only this topic (default: every topic).
+        topic: Option<String>,
+    },
+}
+
+pub async fn offsets(
+    client: Client,
+    args: OffsetsArgs,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let ts = crate::parse_list_time(&args.time)?;
+    let partitions = match args.partition {
+        Some(p) => vec![p],
+        None => (0..client.partition_count(&args.topic).await?).collect(),
+    };
+    let mut rows = Vec::new();
+    for p in partitions {
+        rows.push((
+            p,
+            client.list_offset(&args.topic, p, ts).await?.unwrap_or(-1),
+        ));
+    }
+    match output {
+        OutputFormat::Json => out::json(&json!(
+            rows.iter()
+                .map(|(p, o)| json!({"topic": args.topic, "partition": p, "offset": o}))
+                .collect::<Vec<_>>()
+        )),
+        OutputFormat::Text => out::print(
+            &rows
+                .iter()
+                .map(|(p, o)| format!("{}:{p}:{o}\n", args.topic))
+                .collect::<String>(),
+        ),
+    }
+}
+
+pub async fn cluster(
+    client: Client,
+    cmd: ClusterCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCommand::Status => {
+            let s = client.cluster_status().await?;
+            match output {
+                OutputFormat::Json => out::json(&json!({
+                    "controller_id": s.controller_id,
+                    "controller_epoch": s.controller_epoch,
+                    "brokers": s.brokers.iter().map(|b| json!({
+                        "broker_id": b.broker_id,
+                        "address": b.address,
+                        "broker_epoch": b.broker_epoch,
+                        "alive": b.alive,
+                        "lease_expires_ms": b.lease_expires_ms,
+                        "lease_remaining_ms": b.lease_remaining_ms,
+                        "leader_partitions": b.leader_partitions,
+                        "replica_partitions": b.replica_partitions,
+                    })).collect::<Vec<_>>(),
+                })),
+                OutputFormat::Text => {
+                    let controller = match s.controller_id {
+                        -1 => "none".to_string(),
+                        id => format!("{id} (epoch {})", s.controller_epoch),
+                    };
+                    let mut text = format!(
+                        "Controller: {controller}\nBROKER\tADDRESS\tALIVE\tLEASE_EXPIRES\tLEADER_PARTITIONS\tREPLICA_PARTITIONS\tBROKER_EPOCH\n"
+                    );
+                    for b in s.brokers {
+                        text.push_str(&format!(
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                            b.broker_id,
+                            b.address,
+                            b.alive,
+                            out::relative_ms(b.lease_remaining_ms),
+                            b.leader_partitions,
+                            b.replica_partitions,
+                            b.broker_epoch
+                        ));
+                    }
+                    out::print(&text)
+                }
+            }
+        }
+        ClusterCommand::ElectLeaders { topic, partition } => {
+            let results = client
+                .elect_leaders(topic.as_deref().unwrap_or(""), partition)
+                .await?;
+            let failed = results.iter().any(|r| {
+                !matches!(
+                    ErrorCode::try_from(r.error_code),
+                    Ok(ErrorCode::None | ErrorCode::ElectionNotNeeded)
+                )
+            });
+            match output {
+                OutputFormat::Json => out::json(&json!(
+                    results
+                        .iter()
+                        .map(|r| json!({
+                            "topic": r.topic,
+                            "partition": r.partition,
+                            "leader": r.leader,
+                            "error": error_name(r.error_code),
+                            "message": r.error_message,
+                        }))
+                        .collect::<Vec<_>>()
+                ))?,
+                OutputFormat::Text => {
+                    let mut text = String::from("TOPIC\tPARTITION\tLEADER\tRESULT\n");
+                    for r in &results {
+                        let outcome = match ErrorCode::try_from(r.error_code) {
+                            Ok(ErrorCode::None) => "elected".to_string(),
+                            _ => format!("{}: {}", error_name(r.error_code), r.error_message),
+                        };
+                        text.push_str(&format!(
+                            "{}\t{}\t{}\t{outcome}\n",
+                            r.topic, r.partition, r.leader
+                        ));
+                    }
+                    out::print(&text)?
+                }
+            }
+            if failed {
+                anyhow::bail!("some preferred leaders could not be elected");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn error_name(code: i32) -> String {
+    ErrorCode::try_from(code).map_or_else(|_| code.to_string(), |c| c.as_str_name().to_string())
+}
+
+pub async fn tiering(
+    client: Client,
+    cmd: TieringCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let TieringCommand::Status { topic } = cmd;
+    let status = client.tiering_status_full(topic.as_deref()).await?;
+    match output {
+        OutputFormat::Json => out::json(&json!({
+            "partitions": status.partitions.iter().map(|r| json!({
+                "topic": r.topic,
+                "partition": r.partition,
+                "tiered": r.remote_storage_enabled,
+                "log_start_offset": r.log_start_offset,
+                "local_log_start_offset": r.local_log_start_offset,
+                "remote_log_start_offset": r.remote_log_start_offset,
+                "highest_uploaded_offset": r.highest_uploaded_offset,
+                "upload_lag_segments": r.upload_lag_segments,
+                "upload_lag_bytes": r.upload_lag_bytes,
+                "remote_segments": r.remote_segments,
+                "remote_bytes": r.remote_bytes,
+            })).collect::<Vec<_>>(),
+            "remote_get_requests": status.remote_get_requests,
+            "remote_bytes_fetched": status.remote_bytes_fetched,
+        })),
+        OutputFormat::Text => {
+            let mut text = String::from(
+                "TOPIC\tPARTITION\tTIERED\tLOG_START\tLOCAL_LOG_START\tREMOTE_START\tUPLOADED_TO\tLAG_SEGMENTS\tLAG_BYTES\tREMOTE_SEGMENTS\tREMOTE_BYTES\n",
+            );
+            for r in status.partitions {
+                text.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                    r.topic,
+                    r.partition,
+                    r.remote_storage_enabled,
+                    r.log_start_offset,
+                    r.local_log_start_offset,
+                    r.remote_log_start_offset,
+                    r.highest_uploaded_offset,
+                    r.upload_lag_segments,
+                    r.upload_lag_bytes,
+                    r.remote_segments,
+                    r.remote_bytes
+                ));
+            }
+            text.push_str(&format!(
+                "remote reads since start: {} GET requests, {} bytes\n",
+                status.remote_get_requests, status.remote_bytes_fetched
+            ));
+            out::print(&text)
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Output: text in the style of Kafka's tools, or JSON (`-o json`). Writing to a pipe
+//! whose reader has gone (`shale … | head`) ends the command quietly, as Unix tools
+//! do.
+
+use std::io::Write;
+
+/// How commands print what they found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Tab-separated, as Kafka's command-line tools print.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// Writes `bytes` to stdout and flushes it.
+pub fn write(bytes: &[u8]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
+}
+
+/// Prints `text`; a closed stdout ends the process at once, quietly and successfully.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    match write(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => Ok(other?),
+    }
+}
+
+/// Prints one JSON document (pretty, with a final newline).
+pub fn json(value: &serde_json::Value) -> anyhow::Result<()> {
+    print(&format!("{value:#}\n"))
+}
+
+/// Whether stdout is a pipe whose reader has gone. Commands that may print nothing
+/// for a long time (`consume`) check it, so `shale consume | head -2` ends once `head`
+/// has.
+pub fn stdout_closed() -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fds, Some(&timeout)), Ok(n) if n > 0)
+        && fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+}
+
+/// `ids` as `1,2,3`.
+pub fn ids(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A duration in milliseconds as people read it: `in 4.2 s`, `12.0 s ago`.
+pub fn relative_ms(ms: i64) -> String {
+    let s = ms.unsigned_abs() as f64 / 1000.0;
+    if ms >= 0 {
+        format!("in {s:.1} s")
+    } else {
+        format!("{s:.1} s ago")
+    }
+}

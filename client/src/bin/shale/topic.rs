@@ -1,0 +1,291 @@
+//! `shale topic …`
+
+use clap::Subcommand;
+use serde_json::json;
+use shale_client::Client;
+use shale_proto::ErrorCode;
+use shale_proto::v1::{DescribeTopicResponse, PartitionDescription};
+
+use crate::out::{self, OutputFormat};
+
+#[derive(Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic; replicas are spread over the live brokers.
+    Create {
+        /// Topic name: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+        name: String,
+        /// Number of partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// Replicas per partition. Default: the broker's
+        /// `cluster.default_replication_factor`.
+        #[arg(long)]
+        replication_factor: Option<i32>,
+        /// Topic config override, `key=value` (repeatable).
+        #[arg(long = "config", value_parser = crate::parse_kv)]
+        configs: Vec<(String, String)>,
+        /// Succeed, changing nothing, if the topic exists already.
+        #[arg(long)]
+        if_not_exists: bool,
+    },
+    /// List topic names.
+    List,
+    /// Describe topics: id, effective configs with their source (topic, broker,
+    /// default), and per partition leader, epoch, replicas, ISR and offsets.
+    Describe {
+        /// The topic (default: every topic).
+        name: Option<String>,
+        /// Only partitions whose ISR is smaller than their replica set.
+        #[arg(long)]
+        under_replicated: bool,
+        /// Only partitions whose ISR is smaller than `min.insync.replicas`.
+        #[arg(long)]
+        under_min_isr: bool,
+        /// Only partitions without a leader.
+        #[arg(long)]
+        unavailable: bool,
+    },
+    /// Raise the partition count and/or change config overrides.
+    Alter {
+        name: String,
+        /// New, larger partition count (partitions are never removed).
+        #[arg(long)]
+        partitions: Option<i32>,
+        /// Set an override, `key=value` (repeatable).
+        #[arg(long = "config", value_parser = crate::parse_kv)]
+        configs: Vec<(String, String)>,
+        /// Remove an override, returning the key to the broker default (repeatable).
+        #[arg(long = "delete-config")]
+        delete_configs: Vec<String>,
+    },
+    /// Delete a topic and its data, local and remote.
+    Delete { name: String },
+}
+
+pub async fn run(client: Client, cmd: TopicCommand, output: OutputFormat) -> anyhow::Result<()> {
+    match cmd {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+            if_not_exists,
+        } => {
+            let created = client
+                .create_topic(
+                    &name,
+                    partitions,
+                    replication_factor.unwrap_or(-1),
+                    configs.into_iter().collect(),
+                )
+                .await;
+            match created {
+                Ok(id) => out::print(&format!("created topic {name} ({id})\n"))?,
+                Err(e) if if_not_exists && e.code() == Some(ErrorCode::TopicAlreadyExists) => {
+                    out::print(&format!("topic {name} exists already\n"))?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        TopicCommand::List => {
+            let topics = client.list_topics().await?;
+            match output {
+                OutputFormat::Json => out::json(&json!(
+                    topics
+                        .iter()
+                        .map(|t| json!({
+                            "name": t.name,
+                            "topic_id": t.topic_id,
+                            "partitions": t.partitions,
+                            "replication_factor": t.replication_factor,
+                        }))
+                        .collect::<Vec<_>>()
+                ))?,
+                OutputFormat::Text => {
+                    let text: String = topics.iter().map(|t| format!("{}\n", t.name)).collect();
+                    out::print(&text)?
+                }
+            }
+        }
+        TopicCommand::Describe {
+            name,
+            under_replicated,
+            under_min_isr,
+            unavailable,
+        } => {
+            let names = match name {
+                Some(n) => vec![n],
+                None => client
+                    .list_topics()
+                    .await?
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect(),
+            };
+            let filter = Filter {
+                under_replicated,
+                under_min_isr,
+                unavailable,
+            };
+            let mut described = Vec::new();
+            for n in names {
+                described.push(client.describe_topic(&n).await?);
+            }
+            match output {
+                OutputFormat::Json => out::json(&json!(
+                    described
+                        .iter()
+                        .filter_map(|d| describe_json(d, &filter))
+                        .collect::<Vec<_>>()
+                ))?,
+                OutputFormat::Text => {
+                    let text: String = described
+                        .iter()
+                        .filter_map(|d| describe_text(d, &filter))
+                        .collect();
+                    out::print(&text)?
+                }
+            }
+        }
+        TopicCommand::Alter {
+            name,
+            partitions,
+            configs,
+            delete_configs,
+        } => {
+            if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
+                anyhow::bail!("nothing to alter: give --partitions, --config or --delete-config");
+            }
+            if !configs.is_empty() || !delete_configs.is_empty() {
+                client
+                    .alter_configs(&name, configs.into_iter().collect(), delete_configs)
+                    .await?;
+            }
+            if let Some(n) = partitions {
+                client.create_partitions(&name, n).await?;
+            }
+            out::print(&format!("altered topic {name}\n"))?;
+        }
+        TopicCommand::Delete { name } => {
+            client.delete_topic(&name).await?;
+            out::print(&format!("deleted topic {name}\n"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Which partitions `describe` shows (all when no filter is set).
+struct Filter {
+    under_replicated: bool,
+    under_min_isr: bool,
+    unavailable: bool,
+}
+
+impl Filter {
+    fn any(&self) -> bool {
+        self.under_replicated || self.under_min_isr || self.unavailable
+    }
+
+    fn keeps(&self, p: &PartitionDescription, min_isr: usize) -> bool {
+        !self.any()
+            || (self.under_replicated && p.isr.len() < p.replicas.len())
+            || (self.under_min_isr && p.isr.len() < min_isr)
+            || (self.unavailable && p.leader < 0)
+    }
+}
+
+fn min_isr(d: &DescribeTopicResponse) -> usize {
+    d.configs
+        .get("min.insync.replicas")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A topic's text description; `None` when a filter leaves none of its partitions.
+fn describe_text(d: &DescribeTopicResponse, filter: &Filter) -> Option<String> {
+    let min_isr = min_isr(d);
+    let parts: Vec<&PartitionDescription> = d
+        .partitions
+        .iter()
+        .filter(|p| filter.keeps(p, min_isr))
+        .collect();
+    if filter.any() && parts.is_empty() {
+        return None;
+    }
+    let t = d.topic.clone().unwrap_or_default();
+    let mut text = format!(
+        "Topic: {}\tTopicId: {}\tPartitions: {}\tReplicationFactor: {}\n",
+        t.name, t.topic_id, t.partitions, t.replication_factor
+    );
+    if !filter.any() {
+        for c in &d.config_entries {
+            text.push_str(&format!(
+                "\tConfig: {}={} ({})\n",
+                c.name, c.value, c.source
+            ));
+        }
+    }
+    for p in parts {
+        text.push_str(&format!(
+            "\tPartition: {}\tLeader: {}\tLeaderEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLocalLogStartOffset: {}\tHighWatermark: {}\tLogEndOffset: {}\tSizeBytes: {}\tSegments: {}\n",
+            p.partition,
+            p.leader,
+            p.leader_epoch,
+            out::ids(&p.replicas),
+            out::ids(&p.isr),
+            p.log_start_offset,
+            p.local_log_start_offset,
+            p.high_watermark,
+            p.log_end_offset,
+            p.size_bytes,
+            p.segments
+        ));
+    }
+    Some(text)
+}
+
+fn describe_json(d: &DescribeTopicResponse, filter: &Filter) -> Option<serde_json::Value> {
+    let min_isr = min_isr(d);
+    let parts: Vec<serde_json::Value> = d
+        .partitions
+        .iter()
+        .filter(|p| filter.keeps(p, min_isr))
+        .map(|p| {
+            json!({
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "log_start_offset": p.log_start_offset,
+                "local_log_start_offset": p.local_log_start_offset,
+                "high_watermark": p.high_watermark,
+                "log_end_offset": p.log_end_offset,
+                "size_bytes": p.size_bytes,
+                "segments": p.segments,
+            })
+        })
+        .collect();
+    if filter.any() && parts.is_empty() {
+        return None;
+    }
+    let t = d.topic.clone().unwrap_or_default();
+    let configs: serde_json::Map<String, serde_json::Value> = d
+        .config_entries
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                json!({"value": c.value, "source": c.source}),
+            )
+        })
+        .collect();
+    Some(json!({
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "partition_count": t.partitions,
+        "replication_factor": t.replication_factor,
+        "configs": configs,
+        "partitions": parts,
+    }))
+}

@@ -34,12 +34,24 @@ start_broker() {
   local id=$1 port
   port=$(port_of "$id")
   mkdir -p "$DIR/broker-$id"
+  local log="$DIR/broker-$id.log" from pid
+  touch "$log"
+  from=$(($(wc -c <"$log") + 1))
   ./target/release/shale-broker --config "$DIR/shale.toml" --broker-id "$id" \
-    --listen "127.0.0.1:$port" --data-dir "$DIR/broker-$id" >>"$DIR/broker-$id.log" 2>&1 &
+    --listen "127.0.0.1:$port" --data-dir "$DIR/broker-$id" >>"$log" 2>&1 &
   echo $! >"$DIR/broker-$id.pid"
-  if ! wait_port "$port"; then
-    echo "broker $id did not start; see $DIR/broker-$id.log" >&2
-    tail -5 "$DIR/broker-$id.log" >&2
+  pid=$(cat "$DIR/broker-$id.pid")
+  # Ready when *this* process says so in its log: another process answering on the
+  # port must not pass for it.
+  for _ in $(seq 1 300); do
+    tail -c +"$from" "$log" | grep -q "shale-broker ready" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 "$pid" 2>/dev/null || ! tail -c +"$from" "$log" | grep -q "shale-broker ready"; then
+    echo "broker $id did not start; see $log" >&2
+    tail -5 "$log" >&2
+    rm -f "$DIR/broker-$id.pid"
     exit 1
   fi
   echo "broker $id on 127.0.0.1:$port (pid $(cat "$DIR/broker-$id.pid"))"

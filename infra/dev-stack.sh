@@ -39,6 +39,11 @@ start() {
     (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null && break
     sleep 0.1
   done
+  if ! kill -0 "$(cat "$DEV/s3s-fs.pid")" 2>/dev/null; then
+    echo "s3s-fs did not start (port $S3_PORT taken?); see $DEV/s3s-fs.log" >&2
+    tail -5 "$DEV/s3s-fs.log" >&2
+    exit 1
+  fi
   cat >"$DEV/shale.toml" <<TOML
 [broker]
 listen = "$BROKER"
@@ -56,13 +61,19 @@ secret_access_key = "$SECRET_KEY"
 TOML
   ./target/release/shale-broker --config "$DEV/shale.toml" >"$DEV/broker.log" 2>&1 &
   echo $! >"$DEV/broker.pid"
-  for _ in $(seq 1 100); do
-    ./target/release/shale --bootstrap "$BROKER" topic list >/dev/null 2>&1 && break
+  # Ready when *this* process says so: another broker answering on the port (one
+  # started earlier) must not pass for ours.
+  local pid
+  pid=$(cat "$DEV/broker.pid")
+  for _ in $(seq 1 300); do
+    grep -q "shale-broker ready" "$DEV/broker.log" && break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  if ! ./target/release/shale --bootstrap "$BROKER" topic list >/dev/null 2>&1; then
+  if ! kill -0 "$pid" 2>/dev/null || ! grep -q "shale-broker ready" "$DEV/broker.log"; then
     echo "broker did not start; see $DEV/broker.log" >&2
     tail -5 "$DEV/broker.log" >&2
+    rm -f "$DEV/broker.pid"
     exit 1
   fi
   echo "dev stack up: broker $BROKER, S3 http://127.0.0.1:$S3_PORT (bucket 'shale'), metastore postgres://postgres@127.0.0.1:5432/shale"

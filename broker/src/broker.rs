@@ -58,7 +58,7 @@ pub struct Broker {
     /// Bytes of all local partition logs: recomputed every flush check, raised by each
     /// append in between (for `log.local_disk_limit_bytes`).
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
-    pub(crate) request_stats: crate::metrics::RequestStats,
+    pub(crate) request_stats: crate::stats::RequestStats,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     /// Registered brokers at the last refresh.
     brokers: RwLock<Vec<BrokerLease>>,
@@ -177,7 +177,7 @@ impl Broker {
             reader,
             upload_permits,
             local_log_bytes: std::sync::atomic::AtomicU64::new(0),
-            request_stats: crate::metrics::RequestStats::default(),
+            request_stats: crate::stats::RequestStats::default(),
             topics: RwLock::new(HashMap::new()),
             brokers: RwLock::new(Vec::new()),
             open_failures: std::sync::Mutex::new(HashMap::new()),
@@ -648,6 +648,24 @@ impl Broker {
         });
     }
 
+    /// Readiness (`GET /health`): started, holding a valid lease, and every partition
+    /// it holds open; otherwise why not.
+    pub fn health(&self) -> std::result::Result<(), String> {
+        if !self.lease_valid() {
+            return Err(
+                "not ready: no valid lease (starting, or cut off from the metastore)".into(),
+            );
+        }
+        let failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(((topic, p), reason)) = failures.iter().next() {
+            return Err(format!(
+                "not ready: {} partition(s) cannot be opened; topic {topic} partition {p}: {reason}",
+                failures.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether another process registered with this broker id (this one stopped).
     pub fn was_replaced(&self) -> bool {
         self.replaced.load(std::sync::atomic::Ordering::Relaxed)
@@ -658,6 +676,7 @@ impl Broker {
     /// next start knows no log lost an unflushed tail.
     pub async fn shutdown(&self) {
         self.release_lease().await;
+        self.reader.close().await;
         let parts = self.all_partitions();
         let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = failed.clone();

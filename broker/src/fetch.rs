@@ -75,8 +75,8 @@ impl Broker {
                 || self.cancel.is_cancelled();
             if done {
                 let stats = &self.request_stats;
-                crate::metrics::RequestStats::add(&stats.fetch_requests, 1);
-                crate::metrics::RequestStats::add(&stats.fetched_bytes, total as u64);
+                crate::stats::RequestStats::add(&stats.fetch_requests, 1);
+                crate::stats::RequestStats::add(&stats.fetched_bytes, total as u64);
                 return results;
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));

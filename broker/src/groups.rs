@@ -789,6 +789,26 @@ impl Broker {
     }
 
     /// A group's committed offsets (of topics that still exist), from the metastore.
+    /// Per group this broker coordinates: the lag of each partition it holds a replica
+    /// of (high watermark less committed offset).
+    pub async fn group_lags(&self) -> Vec<(String, Vec<(String, i32, i64)>)> {
+        let mut out = Vec::new();
+        for (group, _, _) in self.groups.list() {
+            let Ok(committed) = self.committed_offsets(&group).await else {
+                continue;
+            };
+            let lags = committed
+                .into_iter()
+                .filter_map(|c| {
+                    let p = self.partition(&c.topic, c.partition).ok()?;
+                    Some((c.topic, c.partition, (p.high_watermark() - c.offset).max(0)))
+                })
+                .collect();
+            out.push((group, lags));
+        }
+        out
+    }
+
     pub async fn committed_offsets(&self, group: &str) -> Result<Vec<Committed>> {
         validate_group_id(group)?;
         let names: HashMap<uuid::Uuid, String> = self

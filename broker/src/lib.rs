@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod partition;
 pub mod produce;
 pub mod replication;
+pub mod stats;
 #[cfg(test)]
 mod testing;
 pub mod tiering;

@@ -14,9 +14,12 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            // The AWS SDK logs whole debug structures at WARN while it probes for
+            // credentials, and foyer describes its set-up at INFO: Shale says what
+            // matters of both itself. RUST_LOG shows them.
+            EnvFilter::new("info,aws_config=error,aws_smithy_runtime=error,foyer=warn,foyer_storage=warn,foyer_memory=warn")
+        }))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -24,7 +27,7 @@ fn main() -> ExitCode {
     let config = match BrokerConfig::load(Args::parse()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("shale-broker: {e}");
+            eprintln!("shale-broker: {}", cause_chain(&anyhow::Error::new(e)));
             return ExitCode::from(2);
         }
     };

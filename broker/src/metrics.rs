@@ -1,9 +1,11 @@
-//! Prometheus metrics over HTTP (`GET /metrics`, text format 0.0.4). Off unless
-//! `metrics_listen` is set. Partition and tier gauges are read from live state at
-//! scrape time; request counters are plain atomics bumped on the data path.
+//! Prometheus metrics over HTTP (`GET /metrics`, text format 0.0.4) and a readiness
+//! check (`GET /health`). Off unless `metrics_listen` is set. Partition, tier, group
+//! and process figures are read from live state at scrape time; request counters,
+//! latency histograms and error counts come from [`crate::stats`].
 //!
-//! The HTTP side is deliberately tiny: one request per connection, `GET /metrics` or
-//! 404, bounded request size and time, so a stray client cannot hold resources.
+//! The HTTP side is deliberately tiny: one request per connection, `GET /metrics`,
+//! `GET /health` or 404, bounded request size and time, so a stray client cannot hold
+//! resources.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -15,25 +17,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-
-/// Counters of the data path.
-#[derive(Debug, Default)]
-pub struct RequestStats {
-    pub produce_requests: AtomicU64,
-    pub produced_bytes: AtomicU64,
-    pub fetch_requests: AtomicU64,
-    pub fetched_bytes: AtomicU64,
-    /// Batch bytes this broker copied from leaders as a follower.
-    pub replicated_bytes: AtomicU64,
-    /// Idempotent batches that repeated one already written (answered with its offsets).
-    pub duplicate_batches: AtomicU64,
-}
-
-impl RequestStats {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-}
 
 /// Serves `/metrics` until cancelled.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, cancel: CancellationToken) {
@@ -69,15 +52,25 @@ async fn answer(broker: &Broker, mut stream: TcpStream) {
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
     }
-    let response = if request.starts_with(b"GET /metrics ") || request.starts_with(b"GET /metrics?")
-    {
-        let body = render(broker);
+    let get = |path: &str| {
+        request.starts_with(format!("GET {path} ").as_bytes())
+            || request.starts_with(format!("GET {path}?").as_bytes())
+    };
+    let reply = |status: &str, kind: &str, body: String| {
         format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
+    };
+    let response = if get("/metrics") {
+        reply("200 OK", "text/plain; version=0.0.4", render(broker).await)
+    } else if get("/health") {
+        match broker.health() {
+            Ok(()) => reply("200 OK", "text/plain", "ready\n".into()),
+            Err(why) => reply("503 Service Unavailable", "text/plain", format!("{why}\n")),
+        }
     } else {
-        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+        reply("404 Not Found", "text/plain", String::new())
     };
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
@@ -105,7 +98,7 @@ fn gauge_families<T>(out: &mut String, gauges: &[Gauge<T>], rows: &[(&str, i32, 
 }
 
 /// The metrics page.
-pub fn render(broker: &Broker) -> String {
+pub async fn render(broker: &Broker) -> String {
     let mut out = String::new();
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let s = &broker.request_stats;
@@ -272,5 +265,125 @@ pub fn render(broker: &Broker) -> String {
         }),
     ];
     gauge_families(&mut out, &offset_gauges, &offset_rows);
+    render_requests(&mut out, &broker.request_stats);
+    render_groups(&mut out, broker).await;
+    render_process(&mut out, broker);
     out
+}
+
+/// Latency histograms by listener and API, and errors by code.
+fn render_requests(out: &mut String, stats: &crate::stats::RequestStats) {
+    let name = "shale_request_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time to answer a request, by listener and API.\n# TYPE {name} histogram"
+    );
+    for ((listener, api), h) in stats.latency.all() {
+        let (cumulative, sum) = h.snapshot();
+        let labels = format!("listener=\"{listener}\",api=\"{}\"", escape(&api));
+        for (bound, n) in crate::stats::LATENCY_BUCKETS.iter().zip(&cumulative) {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
+        }
+        let count = cumulative.last().copied().unwrap_or(0);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+    let name = "shale_errors_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Errors answered, by Kafka error code.\n# TYPE {name} counter"
+    );
+    for (code, n) in stats.errors.all() {
+        let _ = writeln!(out, "{name}{{code=\"{}\"}} {n}", code.as_str_name());
+    }
+}
+
+/// Lag of each group this broker coordinates, per partition it holds a replica of:
+/// its high watermark less the group's committed offset.
+async fn render_groups(out: &mut String, broker: &Broker) {
+    let name = "shale_group_lag";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Records between a group's committed offset and the high watermark.\n# TYPE {name} gauge"
+    );
+    for (group, lags) in broker.group_lags().await {
+        for (topic, partition, lag) in lags {
+            let _ = writeln!(
+                out,
+                "{name}{{group=\"{}\",topic=\"{}\",partition=\"{partition}\"}} {lag}",
+                escape(&group),
+                escape(&topic)
+            );
+        }
+    }
+}
+
+/// The process: open files and their limit, resident memory, CPU time, and the
+/// segment files held open by the file cache.
+fn render_process(out: &mut String, broker: &Broker) {
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let max_fds = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(0);
+    // statm: pages; stat: utime and stime in clock ticks (fields 14 and 15).
+    let page = rustix::param::page_size() as u64;
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page);
+    let ticks = rustix::param::clock_ticks_per_second().max(1) as f64;
+    let cpu = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which may hold spaces and parentheses.
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / ticks)
+        })
+        .unwrap_or(0.0);
+    let files = &broker.shared.files;
+    for (name, kind, help, value) in [
+        (
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            fds as f64,
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "The open files limit.",
+            max_fds as f64,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory.",
+            rss as f64,
+        ),
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "CPU time, user and system.",
+            cpu,
+        ),
+        (
+            "shale_open_segment_files",
+            "gauge",
+            "Segment files held open by the file cache.",
+            files.open_files() as f64,
+        ),
+        (
+            "shale_open_segment_files_limit",
+            "gauge",
+            "Segment files the file cache may hold open.",
+            files.capacity() as f64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
 }

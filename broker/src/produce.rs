@@ -52,8 +52,8 @@ impl Broker {
         let bytes: u64 = data.iter().map(|d| d.records.len() as u64).sum();
         self.local_log_bytes.fetch_add(bytes, Ordering::Relaxed);
         let stats = &self.request_stats;
-        crate::metrics::RequestStats::add(&stats.produce_requests, 1);
-        crate::metrics::RequestStats::add(&stats.produced_bytes, bytes);
+        crate::stats::RequestStats::add(&stats.produce_requests, 1);
+        crate::stats::RequestStats::add(&stats.produced_bytes, bytes);
         let targets: Vec<(Result<Arc<Partition>>, Bytes)> = data
             .into_iter()
             .map(|d| (self.partition(&d.topic, d.partition), d.records))
@@ -78,7 +78,7 @@ impl Broker {
         let results = futures::future::join_all(appended.into_iter().map(|(r, p)| async move {
             let a = r?;
             if a.duplicate {
-                crate::metrics::RequestStats::add(&stats.duplicate_batches, 1);
+                crate::stats::RequestStats::add(&stats.duplicate_batches, 1);
             }
             if acks == -1
                 && let Some((p, min_isr)) = p

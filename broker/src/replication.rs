@@ -220,7 +220,8 @@ impl Broker {
                 }
                 self.write_isr(p, role, isr.clone()).await;
             }
-            let (error_code, error_message) = error_fields(r.as_ref().err());
+            let (error_code, error_message) =
+                error_fields(&self.request_stats.errors, r.as_ref().err());
             // Out of range: the follower needs the leader's local log start to restart at.
             let range_start = match &r {
                 Err(Error::OffsetOutOfRange { log_start, .. }) => *log_start,
@@ -427,7 +428,7 @@ impl Broker {
             .collect();
         let stats = &self.request_stats;
         let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
-        crate::metrics::RequestStats::add(&stats.replicated_bytes, bytes as u64);
+        crate::stats::RequestStats::add(&stats.replicated_bytes, bytes as u64);
         let stale = tokio::task::spawn_blocking(move || {
             let now = now_ms();
             let mut stale = false;

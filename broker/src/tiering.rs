@@ -160,14 +160,22 @@ impl Broker {
             };
             for p in parts {
                 let _tier = p.tier_lock.lock().await;
-                if !refresh && p.remote_state().loaded {
+                let before = p.remote_state();
+                if !refresh && before.loaded {
                     continue;
                 }
                 let log = logs.remove(&p.index).unwrap_or_default();
-                p.set_remote_state(RemoteState {
+                let state = RemoteState {
                     needs_cleanup: log.unfinished,
                     ..remote_state_of(log.finished, log.copied_end)
-                });
+                };
+                // A follower drops what the leader has copied as soon as it learns of it.
+                let grew = refresh && state.end_offset > before.end_offset;
+                p.set_remote_state(state);
+                drop(_tier);
+                if grew {
+                    apply_local_retention(p.clone()).await;
+                }
             }
         }
     }
@@ -201,7 +209,18 @@ impl Broker {
         Ok(remote_state_of(finished, copied_end))
     }
 
-    async fn tier_partition(&self, p: &Partition) -> Result<()> {
+    async fn tier_partition(&self, p: &Arc<Partition>) -> Result<()> {
+        let copied = self.copy_sealed_segments(p).await;
+        // What was just copied may leave the local disk now (`local.retention.*`),
+        // not at the next retention check.
+        if copied.as_ref().is_ok_and(|n| *n > 0) {
+            apply_local_retention(p.clone()).await;
+        }
+        copied.map(drop)
+    }
+
+    /// Copies the partition's pending sealed segments; returns how many.
+    async fn copy_sealed_segments(&self, p: &Partition) -> Result<usize> {
         let _tier = p.tier_lock.lock().await;
         let mut state = self.load_remote_index_locked(p).await?;
         let pref = partition_ref(p);
@@ -216,6 +235,7 @@ impl Broker {
         }
         let committed = p.high_watermark();
         let epoch = p.leader_epoch();
+        let mut copied = 0;
         for seg in p.sealed_segments_after(state.end_offset) {
             if self.cancel.is_cancelled() || seg.end_offset >= committed {
                 break;
@@ -258,6 +278,7 @@ impl Broker {
                     state.end_offset = row.end_offset;
                     Arc::make_mut(&mut state.segments).push(row);
                     p.set_remote_state(state.clone());
+                    copied += 1;
                 }
                 Err(e) => {
                     // Clean up this attempt before the next try.
@@ -269,7 +290,7 @@ impl Broker {
                 }
             }
         }
-        Ok(())
+        Ok(copied)
     }
 
     /// Total retention of the remote segments of every tiered partition: delete the
@@ -457,6 +478,19 @@ impl Broker {
         }
         out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(out)
+    }
+}
+
+/// Local retention of one partition, on the blocking pool; a failure is logged (the
+/// next retention check tries again).
+async fn apply_local_retention(p: Arc<Partition>) {
+    let result = tokio::task::spawn_blocking(move || {
+        let r = p.apply_retention(now_ms());
+        (p, r)
+    })
+    .await;
+    if let Ok((p, Err(e))) = result {
+        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "local retention failed");
     }
 }
 

@@ -431,3 +431,38 @@ async fn reset_offsets_takes_every_kafka_option() {
             .unwrap();
     assert_eq!(json["total_lag"], 9 + 6);
 }
+
+/// A produce that keeps failing is not silent: the first retriable error is logged at
+/// once, and the records that never made it are reported when it gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_logged_and_undelivered_lines_reported() {
+    let mut broker = Broker::start(&[]).await;
+    broker.cli_ok(&["topic", "create", "flaky"], None);
+    let mut child = spawn_cli(
+        &broker,
+        &[
+            "produce",
+            "flaky",
+            "--retry-timeout-ms",
+            "3000",
+            "--request-timeout-ms",
+            "1000",
+        ],
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"a\n").unwrap();
+    stdin.flush().unwrap();
+    wait_for(30, "the first line", async || {
+        high_watermark(&broker, "flaky", 0).await == 1
+    })
+    .await;
+    broker.kill();
+    stdin.write_all(b"b\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("produce failed, retrying"), "{err}");
+    assert!(err.contains("line 2:"), "{err}");
+    assert!(err.contains("1 of 2 records were not written"), "{err}");
+}

@@ -198,6 +198,49 @@ async fn prometheus_metrics_describe_partitions_and_traffic() {
             .await
             .starts_with("HTTP/1.1 404")
     );
+    // Latency per API, errors by code, group lag, the process, readiness.
+    let out = broker.cli(&["topic", "describe", "nope"], None);
+    assert!(!out.status.success());
+    broker.cli_ok(
+        &[
+            "consume",
+            "m",
+            "--group",
+            "lagging",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+        ],
+        None,
+    );
+    let page = common::http_get(port, "/metrics").await;
+    for line in [
+        "# TYPE shale_request_duration_seconds histogram",
+        "shale_errors_total{code=\"UNKNOWN_TOPIC_OR_PARTITION\"}",
+        "shale_group_lag{group=\"lagging\",topic=\"m\",partition=\"1\"} 1",
+        "process_open_fds ",
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "shale_open_segment_files ",
+    ] {
+        assert!(page.contains(line), "missing {line:?} in\n{page}");
+    }
+    let produce_count: u64 = page
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "shale_request_duration_seconds_count{listener=\"grpc\",api=\"Produce\"} ",
+            )
+        })
+        .expect("produce latency")
+        .parse()
+        .unwrap();
+    assert!(produce_count >= 1);
+    let health = common::http_get(port, "/health").await;
+    assert!(
+        health.starts_with("HTTP/1.1 200 OK") && health.ends_with("ready\n"),
+        "{health}"
+    );
 }
 
 /// Runs `shale-broker` with `args` until it exits; its status and stderr.

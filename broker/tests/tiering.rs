@@ -768,10 +768,13 @@ async fn credentials_come_from_an_aws_profile_when_not_configured() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("refuses the credentials"),
+        err.contains("access denied") && err.contains("check the credentials"),
         "{out:?}"
     );
+    let lines: Vec<&str> = err.lines().filter(|l| !l.contains(" INFO ")).collect();
+    assert_eq!(lines.len(), 1, "one line, nothing else above INFO: {err}");
 
     write_profile(&s3.access_key, &s3.secret_key);
     let broker = Broker::start_with_env(
@@ -791,4 +794,79 @@ async fn credentials_come_from_an_aws_profile_when_not_configured() {
     produce(&c, "p", 1, 200).await;
     let st = wait_uploaded(&c, "p", &broker).await.remove(0);
     assert!(st.remote_segments > 0, "{st:?}");
+}
+
+/// Start-up errors say which problem it is, in one line: a missing bucket, an
+/// endpoint that does not answer, an unreachable PostgreSQL, a missing config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_errors_name_the_problem() {
+    let mut s3 = S3Server::start("present");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(dir.path(), &s3.broker_config(""));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::broker_bin())
+            .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+            .args(["--data-dir", dir.path().join("d").to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let last = err.trim().lines().last().unwrap_or_default().to_string();
+        assert!(!last.contains("<?xml"), "{err}");
+        last
+    };
+    let config = cfg.to_str().unwrap();
+    let err = run(&["--config", config, "--object-store-url", "s3://absent"]);
+    assert!(err.contains("bucket 'absent' does not exist"), "{err}");
+    s3.kill();
+    let err = run(&["--config", config, "--object-store-url", "s3://present"]);
+    assert!(
+        err.contains("unreachable") && err.contains("Connection refused"),
+        "{err}"
+    );
+    let port = common::free_port();
+    let err = run(&[
+        "--metastore-url",
+        &format!("postgres://postgres@127.0.0.1:{port}/x"),
+    ]);
+    assert!(
+        err.contains(&format!("cannot reach PostgreSQL at 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+    let err = run(&["--config", "/nonexistent/shale.toml"]);
+    assert!(err.contains("No such file or directory"), "{err}");
+}
+
+/// Local retention of a tiered partition runs as soon as an upload completes, not at
+/// the next retention check (here five minutes away, Kafka's default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_retention_follows_each_upload() {
+    let s3 = S3Server::start("shale");
+    let (broker, _t) = start_tiered(&s3, "[tiering]\nupload_interval_ms = 200\n").await;
+    let c = broker.client().await;
+    c.create_topic(
+        "quick",
+        1,
+        1,
+        topic_configs(&[("segment.bytes", "4096"), ("local.retention.bytes", "4096")]),
+    )
+    .await
+    .unwrap();
+    produce(&c, "quick", 1, 400).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = &c.tiering_status(Some("quick")).await.unwrap()[0];
+        if s.local_log_start_offset > 0 && s.local_log_start_offset <= s.highest_uploaded_offset + 1
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "local log never shrank: {s:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -105,6 +105,8 @@ pub enum Error {
     CorruptRow(String),
     #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
     UnsupportedUrl(String),
+    #[error("cannot reach PostgreSQL at {host}: {reason}")]
+    Unreachable { host: String, reason: String },
     #[error("metastore database error")]
     Database(#[from] sqlx::Error),
     #[error("metastore migration failed")]

@@ -28,10 +28,37 @@ pub struct PostgresMetastore {
 
 impl PostgresMetastore {
     pub async fn connect(url: &str) -> Result<Self> {
+        // One direct connection first: a pool reports an unreachable server only as
+        // "pool timed out" after its acquire timeout; this says which host and why.
+        let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        let host = format!("{}:{}", options.get_host(), options.get_port());
+        let probe = tokio::time::timeout(
+            Duration::from_secs(10),
+            <sqlx::PgConnection as sqlx::Connection>::connect_with(&options),
+        )
+        .await;
+        match probe {
+            Err(_) => {
+                return Err(Error::Unreachable {
+                    host,
+                    reason: "no answer within 10 s".into(),
+                });
+            }
+            Ok(Err(sqlx::Error::Io(e))) => {
+                return Err(Error::Unreachable {
+                    host,
+                    reason: e.to_string(),
+                });
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Ok(Ok(conn)) => {
+                let _ = sqlx::Connection::close(conn).await;
+            }
+        }
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;
         Ok(Self { pool })

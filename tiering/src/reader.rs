@@ -115,6 +115,14 @@ impl RemoteReader {
         }))
     }
 
+    /// Closes the read cache (at shutdown): its disk writes finish, and its I/O tasks
+    /// end rather than being cut off.
+    pub async fn close(&self) {
+        if let Err(e) = self.chunks.close().await {
+            tracing::warn!(error = %e, "closing the read cache failed");
+        }
+    }
+
     /// The segment's offset index, fetched once.
     async fn index(&self, seg: &RemoteSegment) -> Result<Arc<Vec<(u32, u32)>>, ReadError> {
         if let Some(e) = self.indexes.get(&seg.segment_id) {

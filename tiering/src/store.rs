@@ -55,13 +55,23 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "object store '{url}' cannot be reached, refuses the credentials, or its bucket does not exist"
-    )]
+    #[error("object store '{url}': endpoint {endpoint} unreachable ({reason})")]
     Unreachable {
         url: String,
-        source: object_store::Error,
+        endpoint: String,
+        reason: String,
     },
+    #[error("object store '{url}': access denied ({detail}): check the credentials")]
+    AccessDenied { url: String, detail: String },
+    #[error("object store '{url}': bucket '{bucket}' does not exist")]
+    NoSuchBucket { url: String, bucket: String },
+    #[error(
+        "object store '{url}': no credentials: set access_key_id and secret_access_key in \
+         [object_store], or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or an AWS profile"
+    )]
+    NoCredentials { url: String },
+    #[error("object store '{url}' refused the start-up check: {reason}")]
+    CheckFailed { url: String, reason: String },
     #[error("object store error")]
     Store(#[from] object_store::Error),
 }
@@ -133,13 +143,15 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
             p => Arc::new(PrefixStore::new(store, p)),
         };
         // One LIST at start-up proves the bucket exists and the credentials work.
+        let endpoint = s3
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("AWS_ENDPOINT").ok())
+            .unwrap_or_else(|| format!("https://{bucket}.s3.amazonaws.com"));
         store
             .list_with_delimiter(None)
             .await
-            .map_err(|source| StoreError::Unreachable {
-                url: url.into(),
-                source,
-            })?;
+            .map_err(|e| start_up_error(url, bucket, &endpoint, &e))?;
         Ok(store)
     } else if let Some(path) = url.strip_prefix("file://") {
         let path = PathBuf::from(path);
@@ -155,6 +167,62 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
     } else {
         Err(StoreError::UnsupportedUrl(url.to_string()))
     }
+}
+
+/// What a failed start-up LIST means, in one line: no credentials, access denied, no
+/// such bucket, or an endpoint that cannot be reached (S3's XML error code and message
+/// are kept; the rest of the response is not).
+fn start_up_error(url: &str, bucket: &str, endpoint: &str, e: &object_store::Error) -> StoreError {
+    let text = e.to_string();
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        let end = text[start..].find(&format!("</{name}>"))? + start;
+        Some(text[start..end].to_string())
+    };
+    let (code, message) = (tag("Code"), tag("Message"));
+    let url = url.to_string();
+    if text.contains("no AWS credentials") {
+        return StoreError::NoCredentials { url };
+    }
+    if code.as_deref() == Some("NoSuchBucket") || text.contains("404 Not Found") {
+        return StoreError::NoSuchBucket {
+            url,
+            bucket: bucket.to_string(),
+        };
+    }
+    let denied = matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) || text.contains("403 Forbidden")
+        || text.contains("401 Unauthorized");
+    if denied {
+        let detail = match (code, message) {
+            (Some(c), Some(m)) => format!("{c}: {m}"),
+            (Some(c), None) => c,
+            _ => "403 Forbidden".to_string(),
+        };
+        return StoreError::AccessDenied { url, detail };
+    }
+    if text.contains("error sending request") || text.contains("timed out") {
+        // The innermost cause is the one people recognise ("Connection refused").
+        let mut reason = text.clone();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            reason = s.to_string();
+            source = s.source();
+        }
+        return StoreError::Unreachable {
+            url,
+            endpoint: endpoint.to_string(),
+            reason,
+        };
+    }
+    let reason = match (code, message) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        _ => text.lines().next().unwrap_or_default().to_string(),
+    };
+    StoreError::CheckFailed { url, reason }
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ impl Admin for AdminService {
             )
             .await;
         Ok(Response::new(CreateTopicResponse {
-            error: error_result(&result),
+            error: error_result(&self.broker.request_stats.errors, &result),
             topic_id: result.map(|t| t.id.to_string()).unwrap_or_default(),
         }))
     }
@@ -60,7 +60,7 @@ impl Admin for AdminService {
     ) -> Result<Response<DeleteTopicResponse>, Status> {
         let result = self.broker.delete_topic(&request.into_inner().name).await;
         Ok(Response::new(DeleteTopicResponse {
-            error: error_result(&result),
+            error: error_result(&self.broker.request_stats.errors, &result),
         }))
     }
 
@@ -83,7 +83,7 @@ impl Admin for AdminService {
         request: Request<DescribeTopicRequest>,
     ) -> Result<Response<DescribeTopicResponse>, Status> {
         let result = self.broker.describe_topic(&request.into_inner().name).await;
-        let error = error_result(&result);
+        let error = error_result(&self.broker.request_stats.errors, &result);
         let Ok(d) = result else {
             return Ok(Response::new(DescribeTopicResponse {
                 error,
@@ -145,7 +145,7 @@ impl Admin for AdminService {
             )
             .await;
         Ok(Response::new(AlterConfigsResponse {
-            error: error_result(&result),
+            error: error_result(&self.broker.request_stats.errors, &result),
         }))
     }
 
@@ -159,7 +159,7 @@ impl Admin for AdminService {
             .create_partitions(&r.name, r.total_count, r.validate_only)
             .await;
         Ok(Response::new(CreatePartitionsResponse {
-            error: error_result(&result),
+            error: error_result(&self.broker.request_stats.errors, &result),
         }))
     }
 
@@ -171,7 +171,7 @@ impl Admin for AdminService {
         let result = self
             .broker
             .tiering_status((!topic.is_empty()).then_some(topic.as_str()));
-        let error = error_result(&result);
+        let error = error_result(&self.broker.request_stats.errors, &result);
         let partitions = result
             .unwrap_or_default()
             .into_iter()
@@ -248,12 +248,13 @@ impl Admin for AdminService {
         let topic = (!r.topic.is_empty()).then_some(r.topic.as_str());
         let partitions = (!r.partitions.is_empty()).then_some(&r.partitions[..]);
         let result = self.broker.elect_preferred_leaders(topic, partitions).await;
-        let error = error_result(&result);
+        let error = error_result(&self.broker.request_stats.errors, &result);
         let results = result
             .unwrap_or_default()
             .into_iter()
             .map(|(topic, partition, r)| {
-                let (error_code, error_message) = super::error_fields(r.as_ref().err());
+                let (error_code, error_message) =
+                    super::error_fields(&self.broker.request_stats.errors, r.as_ref().err());
                 ElectLeadersResult {
                     topic,
                     partition,

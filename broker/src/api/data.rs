@@ -56,7 +56,8 @@ impl Data for DataService {
             .into_iter()
             .zip(results)
             .map(|((topic, partition), r)| {
-                let (error_code, error_message) = error_fields(r.as_ref().err());
+                let (error_code, error_message) =
+                    error_fields(&self.broker.request_stats.errors, r.as_ref().err());
                 let ok = r.ok();
                 PartitionProduceResult {
                     topic,
@@ -79,7 +80,7 @@ impl Data for DataService {
         let r = self.broker.init_producer_id().await;
         let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
         Ok(Response::new(InitProducerIdResponse {
-            error: error_result(&r),
+            error: error_result(&self.broker.request_stats.errors, &r),
             producer_id,
             producer_epoch: i32::from(producer_epoch),
         }))
@@ -113,7 +114,8 @@ impl Data for DataService {
             .into_iter()
             .zip(results)
             .map(|((topic, partition), r)| {
-                let (error_code, error_message) = error_fields(r.as_ref().err());
+                let (error_code, error_message) =
+                    error_fields(&self.broker.request_stats.errors, r.as_ref().err());
                 let (records, offsets) = match r {
                     Ok(f) => (f.records, Some(f.offsets)),
                     Err(_) => (Default::default(), None),
@@ -142,7 +144,8 @@ impl Data for DataService {
                 .broker
                 .list_offset(&p.topic, p.partition, p.timestamp)
                 .await;
-            let (error_code, error_message) = error_fields(r.as_ref().err());
+            let (error_code, error_message) =
+                error_fields(&self.broker.request_stats.errors, r.as_ref().err());
             let (offset, timestamp) = r.ok().flatten().unwrap_or((-1, -1));
             partitions.push(ListOffsetsPartitionResult {
                 topic: p.topic,

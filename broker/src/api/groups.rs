@@ -10,6 +10,7 @@ use super::{error_fields, error_result};
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::groups::{GroupError, JoinRequest, OffsetCommit};
+use crate::stats::ErrorCounts;
 
 pub struct GroupsService {
     broker: Arc<Broker>,
@@ -21,8 +22,8 @@ impl GroupsService {
     }
 }
 
-fn error_only<T>(r: Result<T, Error>) -> Option<ErrorResult> {
-    error_result(&r)
+fn error_only<T>(errors: &ErrorCounts, r: Result<T, Error>) -> Option<ErrorResult> {
+    error_result(errors, &r)
 }
 
 /// A waiter the coordinator dropped (the group moved or the broker stopped).
@@ -39,7 +40,7 @@ impl Groups for GroupsService {
         let r = self.broker.coordinator_for(&request.into_inner().group_id);
         let (broker_id, address) = r.as_ref().cloned().unwrap_or((-1, String::new()));
         Ok(Response::new(FindCoordinatorResponse {
-            error: error_result(&r),
+            error: error_result(&self.broker.request_stats.errors, &r),
             broker_id,
             address,
         }))
@@ -74,7 +75,7 @@ impl Groups for GroupsService {
         }
         .await;
         let mut resp = JoinGroupResponse {
-            error: error_result(&joined),
+            error: error_result(&self.broker.request_stats.errors, &joined),
             ..Default::default()
         };
         if let Ok(j) = joined {
@@ -114,7 +115,7 @@ impl Groups for GroupsService {
         }
         .await;
         Ok(Response::new(SyncGroupResponse {
-            error: error_result(&synced),
+            error: error_result(&self.broker.request_stats.errors, &synced),
             assignment: synced.unwrap_or_default(),
         }))
     }
@@ -135,7 +136,7 @@ impl Groups for GroupsService {
                 )?)
             });
         Ok(Response::new(HeartbeatResponse {
-            error: error_only(r),
+            error: error_only(&self.broker.request_stats.errors, r),
         }))
     }
 
@@ -149,7 +150,7 @@ impl Groups for GroupsService {
             .ensure_coordinator(&req.group_id)
             .and_then(|()| Ok(self.broker.groups.leave(&req.group_id, &req.member_id)?));
         Ok(Response::new(LeaveGroupResponse {
-            error: error_only(r),
+            error: error_only(&self.broker.request_stats.errors, r),
         }))
     }
 
@@ -178,7 +179,7 @@ impl Groups for GroupsService {
             .commit_offsets(&req.group_id, req.generation_id, &req.member_id, offsets)
             .await;
         let mut resp = OffsetCommitResponse {
-            error: error_result(&r),
+            error: error_result(&self.broker.request_stats.errors, &r),
             partitions: Vec::new(),
         };
         if let Ok(results) = r {
@@ -186,7 +187,8 @@ impl Groups for GroupsService {
                 .into_iter()
                 .zip(results)
                 .map(|((topic, partition), r)| {
-                    let (error_code, error_message) = error_fields(r.as_ref().err());
+                    let (error_code, error_message) =
+                        error_fields(&self.broker.request_stats.errors, r.as_ref().err());
                     OffsetCommitPartitionResult {
                         topic,
                         partition,
@@ -208,7 +210,7 @@ impl Groups for GroupsService {
             .committed_offsets(&request.into_inner().group_id)
             .await;
         let mut resp = OffsetFetchResponse {
-            error: error_result(&r),
+            error: error_result(&self.broker.request_stats.errors, &r),
             offsets: Vec::new(),
         };
         if let Ok(offsets) = r {
@@ -255,7 +257,7 @@ impl Groups for GroupsService {
         let group = request.into_inner().group_id;
         let r = self.broker.ensure_coordinator(&group);
         let mut resp = DescribeGroupResponse {
-            error: error_result(&r),
+            error: error_result(&self.broker.request_stats.errors, &r),
             state: "Empty".into(),
             ..Default::default()
         };
@@ -290,7 +292,7 @@ impl Groups for GroupsService {
             .delete_group(&request.into_inner().group_id)
             .await;
         Ok(Response::new(DeleteGroupResponse {
-            error: error_only(r),
+            error: error_only(&self.broker.request_stats.errors, r),
         }))
     }
 }

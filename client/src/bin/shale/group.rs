@@ -13,10 +13,14 @@ pub enum GroupCommand {
     /// Every group, its state and member count.
     List,
     /// Members, assignment, and per partition the committed offset, log end and lag.
-    Describe { group: String },
+    Describe {
+        /// The group id.
+        group: String,
+    },
     /// Set a group's committed offsets (the group must have no members). Prints the
     /// plan; writes it only with --execute.
     ResetOffsets {
+        /// The group id.
         group: String,
         /// A topic, or `topic:0,2` for some of its partitions (repeatable).
         #[arg(long)]
@@ -55,7 +59,10 @@ pub enum GroupCommand {
         execute: bool,
     },
     /// Delete a group without members and its committed offsets.
-    Delete { group: String },
+    Delete {
+        /// The group id.
+        group: String,
+    },
 }
 
 /// Where `reset-offsets` moves each partition.

@@ -47,6 +47,7 @@ pub enum TopicCommand {
     },
     /// Raise the partition count and/or change config overrides.
     Alter {
+        /// The topic.
         name: String,
         /// New, larger partition count (partitions are never removed).
         #[arg(long)]
@@ -59,7 +60,10 @@ pub enum TopicCommand {
         delete_configs: Vec<String>,
     },
     /// Delete a topic and its data, local and remote.
-    Delete { name: String },
+    Delete {
+        /// The topic.
+        name: String,
+    },
 }
 
 pub async fn run(client: Client, cmd: TopicCommand, output: OutputFormat) -> anyhow::Result<()> {

@@ -1,0 +1,174 @@
+//! Counters the request paths bump, read by the metrics page: request and byte
+//! counts, latency histograms per listener and API, and errors by Kafka error code.
+//! A leaf: it knows nothing of how it is served.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use shale_proto::ErrorCode;
+
+/// Counters of the data path.
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    pub produce_requests: AtomicU64,
+    pub produced_bytes: AtomicU64,
+    pub fetch_requests: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    /// Batch bytes this broker copied from leaders as a follower.
+    pub replicated_bytes: AtomicU64,
+    /// Idempotent batches that repeated one already written (answered with its offsets).
+    pub duplicate_batches: AtomicU64,
+    /// Request latency by listener and API.
+    pub latency: Latencies,
+    /// Errors answered, by code.
+    pub errors: ErrorCounts,
+}
+
+impl RequestStats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds (Prometheus `le`).
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram: counts per bucket (not cumulative), sum and count.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Cumulative counts per bucket (the last is +Inf, the total count), and the sum
+    /// in seconds.
+    pub fn snapshot(&self) -> (Vec<u64>, f64) {
+        let mut total = 0;
+        let cumulative = self
+            .buckets
+            .iter()
+            .map(|b| {
+                total += b.load(Ordering::Relaxed);
+                total
+            })
+            .collect();
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        (cumulative, sum)
+    }
+}
+
+/// Latency histograms by (listener, API).
+#[derive(Debug, Default)]
+pub struct Latencies {
+    by_api: RwLock<BTreeMap<(&'static str, String), Arc<Histogram>>>,
+}
+
+impl Latencies {
+    pub fn observe(&self, listener: &'static str, api: &str, d: Duration) {
+        let found = self
+            .by_api
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(listener, api.to_string()))
+            .cloned();
+        let h = match found {
+            Some(h) => h,
+            None => self
+                .by_api
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((listener, api.to_string()))
+                .or_default()
+                .clone(),
+        };
+        h.observe(d);
+    }
+
+    pub fn all(&self) -> Vec<((&'static str, String), Arc<Histogram>)> {
+        self.by_api
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Errors answered, by Kafka error code (codes -1..=126).
+#[derive(Debug)]
+pub struct ErrorCounts {
+    by_code: [AtomicU64; 128],
+}
+
+impl Default for ErrorCounts {
+    fn default() -> Self {
+        Self {
+            by_code: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl ErrorCounts {
+    pub fn count(&self, code: ErrorCode) {
+        let i = (code as i32 + 1).clamp(0, 127) as usize;
+        self.by_code[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Codes answered at least once, with their counts.
+    pub fn all(&self) -> Vec<(ErrorCode, u64)> {
+        self.by_code
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let n = n.load(Ordering::Relaxed);
+                let code = ErrorCode::try_from(i as i32 - 1).ok()?;
+                (n > 0).then_some((code, n))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_count_into_cumulative_buckets() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(300));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(20));
+        let (cumulative, sum) = h.snapshot();
+        assert_eq!(cumulative[0], 1);
+        assert_eq!(cumulative[3], 2);
+        assert_eq!(*cumulative.last().unwrap(), 3);
+        assert!((sum - 20.0033).abs() < 1e-6);
+        let e = ErrorCounts::default();
+        e.count(ErrorCode::NotLeaderOrFollower);
+        e.count(ErrorCode::NotLeaderOrFollower);
+        e.count(ErrorCode::UnknownServerError);
+        assert_eq!(
+            e.all(),
+            vec![
+                (ErrorCode::UnknownServerError, 1),
+                (ErrorCode::NotLeaderOrFollower, 2)
+            ]
+        );
+    }
+}

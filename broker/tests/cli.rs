@@ -379,6 +379,39 @@ async fn describe_and_json_output() {
         err.contains("INVALID_CONFIG") && err.contains("replication factor"),
         "{err}"
     );
+    // local.retention.bytes above retention.bytes, at create and at alter.
+    let out = broker.cli(
+        &[
+            "topic",
+            "create",
+            "d4",
+            "--config",
+            "retention.bytes=1000",
+            "--config",
+            "local.retention.bytes=2000",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("local.retention.bytes") && err.contains("retention.bytes (1000)"),
+        "{err}"
+    );
+    broker.cli_ok(
+        &["topic", "alter", "d2", "--config", "retention.bytes=1000"],
+        None,
+    );
+    let out = broker.cli(
+        &[
+            "topic",
+            "alter",
+            "d2",
+            "--config",
+            "local.retention.bytes=5000",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
 }
 
 /// reset-offsets: shift, duration, current, partition lists, all topics, and

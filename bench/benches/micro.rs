@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use object_store::ObjectStore;
-use shale_broker::log::{FileCache, LogConfig, PartitionLog};
-use shale_proto::batch::{BatchHeader, BatchIter};
-use shale_proto::record::{BatchBuilder, Record};
+use shale_log::{FileCache, LogConfig, PartitionLog};
+use shale_records::batch::{BatchHeader, BatchIter};
+use shale_records::record::{BatchBuilder, Record};
 
 fn batch(records: usize, value: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(1_000);

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
-use shale_proto::batch::Compression;
+use shale_records::batch::Compression;
 
 use crate::baseline;
 use crate::harness::{BrokerProcess, ProcessStats, S3_BUCKET, S3_KEY, S3_SECRET, S3Process};

@@ -59,7 +59,7 @@ pub async fn serve(
 /// the error in `errors` (the metrics' errors by code).
 pub(crate) fn error_fields(errors: &ErrorCounts, e: Option<&Error>) -> (i32, String) {
     match e {
-        None => (shale_proto::ErrorCode::None as i32, String::new()),
+        None => (shale_records::ErrorCode::None as i32, String::new()),
         Some(e) => {
             errors.count(e.code());
             (e.code() as i32, e.to_string())

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
@@ -21,16 +21,11 @@ use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, partition_dir, read_topic_id};
 use crate::topic_config::TopicConfig;
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// A topic as this broker knows it.
 pub struct TopicState {
@@ -168,7 +163,7 @@ impl Broker {
             data_dir: config.data_dir.clone(),
             broker_id: config.broker_id,
             appended: Arc::new(tokio::sync::watch::Sender::new(0)),
-            files: crate::log::FileCache::new(config.log.open_files_limit()),
+            files: shale_log::FileCache::new(config.log.open_files_limit()),
         };
         let broker = Arc::new(Self {
             config,

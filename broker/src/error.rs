@@ -1,12 +1,12 @@
 //! The broker's error type, and the one place where domain errors become Kafka error
 //! codes (`Error::code`). Both the gRPC adapters and the future Kafka listener use it.
 
-use shale_proto::ErrorCode;
-use shale_proto::batch::BatchError;
+use shale_records::ErrorCode;
+use shale_records::batch::BatchError;
 
-use crate::log::LogError;
-use crate::log::producers::ProducerError;
 use crate::topic_config::ConfigError;
+use shale_log::LogError;
+use shale_log::producers::ProducerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

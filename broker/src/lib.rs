@@ -5,12 +5,12 @@
 
 pub mod api;
 pub mod broker;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod groups;
-pub mod log;
 pub mod metrics;
 pub mod partition;
 pub mod produce;

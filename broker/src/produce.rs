@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Appended, Partition};
 

@@ -26,45 +26,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use shale_metastore::{PartitionState, StateGuard};
-use shale_proto::ErrorCode;
 use shale_proto::v1::replication_client::ReplicationClient;
 use shale_proto::v1::replication_server::Replication;
 use shale_proto::v1::*;
+use shale_records::ErrorCode;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::{MAX_MESSAGE_BYTES, error_fields};
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::partition::{FollowerPosition, Partition, Role};
-
-/// One partition of a follower's fetch, as the leader sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct FollowerFetch {
-    pub replica_id: i32,
-    /// The follower's incarnation (broker epoch).
-    pub replica_epoch: i64,
-    pub current_leader_epoch: i32,
-    pub fetch_offset: i64,
-    pub last_fetched_epoch: i32,
-    pub max_bytes: usize,
-}
-
-/// The leader's answer for one partition.
-#[derive(Debug, Clone)]
-pub struct LeaderRead {
-    pub records: Bytes,
-    pub high_watermark: i64,
-    pub local_log_start_offset: i64,
-    /// (epoch, end offset) when the follower's log diverged.
-    pub diverging: Option<(i32, i64)>,
-    /// The ISR to write, and the role it was computed from: with the follower once it
-    /// has caught up, or without it once its log went backwards (it lost records).
-    pub isr_change: Option<(Role, Vec<i32>)>,
-}
+use crate::partition::{FollowerFetch, FollowerPosition, LeaderRead, Partition, Role};
 
 /// Bytes per partition in one replica fetch answer.
 const PARTITION_MAX_BYTES: i32 = 8 << 20;

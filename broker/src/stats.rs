@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use shale_proto::ErrorCode;
+use shale_records::ErrorCode;
 
 /// Counters of the data path.
 #[derive(Debug, Default)]

@@ -372,12 +372,12 @@ impl Drop for TestBroker {
 
 /// A record batch of `n` records of `len` bytes each.
 pub fn batch(n: usize, len: usize) -> Bytes {
-    let mut b = shale_proto::record::BatchBuilder::new(crate::broker::now_ms());
+    let mut b = shale_records::record::BatchBuilder::new(crate::clock::now_ms());
     for _ in 0..n {
-        b.push(shale_proto::record::Record::new(
+        b.push(shale_records::record::Record::new(
             None,
             Some(&vec![b'x'; len]),
-            crate::broker::now_ms(),
+            crate::clock::now_ms(),
         ));
     }
     b.build()

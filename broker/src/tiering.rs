@@ -27,7 +27,8 @@ use shale_tiering::reader::ReadError;
 use shale_tiering::uploader::{PartitionRef, SealedSegment};
 use tokio::task::JoinSet;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, RemoteState};
 
@@ -254,7 +255,7 @@ impl Broker {
                 let (seg, from, dir) = (seg, state.end_offset + 1, tail_dir.clone());
                 let interval = p.config().index_interval_bytes.max(0) as u64;
                 tokio::task::spawn_blocking(move || {
-                    crate::log::export_segment_tail(&seg, from, &dir, interval)
+                    shale_log::export_segment_tail(&seg, from, &dir, interval)
                 })
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::log::LogConfig;
+use shale_log::LogConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid value '{value}' for config '{key}': {reason}")]

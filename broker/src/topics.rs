@@ -345,7 +345,7 @@ mod tests {
             let e = validate_topic_name(bad).unwrap_err();
             assert_eq!(
                 e.code(),
-                shale_proto::ErrorCode::InvalidTopicException,
+                shale_records::ErrorCode::InvalidTopicException,
                 "{bad}"
             );
         }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use common::Broker;
 use shale_client::{Acks, Client, Error, Producer, ProducerRecord};
-use shale_proto::ErrorCode;
-use shale_proto::record::{BatchBuilder, Record};
+use shale_records::ErrorCode;
+use shale_records::record::{BatchBuilder, Record};
 
 fn batch(n: usize, value_len: usize) -> Bytes {
     let mut b = BatchBuilder::new(1_000);
@@ -509,7 +509,7 @@ async fn fetch_long_polls_until_data_arrives_or_max_wait() {
     assert_eq!(r.error_code, 0);
     assert_eq!(r.high_watermark, 4);
     assert_eq!(
-        shale_proto::record::decode_records(&r.records)
+        shale_records::record::decode_records(&r.records)
             .unwrap()
             .len(),
         4

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{Broker, PgDatabase, S3Server};
 use shale_client::{Acks, Client, Consumer, Producer, ProducerRecord, StartFrom};
-use shale_proto::ErrorCode;
 use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::{PartitionProduceData, ProduceRequest};
+use shale_records::ErrorCode;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 3;
@@ -657,8 +657,8 @@ impl PgProxy {
 }
 
 fn one_record_batch(value: &[u8]) -> Bytes {
-    let mut b = shale_proto::record::BatchBuilder::new(0);
-    b.push(shale_proto::record::Record::new(None, Some(value), 0));
+    let mut b = shale_records::record::BatchBuilder::new(0);
+    b.push(shale_records::record::Record::new(None, Some(value), 0));
     b.build()
 }
 

@@ -93,7 +93,7 @@ async fn retention_deletes_old_segments_on_a_running_broker() {
     let r = c.fetch_partition("logs", 0, 0, 1 << 20, 0).await.unwrap();
     assert_eq!(
         r.error_code,
-        shale_proto::ErrorCode::OffsetOutOfRange as i32
+        shale_records::ErrorCode::OffsetOutOfRange as i32
     );
 }
 

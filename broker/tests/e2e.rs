@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::Broker;
 use shale_client::partitioner::partition_for_key;
 use shale_client::{Acks, Producer, ProducerRecord};
-use shale_proto::batch::BatchIter;
+use shale_records::batch::BatchIter;
 
 /// `partition offset key value` lines, sorted.
 fn consume_all(broker: &Broker, topic: &str) -> Vec<(i32, i64, String, String)> {
@@ -432,10 +432,10 @@ async fn compressed_batches_are_stored_as_sent_and_read_back_for_every_codec() {
         // The broker kept the producer's compressed batches.
         let c = broker.client().await;
         let raw = c.fetch_partition(&topic, 0, 0, 1 << 20, 0).await.unwrap();
-        let h = shale_proto::batch::BatchHeader::parse(&raw.records).unwrap();
+        let h = shale_records::batch::BatchHeader::parse(&raw.records).unwrap();
         assert_eq!(
             h.compression().unwrap(),
-            codec.parse::<shale_proto::batch::Compression>().unwrap(),
+            codec.parse::<shale_records::batch::Compression>().unwrap(),
             "{codec}"
         );
     }

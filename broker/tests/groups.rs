@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{Broker, Member, settle};
 use shale_client::{Acks, Assignor, Client, GroupConfig, OffsetReset, Producer, ProducerRecord};
-use shale_proto::ErrorCode;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
+use shale_records::ErrorCode;
 
 const GROUPS_TOML: &str =
     "[groups]\nmin_session_timeout_ms = 500\ninitial_rebalance_delay_ms = 0\n";

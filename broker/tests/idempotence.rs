@@ -13,11 +13,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::Broker;
 use shale_client::{Acks, Client, Producer, ProducerRecord, StartFrom};
-use shale_proto::ErrorCode;
-use shale_proto::batch::{Compression, set_producer};
-use shale_proto::record::{BatchBuilder, Record};
 use shale_proto::v1::InitProducerIdRequest;
 use shale_proto::v1::data_client::DataClient;
+use shale_records::ErrorCode;
+use shale_records::batch::{Compression, set_producer};
+use shale_records::record::{BatchBuilder, Record};
 
 fn batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> Bytes {
     let mut b = BatchBuilder::new(1);

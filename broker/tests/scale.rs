@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::Broker;
 use shale_client::{Acks, Producer, ProducerRecord};
-use shale_proto::ErrorCode;
+use shale_records::ErrorCode;
 
 const PARTITIONS: i32 = 20_000;
 const FD_LIMIT: u64 = 1_024;
@@ -94,7 +94,7 @@ async fn twenty_thousand_partitions_under_a_low_open_files_limit() {
     // Read a sample back (every partition's file may have been closed meanwhile).
     for p in (0..PARTITIONS).step_by(997) {
         let fetched = c.fetch_partition("wide", p, 0, 1 << 20, 0).await.unwrap();
-        let values: Vec<_> = shale_proto::record::decode_records(&fetched.records)
+        let values: Vec<_> = shale_records::record::decode_records(&fetched.records)
             .unwrap()
             .into_iter()
             .map(|r| r.value.unwrap())

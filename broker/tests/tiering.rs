@@ -436,7 +436,7 @@ async fn consumers_read_a_mostly_remote_log_transparently() {
         .unwrap();
     assert_eq!(
         r.error_code,
-        shale_proto::ErrorCode::KafkaStorageError as i32,
+        shale_records::ErrorCode::KafkaStorageError as i32,
         "{}",
         r.error_message
     );
@@ -580,7 +580,7 @@ async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
         .unwrap();
     assert_eq!(
         r.error_code,
-        shale_proto::ErrorCode::CorruptMessage as i32,
+        shale_records::ErrorCode::CorruptMessage as i32,
         "{}",
         r.error_message
     );
@@ -595,7 +595,7 @@ async fn replay_mostly_remote(broker: &mut Broker, objects: &std::path::Path) {
         .unwrap();
     assert_eq!(
         r.error_code,
-        shale_proto::ErrorCode::CorruptMessage as i32,
+        shale_records::ErrorCode::CorruptMessage as i32,
         "{}",
         r.error_message
     );
@@ -660,7 +660,7 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
     };
     assert_eq!(
         refusal.code(),
-        Some(shale_proto::ErrorCode::KafkaStorageError),
+        Some(shale_records::ErrorCode::KafkaStorageError),
         "{refusal}"
     );
     assert!(
@@ -681,7 +681,7 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
             None => break,
             Some(e) => assert_eq!(
                 e.code(),
-                Some(shale_proto::ErrorCode::KafkaStorageError),
+                Some(shale_records::ErrorCode::KafkaStorageError),
                 "{e}"
             ),
         }

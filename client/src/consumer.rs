@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shale_proto::ErrorCode;
-use shale_proto::batch::BatchIter;
-use shale_proto::record::decode_records;
 use shale_proto::v1::{FetchPartition, FetchPartitionResult, FetchRequest};
+use shale_records::ErrorCode;
+use shale_records::batch::BatchIter;
+use shale_records::record::decode_records;
 
 use crate::{ByLeader, Client, Error, Result, check};
 

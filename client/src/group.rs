@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use shale_proto::ErrorCode;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
+use shale_records::ErrorCode;
 use tonic::transport::Channel;
 
 use crate::assignor::{Assignor, Subscription, TopicPartition};

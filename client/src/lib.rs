@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shale_proto::ErrorCode;
 use shale_proto::v1::admin_client::AdminClient;
 use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
+use shale_records::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
 pub use assignor::Assignor;
@@ -52,7 +52,7 @@ pub enum Error {
         message: String,
     },
     #[error("cannot decode a record batch: {0}")]
-    Decode(#[from] shale_proto::batch::BatchError),
+    Decode(#[from] shale_records::batch::BatchError),
     #[error("{0}")]
     Invalid(String),
     #[error("timed out: {0}")]
@@ -91,19 +91,12 @@ impl Error {
 
     /// Whether the broker said leadership is elsewhere or in flux (refresh and retry).
     pub fn is_leadership(&self) -> bool {
-        matches!(
-            self.code(),
-            Some(
-                ErrorCode::NotLeaderOrFollower
-                    | ErrorCode::LeaderNotAvailable
-                    | ErrorCode::FencedLeaderEpoch
-                    | ErrorCode::ReplicaNotAvailable
-            )
-        )
+        self.code().is_some_and(ErrorCode::is_leadership)
     }
 
     /// Whether the same request may succeed later (leadership moving, a broker down,
-    /// replication catching up), as Kafka's retriable errors.
+    /// replication catching up): the broker's verdict by [`ErrorCode::is_retriable`],
+    /// which the broker uses too, or a transport failure.
     pub fn is_retriable(&self) -> bool {
         use tonic::Code;
         match self {
@@ -113,19 +106,7 @@ impl Error {
                 s.code(),
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
             ),
-            Error::Broker { .. } => matches!(
-                self.code(),
-                Some(
-                    ErrorCode::NotLeaderOrFollower
-                        | ErrorCode::LeaderNotAvailable
-                        | ErrorCode::RequestTimedOut
-                        | ErrorCode::NotEnoughReplicas
-                        | ErrorCode::NotEnoughReplicasAfterAppend
-                        | ErrorCode::FencedLeaderEpoch
-                        | ErrorCode::KafkaStorageError
-                        | ErrorCode::ReplicaNotAvailable
-                )
-            ),
+            Error::Broker { .. } => self.code().is_some_and(ErrorCode::is_retriable),
             _ => false,
         }
     }

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
-use shale_proto::ErrorCode;
-use shale_proto::batch::{Compression, set_producer};
-use shale_proto::record::{BatchBuilder, Record};
 use shale_proto::v1::{InitProducerIdRequest, PartitionProduceData, ProduceRequest};
+use shale_records::ErrorCode;
+use shale_records::batch::{Compression, set_producer};
+use shale_records::record::{BatchBuilder, Record};
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::partitioner::partition_for_key;

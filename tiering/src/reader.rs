@@ -20,7 +20,7 @@ use foyer::{
     HybridCacheBuilder,
 };
 use shale_metastore::RemoteSegment;
-use shale_proto::batch::{BatchHeader, BatchIter, HEADER_LEN};
+use shale_records::batch::{BatchHeader, BatchIter, HEADER_LEN};
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
@@ -332,7 +332,7 @@ impl RemoteReader {
             })?;
             if h.max_timestamp >= ts {
                 let batch = self.read_range(seg, pos, h.total_size() as u64).await?;
-                return Ok(shale_proto::record::first_at_or_after(&batch, ts));
+                return Ok(shale_records::record::first_at_or_after(&batch, ts));
             }
             pos += h.total_size() as u64;
         }

@@ -300,7 +300,7 @@ fn topic_metadata(name: &str, topic: Option<&crate::broker::TopicState>) -> Topi
     match topic {
         Some(t) => TopicMetadata {
             name: name.to_string(),
-            error_code: shale_proto::ErrorCode::None as i32,
+            error_code: shale_records::ErrorCode::None as i32,
             topic_id: t.meta.id.to_string(),
             partitions: (0..t.meta.partitions)
                 .map(|partition| match t.state(partition) {
@@ -322,7 +322,7 @@ fn topic_metadata(name: &str, topic: Option<&crate::broker::TopicState>) -> Topi
         },
         None => TopicMetadata {
             name: name.to_string(),
-            error_code: shale_proto::ErrorCode::UnknownTopicOrPartition as i32,
+            error_code: shale_records::ErrorCode::UnknownTopicOrPartition as i32,
             ..Default::default()
         },
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use object_store::ObjectStore;
 use shale_metastore::{PartitionState, RemoteSegmentState};
-use shale_proto::ErrorCode;
+use shale_records::ErrorCode;
 
 use crate::fetch::FetchSpec;
 use crate::partition::{Partition, RemoteState};
@@ -106,7 +106,7 @@ async fn tier_and_drop_local(t: &TestBroker, p: &Arc<Partition>) {
     let mut config = (*p.config()).clone();
     config.local_retention_bytes = 1;
     p.set_config(Arc::new(config));
-    p.apply_retention(crate::broker::now_ms()).unwrap();
+    p.apply_retention(crate::clock::now_ms()).unwrap();
     assert!(
         p.offsets().local_log_start_offset > 0,
         "nothing dropped locally"
@@ -255,6 +255,6 @@ async fn segments_deleted_by_remote_retention_are_not_copied_again() {
         .collect();
     assert!(again.is_empty(), "copied again: {again:?}");
     // Local retention drops the local copies of what the remote tier retired.
-    p.apply_retention(crate::broker::now_ms()).unwrap();
+    p.apply_retention(crate::clock::now_ms()).unwrap();
     assert!(p.offsets().local_log_start_offset > copied_end);
 }

@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 use shale_client::Client;
-use shale_proto::ErrorCode;
+use shale_records::ErrorCode;
 
 use crate::out::{self, OutputFormat};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use clap::Args;
 use shale_client::{Acks, Client, DeliveryFuture, Producer, ProducerRecord};
-use shale_proto::batch::Compression;
+use shale_records::batch::Compression;
 use tokio::sync::mpsc;
 
 use crate::out;

@@ -3,8 +3,8 @@
 use clap::Subcommand;
 use serde_json::json;
 use shale_client::Client;
-use shale_proto::ErrorCode;
 use shale_proto::v1::{DescribeTopicResponse, PartitionDescription};
+use shale_records::ErrorCode;
 
 use crate::out::{self, OutputFormat};
 

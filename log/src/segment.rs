@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use shale_proto::batch::{BatchError, BatchHeader, HEADER_LEN};
+use shale_records::batch::{BatchError, BatchHeader, HEADER_LEN};
 
 use super::epochs::EpochEntry;
 use super::files::FileCache;

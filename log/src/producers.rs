@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use shale_proto::batch::BatchHeader;
+use shale_records::batch::BatchHeader;
 
 /// Batches remembered per producer (Kafka keeps five: the most a producer has in
 /// flight per partition).

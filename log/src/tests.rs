@@ -1,6 +1,9 @@
 use super::*;
+use crate::segment::LOG_SUFFIX;
 use proptest::prelude::*;
-use shale_proto::record::{BatchBuilder, Record, decode_records};
+use shale_records::batch::{self, BatchIter};
+use shale_records::record::{BatchBuilder, Record, decode_records};
+use std::path::PathBuf;
 
 fn batch(first_value: u64, n: usize, ts: i64, value_len: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(ts);

@@ -1,0 +1,567 @@
+//! The group coordinator's state machine: Kafka's classic group protocol (join, sync,
+//! heartbeat, leave; generations; session and rebalance timeouts) over members held in
+//! memory. It owns no I/O: the broker drives it (`crate::groups`), ticking it for
+//! expiries and answering the waiters it hands out.
+//!
+//! Protocol metadata and assignments are opaque bytes: the group leader's client
+//! computes the assignment (range, round-robin, sticky).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::error::{GroupError, unknown_member, validate_group_id};
+use crate::config::GroupsSection;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// A JoinGroup as the coordinator sees it.
+pub struct JoinRequest {
+    pub group: String,
+    pub member_id: String,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i64,
+    pub rebalance_timeout_ms: i64,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// What every member learns when a rebalance completes.
+#[derive(Debug, Clone)]
+pub struct JoinResult {
+    pub generation: i32,
+    pub protocol: String,
+    pub leader: String,
+    pub member_id: String,
+    /// The leader's copy only: every member and its metadata for the chosen protocol.
+    pub members: Vec<(String, Bytes)>,
+}
+
+type JoinReply = oneshot::Sender<Result<JoinResult, GroupError>>;
+type SyncReply = oneshot::Sender<Result<Bytes, GroupError>>;
+
+struct Member {
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    last_heartbeat: Instant,
+    join_waiter: Option<JoinReply>,
+    sync_waiter: Option<SyncReply>,
+}
+
+struct Group {
+    state: GroupState,
+    generation: i32,
+    protocol_type: String,
+    protocol: String,
+    leader: String,
+    members: BTreeMap<String, Member>,
+    /// A rebalance completes once every member joined (not before `not_before`), or at
+    /// `deadline` without those that did not.
+    not_before: Instant,
+    deadline: Instant,
+}
+
+impl Group {
+    fn new(now: Instant) -> Self {
+        Self {
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: String::new(),
+            protocol: String::new(),
+            leader: String::new(),
+            members: BTreeMap::new(),
+            not_before: now,
+            deadline: now,
+        }
+    }
+
+    fn member(&mut self, group: &str, id: &str) -> Result<&mut Member, GroupError> {
+        self.members
+            .get_mut(id)
+            .ok_or_else(|| GroupError::UnknownMember {
+                group: group.to_string(),
+                member: id.to_string(),
+                hint: "; join again",
+            })
+    }
+
+    fn check_generation(&self, group: &str, generation: i32) -> Result<(), GroupError> {
+        if generation != self.generation {
+            return Err(GroupError::IllegalGeneration {
+                group: group.to_string(),
+                sent: generation,
+                current: self.generation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts a rebalance: every member must join again.
+    fn prepare_rebalance(&mut self, group: &str, now: Instant, initial_delay: Duration) {
+        if self.state == GroupState::PreparingRebalance {
+            return;
+        }
+        let was_empty = self.state == GroupState::Empty;
+        for m in self.members.values_mut() {
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(Err(GroupError::RebalanceInProgress(group.to_string())));
+            }
+        }
+        let longest = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or_default();
+        self.state = GroupState::PreparingRebalance;
+        self.not_before = if was_empty { now + initial_delay } else { now };
+        self.deadline = now + longest.max(initial_delay);
+        tracing::info!(
+            group,
+            generation = self.generation,
+            members = self.members.len(),
+            "rebalance started"
+        );
+    }
+
+    /// Completes the join phase if it can: every member joined (and the initial delay
+    /// passed), or the deadline passed (members that did not join are dropped).
+    fn maybe_complete_join(&mut self, group: &str, now: Instant) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.join_waiter.is_some());
+        if !(all_joined && now >= self.not_before || now >= self.deadline) {
+            return;
+        }
+        self.members.retain(|id, m| {
+            let keep = m.join_waiter.is_some();
+            if !keep {
+                tracing::info!(group, member = %id, "member did not join in time; removed");
+            }
+            keep
+        });
+        self.generation += 1;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol.clear();
+            self.leader.clear();
+            return;
+        }
+        self.protocol = self.common_protocol().unwrap_or_default();
+        if !self.members.contains_key(&self.leader) {
+            self.leader = self.members.keys().next().cloned().unwrap_or_default();
+        }
+        self.state = GroupState::CompletingRebalance;
+        let members: Vec<(String, Bytes)> = self
+            .members
+            .iter()
+            .map(|(id, m)| (id.clone(), metadata_for(m, &self.protocol)))
+            .collect();
+        for (id, m) in self.members.iter_mut() {
+            m.assignment = Bytes::new();
+            m.last_heartbeat = now;
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(Ok(JoinResult {
+                    generation: self.generation,
+                    protocol: self.protocol.clone(),
+                    leader: self.leader.clone(),
+                    member_id: id.clone(),
+                    members: if *id == self.leader {
+                        members.clone()
+                    } else {
+                        Vec::new()
+                    },
+                }));
+            }
+        }
+        tracing::info!(group, generation = self.generation, protocol = %self.protocol,
+            leader = %self.leader, members = self.members.len(), "rebalance: members joined");
+    }
+
+    /// The first protocol of the leader's (or first member's) list that every member
+    /// supports.
+    fn common_protocol(&self) -> Option<String> {
+        let first = self
+            .members
+            .get(&self.leader)
+            .or_else(|| self.members.values().next())?;
+        first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .find(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(o, _)| o == *n))
+            })
+            .cloned()
+    }
+
+    fn remove_member(&mut self, group: &str, id: &str, now: Instant, delay: Duration) {
+        if let Some(m) = self.members.remove(id) {
+            if let Some(w) = m.join_waiter {
+                let _ = w.send(Err(GroupError::UnknownMember {
+                    group: group.to_string(),
+                    member: id.to_string(),
+                    hint: " any more",
+                }));
+            }
+            if self.members.is_empty() && self.state != GroupState::PreparingRebalance {
+                self.state = GroupState::Empty;
+                self.generation += 1;
+                self.leader.clear();
+                return;
+            }
+            self.prepare_rebalance(group, now, delay);
+            self.maybe_complete_join(group, now);
+        }
+    }
+}
+
+fn metadata_for(m: &Member, protocol: &str) -> Bytes {
+    m.protocols
+        .iter()
+        .find(|(n, _)| n == protocol)
+        .map(|(_, b)| b.clone())
+        .unwrap_or_default()
+}
+
+/// A member as `describe` shows it.
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub generation: i32,
+    pub leader: String,
+    pub members: Vec<MemberDescription>,
+}
+
+/// Where an OffsetCommit may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitAuthority {
+    /// A member at the current generation.
+    Member,
+    /// An admin commit (generation -1, no member id) on a group without members.
+    Admin,
+}
+
+pub struct Coordinator {
+    config: GroupsSection,
+    groups: Mutex<HashMap<String, Group>>,
+}
+
+impl Coordinator {
+    pub fn new(config: GroupsSection) -> Self {
+        Self {
+            config,
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn initial_delay(&self) -> Duration {
+        Duration::from_millis(self.config.initial_rebalance_delay_ms)
+    }
+
+    /// Adds or re-joins a member; the answer comes when the rebalance completes.
+    pub fn join(
+        &self,
+        req: JoinRequest,
+    ) -> Result<oneshot::Receiver<Result<JoinResult, GroupError>>, GroupError> {
+        validate_group_id(&req.group)?;
+        let (min, max) = (
+            self.config.min_session_timeout_ms,
+            self.config.max_session_timeout_ms,
+        );
+        if req.session_timeout_ms < min as i64 || req.session_timeout_ms > max as i64 {
+            return Err(GroupError::InvalidSessionTimeout {
+                sent: req.session_timeout_ms,
+                min,
+                max,
+            });
+        }
+        if req.protocols.is_empty() || req.protocol_type.is_empty() {
+            return Err(GroupError::InconsistentProtocol(
+                "a join must name a protocol type and at least one protocol".into(),
+            ));
+        }
+        let now = Instant::now();
+        let mut groups = self.groups();
+        let group = groups
+            .entry(req.group.clone())
+            .or_insert_with(|| Group::new(now));
+        if !group.members.is_empty() {
+            if group.protocol_type != req.protocol_type {
+                return Err(GroupError::InconsistentProtocol(format!(
+                    "group '{}' uses protocol type '{}', not '{}'",
+                    req.group, group.protocol_type, req.protocol_type
+                )));
+            }
+            let shared = group.members.values().all(|m| {
+                m.protocols
+                    .iter()
+                    .any(|(n, _)| req.protocols.iter().any(|(o, _)| o == n))
+            });
+            if !shared {
+                return Err(GroupError::InconsistentProtocol(format!(
+                    "no assignor of {:?} is supported by every member of group '{}'",
+                    req.protocols.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                    req.group
+                )));
+            }
+        }
+        let member_id = if req.member_id.is_empty() {
+            format!("{}-{}", req.client_id, uuid::Uuid::new_v4())
+        } else {
+            group.member(&req.group, &req.member_id)?;
+            req.member_id.clone()
+        };
+        group.protocol_type = req.protocol_type;
+        let (tx, rx) = oneshot::channel();
+        let member = group
+            .members
+            .entry(member_id.clone())
+            .or_insert_with(|| Member {
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                session_timeout: Duration::ZERO,
+                rebalance_timeout: Duration::ZERO,
+                protocols: Vec::new(),
+                assignment: Bytes::new(),
+                last_heartbeat: now,
+                join_waiter: None,
+                sync_waiter: None,
+            });
+        member.session_timeout = Duration::from_millis(req.session_timeout_ms as u64);
+        member.rebalance_timeout =
+            Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms) as u64);
+        member.protocols = req.protocols;
+        member.last_heartbeat = now;
+        member.join_waiter = Some(tx);
+        group.prepare_rebalance(&req.group, now, self.initial_delay());
+        group.maybe_complete_join(&req.group, now);
+        Ok(rx)
+    }
+
+    /// SyncGroup: the leader hands in the assignment; every member gets its own.
+    pub fn sync(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<oneshot::Receiver<Result<Bytes, GroupError>>, GroupError> {
+        let mut groups = self.groups();
+        let group = groups
+            .get_mut(group_id)
+            .ok_or_else(|| unknown_member(group_id, member_id))?;
+        group.member(group_id, member_id)?;
+        group.check_generation(group_id, generation)?;
+        let (tx, rx) = oneshot::channel();
+        match group.state {
+            GroupState::Empty => return Err(unknown_member(group_id, member_id)),
+            GroupState::PreparingRebalance => {
+                return Err(GroupError::RebalanceInProgress(group_id.to_string()));
+            }
+            GroupState::Stable => {
+                let m = group.member(group_id, member_id)?;
+                let _ = tx.send(Ok(m.assignment.clone()));
+            }
+            GroupState::CompletingRebalance => {
+                group.member(group_id, member_id)?.sync_waiter = Some(tx);
+                if member_id == group.leader {
+                    let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                    for (id, m) in group.members.iter_mut() {
+                        m.assignment = given.remove(id).unwrap_or_default();
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(Ok(m.assignment.clone()));
+                        }
+                    }
+                    group.state = GroupState::Stable;
+                    tracing::info!(
+                        group = group_id,
+                        generation,
+                        "rebalance complete: group stable"
+                    );
+                }
+            }
+        }
+        Ok(rx)
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<(), GroupError> {
+        let mut groups = self.groups();
+        let group = groups
+            .get_mut(group_id)
+            .ok_or_else(|| unknown_member(group_id, member_id))?;
+        group.member(group_id, member_id)?.last_heartbeat = Instant::now();
+        if group.state == GroupState::PreparingRebalance {
+            return Err(GroupError::RebalanceInProgress(group_id.to_string()));
+        }
+        group.check_generation(group_id, generation)
+    }
+
+    pub fn leave(&self, group_id: &str, member_id: &str) -> Result<(), GroupError> {
+        let mut groups = self.groups();
+        let group = groups
+            .get_mut(group_id)
+            .ok_or_else(|| unknown_member(group_id, member_id))?;
+        group.member(group_id, member_id)?;
+        tracing::info!(group = group_id, member = member_id, "member left");
+        group.remove_member(group_id, member_id, Instant::now(), self.initial_delay());
+        Ok(())
+    }
+
+    /// Checks that an OffsetCommit may be written now.
+    pub fn authorize_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<CommitAuthority, GroupError> {
+        validate_group_id(group_id)?;
+        let mut groups = self.groups();
+        let group = groups.get_mut(group_id);
+        if generation < 0 && member_id.is_empty() {
+            return match group {
+                Some(g) if !g.members.is_empty() => {
+                    Err(GroupError::NonEmptyGroup(group_id.to_string()))
+                }
+                _ => Ok(CommitAuthority::Admin),
+            };
+        }
+        let group = group.ok_or_else(|| unknown_member(group_id, member_id))?;
+        group.member(group_id, member_id)?.last_heartbeat = Instant::now();
+        group.check_generation(group_id, generation)?;
+        if group.state == GroupState::CompletingRebalance {
+            return Err(GroupError::RebalanceInProgress(group_id.to_string()));
+        }
+        Ok(CommitAuthority::Member)
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.groups();
+        let g = groups.get(group_id)?;
+        Some(GroupDescription {
+            state: g.state,
+            protocol_type: g.protocol_type.clone(),
+            protocol: g.protocol.clone(),
+            generation: g.generation,
+            leader: g.leader.clone(),
+            members: g
+                .members
+                .iter()
+                .map(|(id, m)| MemberDescription {
+                    member_id: id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Groups held in memory: id, state, member count.
+    pub fn list(&self) -> Vec<(String, GroupState, usize)> {
+        let mut out: Vec<_> = self
+            .groups()
+            .iter()
+            .map(|(id, g)| (id.clone(), g.state, g.members.len()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Forgets an empty group; refuses one with members.
+    pub fn remove_if_empty(&self, group_id: &str) -> Result<bool, GroupError> {
+        let mut groups = self.groups();
+        match groups.get(group_id) {
+            Some(g) if !g.members.is_empty() => {
+                Err(GroupError::NonEmptyGroup(group_id.to_string()))
+            }
+            Some(_) => {
+                groups.remove(group_id);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Periodic work: expires members whose session lapsed, completes rebalances whose
+    /// deadline passed, and drops groups this broker no longer coordinates (their
+    /// members find the new coordinator and join there).
+    pub fn tick(&self, still_mine: impl Fn(&str) -> bool) {
+        let now = Instant::now();
+        let delay = self.initial_delay();
+        let mut groups = self.groups();
+        groups.retain(|id, g| {
+            let mine = still_mine(id);
+            if !mine && !g.members.is_empty() {
+                tracing::info!(group = %id, "no longer the coordinator of the group; dropping it");
+            }
+            mine && !g.members.is_empty()
+        });
+        for (id, g) in groups.iter_mut() {
+            let expired: Vec<String> = g
+                .members
+                .iter()
+                .filter(|(_, m)| {
+                    m.join_waiter.is_none()
+                        && now.duration_since(m.last_heartbeat) > m.session_timeout
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for member in expired {
+                tracing::info!(group = %id, %member, "member session expired");
+                g.remove_member(id, &member, now, delay);
+            }
+            g.maybe_complete_join(id, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

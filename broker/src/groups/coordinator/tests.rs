@@ -1,0 +1,182 @@
+use super::*;
+use crate::groups::coordinator_of;
+
+fn coordinator(delay_ms: u64) -> Coordinator {
+    Coordinator::new(GroupsSection {
+        min_session_timeout_ms: 10,
+        max_session_timeout_ms: 60_000,
+        initial_rebalance_delay_ms: delay_ms,
+    })
+}
+
+fn join(
+    c: &Coordinator,
+    member: &str,
+    session_ms: i64,
+) -> oneshot::Receiver<Result<JoinResult, GroupError>> {
+    c.join(JoinRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        client_id: "c".into(),
+        client_host: "h".into(),
+        session_timeout_ms: session_ms,
+        rebalance_timeout_ms: session_ms,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn join_sync_heartbeat_and_generations() {
+    let c = coordinator(0);
+    let a = join(&c, "", 1000).await.unwrap().unwrap();
+    assert_eq!((a.generation, a.leader.as_str()), (1, a.member_id.as_str()));
+    assert_eq!(a.members.len(), 1);
+    let got = c
+        .sync(
+            "g",
+            1,
+            &a.member_id,
+            vec![(a.member_id.clone(), Bytes::from_static(b"p0"))],
+        )
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got[..], b"p0");
+    c.heartbeat("g", 1, &a.member_id).unwrap();
+    // A second member starts a rebalance: the first learns it from its heartbeat.
+    let b_join = join(&c, "", 1000);
+    assert!(matches!(
+        c.heartbeat("g", 1, &a.member_id),
+        Err(GroupError::RebalanceInProgress(_))
+    ));
+    assert_eq!(
+        c.authorize_commit("g", 1, &a.member_id),
+        Ok(CommitAuthority::Member),
+        "commits of the current generation are taken while preparing a rebalance"
+    );
+    let a2 = join(&c, &a.member_id, 1000).await.unwrap().unwrap();
+    let b = b_join.await.unwrap().unwrap();
+    assert_eq!((a2.generation, b.generation), (2, 2));
+    assert_eq!(a2.leader, a.member_id, "the leader stays the leader");
+    assert!(b.members.is_empty(), "only the leader gets the members");
+    assert!(matches!(
+        c.authorize_commit("g", 1, &a.member_id),
+        Err(GroupError::IllegalGeneration {
+            sent: 1,
+            current: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        c.heartbeat("g", 2, "nobody"),
+        Err(GroupError::UnknownMember { .. })
+    ));
+    assert!(matches!(
+        c.authorize_commit("g", -1, ""),
+        Err(GroupError::NonEmptyGroup(_))
+    ));
+    // The follower's sync waits for the leader's.
+    let b_sync = c.sync("g", 2, &b.member_id, vec![]).unwrap();
+    c.sync(
+        "g",
+        2,
+        &a.member_id,
+        vec![(b.member_id.clone(), Bytes::from_static(b"p1"))],
+    )
+    .unwrap();
+    assert_eq!(&b_sync.await.unwrap().unwrap()[..], b"p1");
+    // Leaving rebalances; the last one out empties the group.
+    c.leave("g", &b.member_id).unwrap();
+    let a3 = join(&c, &a.member_id, 1000).await.unwrap().unwrap();
+    assert_eq!(a3.generation, 3);
+    c.leave("g", &a.member_id).unwrap();
+    assert_eq!(c.describe("g").unwrap().state, GroupState::Empty);
+    assert_eq!(c.authorize_commit("g", -1, ""), Ok(CommitAuthority::Admin));
+}
+
+#[tokio::test]
+async fn expired_sessions_leave_and_stragglers_are_dropped() {
+    let c = coordinator(0);
+    let a = join(&c, "", 50).await.unwrap().unwrap();
+    c.sync("g", 1, &a.member_id, vec![]).unwrap();
+    let b_join = join(&c, "", 5000);
+    // `a` never joins again: after its rebalance timeout it is dropped.
+    std::thread::sleep(Duration::from_millis(80));
+    c.tick(|_| true);
+    let b = b_join.await.unwrap().unwrap();
+    assert_eq!(b.members.len(), 1);
+    assert_eq!(b.leader, b.member_id);
+    assert!(c.heartbeat("g", b.generation, &a.member_id).is_err());
+    // A group this broker no longer coordinates is dropped.
+    c.tick(|_| false);
+    assert!(c.describe("g").is_none());
+}
+
+#[test]
+fn bad_joins_are_refused() {
+    let c = coordinator(0);
+    let mut r = JoinRequest {
+        group: String::new(),
+        member_id: String::new(),
+        client_id: "c".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 1000,
+        rebalance_timeout_ms: 1000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::new())],
+    };
+    assert!(matches!(
+        c.join_now(&mut r),
+        Err(GroupError::InvalidGroupId(_))
+    ));
+    r.group = "g".into();
+    r.session_timeout_ms = 1;
+    assert!(matches!(
+        c.join_now(&mut r),
+        Err(GroupError::InvalidSessionTimeout { .. })
+    ));
+    r.session_timeout_ms = 1000;
+    r.member_id = "ghost".into();
+    assert!(matches!(
+        c.join_now(&mut r),
+        Err(GroupError::UnknownMember { .. })
+    ));
+}
+
+impl Coordinator {
+    fn join_now(&self, r: &mut JoinRequest) -> Result<(), GroupError> {
+        self.join(JoinRequest {
+            group: r.group.clone(),
+            member_id: r.member_id.clone(),
+            client_id: r.client_id.clone(),
+            client_host: r.client_host.clone(),
+            session_timeout_ms: r.session_timeout_ms,
+            rebalance_timeout_ms: r.rebalance_timeout_ms,
+            protocol_type: r.protocol_type.clone(),
+            protocols: r.protocols.clone(),
+        })
+        .map(drop)
+    }
+}
+
+#[test]
+fn coordinators_spread_and_move_little() {
+    let live = [0, 1, 2];
+    let mut count = [0; 3];
+    let mut moved = 0;
+    for i in 0..3000 {
+        let g = format!("group-{i}");
+        let c = coordinator_of(&g, &live).unwrap();
+        count[c as usize] += 1;
+        let without = coordinator_of(&g, &[0, 1]).unwrap();
+        if c != 2 && without != c {
+            moved += 1;
+        }
+    }
+    assert!(count.iter().all(|&n| n > 800), "{count:?}");
+    assert_eq!(moved, 0, "groups of surviving brokers stay put");
+    assert_eq!(coordinator_of("g", &[]), None);
+}

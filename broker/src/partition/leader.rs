@@ -1,0 +1,195 @@
+//! The leader's side of replication for one partition: followers' progress, the high
+//! watermark, ISR changes, and answering a follower's fetch.
+
+use bytes::Bytes;
+
+use super::{Partition, Replica, Role};
+use crate::error::{Error, Result};
+
+/// One partition of a follower's fetch, as the leader sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerFetch {
+    pub replica_id: i32,
+    /// The follower's incarnation (broker epoch).
+    pub replica_epoch: i64,
+    pub current_leader_epoch: i32,
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+}
+
+/// The leader's answer for one partition.
+#[derive(Debug, Clone)]
+pub struct LeaderRead {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub local_log_start_offset: i64,
+    /// (epoch, end offset) when the follower's log diverged.
+    pub diverging: Option<(i32, i64)>,
+    /// The ISR to write, and the role it was computed from: with the follower once it
+    /// has caught up, or without it once its log went backwards (it lost records).
+    pub isr_change: Option<(Role, Vec<i32>)>,
+}
+
+/// What the leader knows of one follower.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FollowerProgress {
+    /// The follower's log end offset (its last fetch offset).
+    pub(super) leo: i64,
+    /// Last time the follower had fetched up to the leader's log end of its previous
+    /// fetch (Kafka's lastCaughtUpTime).
+    pub(super) caught_up_ms: i64,
+    /// The leader's log end when it answered the follower's previous fetch.
+    pub(super) leader_leo_at_last_fetch: i64,
+    /// The follower's incarnation that fetched last (-1: none yet).
+    pub(super) broker_epoch: i64,
+}
+
+impl Partition {
+    /// Leader: raises the HW to the smallest log end over the ISR (followers not heard
+    /// from since this epoch began hold it where it is).
+    pub(super) fn advance_hw(&self, r: &Replica) {
+        if r.role.leader != self.broker_id {
+            return;
+        }
+        let current = self.high_watermark();
+        let hw = r
+            .role
+            .isr
+            .iter()
+            .filter(|&&b| b != self.broker_id)
+            .map(|b| r.followers.get(b).map_or(-1, |f| f.leo))
+            .map(|leo| if leo < 0 { current } else { leo })
+            .fold(r.log.log_end_offset(), i64::min);
+        if hw > current {
+            self.high_watermark.send_replace(hw);
+        }
+    }
+
+    /// Leader: followers in the ISR that have not caught up within `lag_ms`; the ISR
+    /// without them, if any.
+    pub fn isr_to_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<(Role, Vec<i32>)> {
+        let r = self.replica();
+        if r.role.leader != self.broker_id {
+            return None;
+        }
+        let isr: Vec<i32> = r
+            .role
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| {
+                *b == self.broker_id
+                    || r.followers
+                        .get(b)
+                        .is_some_and(|f| now_ms - f.caught_up_ms <= lag_ms)
+            })
+            .collect();
+        (isr.len() < r.role.isr.len()).then(|| (r.role.clone(), isr))
+    }
+
+    /// Leader: answers one partition of a follower's replica fetch: checks the
+    /// follower's epoch and divergence, records its progress, reads from its offset.
+    pub fn serve_replica(&self, f: &FollowerFetch, now_ms: i64) -> Result<LeaderRead> {
+        let (plan, out) = {
+            let mut r = self.replica();
+            self.ensure_leader(&r.role)?;
+            if f.current_leader_epoch < r.role.leader_epoch {
+                return Err(Error::FencedLeaderEpoch {
+                    sent: f.current_leader_epoch,
+                    current: r.role.leader_epoch,
+                });
+            }
+            if f.current_leader_epoch > r.role.leader_epoch {
+                // This broker has not heard of the new epoch yet.
+                return Err(self.not_leader(&r.role));
+            }
+            let leo = r.log.log_end_offset();
+            let local_start = r.log.log_start_offset();
+            let mut out = LeaderRead {
+                records: Bytes::new(),
+                high_watermark: self.high_watermark(),
+                local_log_start_offset: local_start,
+                diverging: None,
+                isr_change: None,
+            };
+            if f.fetch_offset > local_start && f.last_fetched_epoch >= 0 {
+                match r.log.epoch_end_offset(f.last_fetched_epoch) {
+                    Some((epoch, end))
+                        if epoch == f.last_fetched_epoch && end >= f.fetch_offset => {}
+                    Some((epoch, end)) => {
+                        out.diverging = Some((epoch, end));
+                        return Ok(out);
+                    }
+                    None => {
+                        out.diverging = Some((-1, local_start));
+                        return Ok(out);
+                    }
+                }
+            }
+            if f.fetch_offset < local_start || f.fetch_offset > leo {
+                return Err(Error::OffsetOutOfRange {
+                    offset: f.fetch_offset,
+                    log_start: local_start,
+                    log_end: leo,
+                });
+            }
+            // A follower joins the ISR only at the HW and at the start of this epoch: a
+            // new leader's HW may lag what the last leader acknowledged (KAFKA-7128).
+            let epoch_start = r.log.epoch_start_offset(r.role.leader_epoch).unwrap_or(leo);
+            let hw = self.high_watermark();
+            let (caught_up, went_back) = match r.followers.get_mut(&f.replica_id) {
+                Some(p) => {
+                    // Within one incarnation a follower's log only grows here (a lower
+                    // offset is a stale request, still being answered after its stream
+                    // broke). A new incarnation fetching below what the old one had
+                    // lost records (power loss, new disk) it had vouched for.
+                    let same = p.broker_epoch == f.replica_epoch;
+                    let went_back = !same && p.leo >= 0 && f.fetch_offset < p.leo;
+                    if f.fetch_offset >= p.leader_leo_at_last_fetch {
+                        p.caught_up_ms = now_ms;
+                    }
+                    p.leo = if same {
+                        p.leo.max(f.fetch_offset)
+                    } else {
+                        f.fetch_offset
+                    };
+                    p.leader_leo_at_last_fetch = leo;
+                    p.broker_epoch = f.replica_epoch;
+                    (p.leo >= hw && p.leo >= epoch_start, went_back)
+                }
+                None => return Err(Error::NotReplica(f.replica_id)),
+            };
+            self.advance_hw(&r);
+            out.high_watermark = self.high_watermark();
+            let in_isr = r.role.isr.contains(&f.replica_id);
+            if went_back && in_isr {
+                let isr = r
+                    .role
+                    .isr
+                    .iter()
+                    .copied()
+                    .filter(|b| *b != f.replica_id)
+                    .collect();
+                out.isr_change = Some((r.role.clone(), isr));
+            } else if caught_up && !in_isr {
+                let mut isr = r.role.isr.clone();
+                isr.push(f.replica_id);
+                isr.sort_unstable();
+                out.isr_change = Some((r.role.clone(), isr));
+            }
+            (r.log.plan_read(f.fetch_offset, leo)?, out)
+        };
+        let records = plan.read(f.max_bytes, true).map_err(Error::Storage)?;
+        Ok(LeaderRead { records, ..out })
+    }
+
+    /// Every batch of the local log (tests compare replicas with it).
+    #[cfg(test)]
+    pub(super) fn read_replica_bytes(&self) -> (Bytes, i64) {
+        let r = self.replica();
+        let leo = r.log.log_end_offset();
+        let plan = r.log.plan_read(r.log.log_start_offset(), leo).unwrap();
+        (plan.read(usize::MAX, true).unwrap(), leo)
+    }
+}

@@ -1,0 +1,350 @@
+use super::*;
+use shale_records::record::{BatchBuilder, Record};
+
+fn batch(n: usize, value_len: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new(1_000);
+    for _ in 0..n {
+        b.push(Record::new(None, Some(&vec![b'a'; value_len]), 1_000));
+    }
+    b.build().to_vec()
+}
+
+fn shared(dir: &Path, broker: i32) -> Shared {
+    Shared {
+        data_dir: dir.to_path_buf(),
+        broker_id: broker,
+        appended: Arc::new(watch::Sender::new(0)),
+        files: FileCache::new(16),
+    }
+}
+
+fn open_replica(dir: &Path, id: Uuid, config: TopicConfig, broker: i32) -> Partition {
+    Partition::open(&shared(dir, broker), "t", 0, id, Arc::new(config), 0).unwrap()
+}
+
+/// A partition this broker (1) leads alone.
+fn open(dir: &Path, id: Uuid, config: TopicConfig) -> Partition {
+    let p = open_replica(dir, id, config, 1);
+    p.apply_state(&PartitionState::initial(id, 0, vec![1]), 0)
+        .unwrap();
+    p
+}
+
+fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
+    FollowerFetch {
+        replica_id,
+        replica_epoch: 1,
+        current_leader_epoch: epoch,
+        fetch_offset: at.0,
+        last_fetched_epoch: at.1,
+        max_bytes: 1 << 20,
+    }
+}
+
+/// One round of the follower's fetch loop against `leader`.
+fn replicate_once(leader: &Partition, follower: &Partition, follower_id: i32) {
+    let pos = follower.follower_position().unwrap();
+    let at = (pos.log_end_offset, pos.last_epoch);
+    let read = leader
+        .serve_replica(&fetch(follower_id, pos.leader_epoch, at), 0)
+        .unwrap();
+    let applied = match read.diverging {
+        Some((e, end)) => follower.truncate_diverged(&pos, e, end).unwrap(),
+        None => follower
+            .append_from_leader(&pos, &read.records, read.high_watermark, 0)
+            .unwrap(),
+    };
+    assert!(applied);
+}
+
+fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> PartitionState {
+    PartitionState {
+        topic_id: id,
+        partition: 0,
+        replicas: vec![1, 2],
+        leader,
+        leader_epoch: epoch,
+        isr,
+        elr: Vec::new(),
+        version,
+    }
+}
+
+/// Replicas on brokers 1 (leading, epoch 0) and 2, both in the ISR.
+fn two_replicas(d1: &Path, d2: &Path, id: Uuid) -> (Partition, Partition) {
+    let a = open_replica(d1, id, TopicConfig::default(), 1);
+    let b = open_replica(d2, id, TopicConfig::default(), 2);
+    let s0 = state(id, 1, 0, vec![1, 2], 0);
+    a.apply_state(&s0, 0).unwrap();
+    b.apply_state(&s0, 0).unwrap();
+    (a, b)
+}
+
+#[test]
+fn followers_copy_the_leader_and_the_hw_follows_the_isr() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+    // Only the leader takes produce; a follower answers NOT_LEADER_OR_FOLLOWER.
+    let err = b.append(&batch(1, 1), None, 0).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::NotLeaderOrFollower);
+    let err = a.append(&batch(1, 1), Some(3), 0).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::NotEnoughReplicas);
+    assert_eq!(a.offsets().log_end_offset, 0, "refused before writing");
+    a.append(&batch(3, 10), Some(2), 0).unwrap();
+    a.append(&batch(2, 10), Some(2), 0).unwrap();
+    assert_eq!(a.high_watermark(), 0, "the follower has nothing yet");
+    replicate_once(&a, &b, 2);
+    assert_eq!(b.offsets().log_end_offset, 5);
+    assert_eq!(a.high_watermark(), 0, "the leader learns on the next fetch");
+    replicate_once(&a, &b, 2);
+    assert_eq!((a.high_watermark(), b.high_watermark()), (5, 5));
+    // A fetch with an old epoch is fenced.
+    let err = a.serve_replica(&fetch(2, -1, (5, 0)), 0).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::FencedLeaderEpoch);
+}
+
+#[test]
+fn a_deposed_leader_truncates_its_divergent_tail() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let id = Uuid::new_v4();
+    let (a, b) = two_replicas(d1.path(), d2.path(), id);
+    a.append(&batch(4, 10), None, 0).unwrap();
+    replicate_once(&a, &b, 2);
+    // Broker 1 writes a tail nobody copies, then loses the lead to broker 2.
+    a.append(&batch(3, 99), None, 0).unwrap();
+    let s1 = state(id, 2, 1, vec![2], 1);
+    a.apply_state(&s1, 0).unwrap();
+    b.apply_state(&s1, 0).unwrap();
+    b.append(&batch(2, 20), None, 0).unwrap();
+    assert_eq!(a.offsets().log_end_offset, 7);
+    // First round: diverged at the end of epoch 0 on broker 2 (offset 4).
+    replicate_once(&b, &a, 1);
+    assert_eq!(a.offsets().log_end_offset, 4);
+    replicate_once(&b, &a, 1);
+    assert_eq!(a.offsets().log_end_offset, 6);
+    let (left, _) = a.read_replica_bytes();
+    let (right, _) = b.read_replica_bytes();
+    assert_eq!(left, right, "the logs are identical after truncation");
+    // The checkpoint survives a restart.
+    drop(a);
+    let a = open_replica(d1.path(), id, TopicConfig::default(), 1);
+    a.apply_state(&s1, 0).unwrap();
+    let pos = a.follower_position().unwrap();
+    assert_eq!((pos.log_end_offset, pos.last_epoch, pos.leader), (6, 1, 2));
+}
+
+/// A new leader's HW can lag what the old leader acknowledged: a follower at that
+/// HW but short of the new epoch's start must not join the ISR, or electing it next
+/// would lose acknowledged records (KAFKA-7128).
+#[test]
+fn a_follower_joins_the_isr_only_at_the_start_of_the_leaders_epoch() {
+    let id = Uuid::new_v4();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let three = |leader, epoch, isr: Vec<i32>, version| PartitionState {
+        replicas: vec![1, 2, 3],
+        ..state(id, leader, epoch, isr, version)
+    };
+    // Broker 2 led epoch 0 and wrote 10 records; broker 1 copied them but learned
+    // a high watermark of only 4 before broker 2 died.
+    let b1 = open_replica(dirs[0].path(), id, TopicConfig::default(), 1);
+    let b3 = open_replica(dirs[1].path(), id, TopicConfig::default(), 3);
+    let s0 = three(2, 0, vec![1, 2], 0);
+    b1.apply_state(&s0, 0).unwrap();
+    let mut records = Vec::new();
+    for i in 0..10 {
+        let mut b = BytesMut::from(&batch(1, 5)[..]);
+        batch::set_base_offset(&mut b, i);
+        batch::set_partition_leader_epoch(&mut b, 0);
+        records.extend_from_slice(&b);
+    }
+    let pos = b1.follower_position().unwrap();
+    assert!(b1.append_from_leader(&pos, &records, 4, 0).unwrap());
+    // Broker 3 holds the first 4 only.
+    b3.apply_state(&s0, 0).unwrap();
+    let pos = b3.follower_position().unwrap();
+    let first4: usize = {
+        let mut n = 0;
+        for _ in 0..4 {
+            n += BatchHeader::parse(&records[n..]).unwrap().total_size();
+        }
+        n
+    };
+    assert!(
+        b3.append_from_leader(&pos, &records[..first4], 4, 0)
+            .unwrap()
+    );
+    // Broker 1 leads epoch 1 with HW 4 (broker 2, still in the ISR, has not fetched
+    // yet); broker 3 asks from offset 4.
+    let s1 = three(1, 1, vec![1, 2], 1);
+    b1.apply_state(&s1, 0).unwrap();
+    assert_eq!(b1.high_watermark(), 4);
+    let read = b1.serve_replica(&fetch(3, 1, (4, 0)), 0).unwrap();
+    assert!(read.isr_change.is_none(), "joined short of the epoch start");
+    let read = b1.serve_replica(&fetch(3, 1, (10, 0)), 0).unwrap();
+    let (_, isr) = read.isr_change.expect("caught up at the epoch start");
+    assert_eq!(isr, vec![1, 2, 3]);
+}
+
+/// A replica that led an epoch without writing in it, then follows a leader that
+/// never heard of that epoch: it forgets the empty epoch and catches up (it used
+/// to be told "diverged" forever, truncating nothing).
+#[test]
+fn an_empty_epoch_led_by_a_follower_does_not_stall_it() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let id = Uuid::new_v4();
+    let (a, b) = two_replicas(d1.path(), d2.path(), id);
+    a.append(&batch(3, 10), None, 0).unwrap();
+    replicate_once(&a, &b, 2);
+    // b leads epoch 1 and writes nothing; then a leads epoch 2 and writes.
+    let s1 = state(id, 2, 1, vec![1, 2], 1);
+    a.apply_state(&s1, 0).unwrap();
+    b.apply_state(&s1, 0).unwrap();
+    let s2 = state(id, 1, 2, vec![1, 2], 2);
+    a.apply_state(&s2, 0).unwrap();
+    b.apply_state(&s2, 0).unwrap();
+    a.append(&batch(2, 10), None, 0).unwrap();
+    for _ in 0..3 {
+        replicate_once(&a, &b, 2);
+    }
+    assert_eq!(
+        b.offsets().log_end_offset,
+        5,
+        "the follower never caught up"
+    );
+}
+
+/// An ISR member whose new incarnation fetches below what the old one had lost
+/// records: the leader takes it out of the ISR at once. A stale request of the same
+/// incarnation changes nothing.
+#[test]
+fn a_follower_whose_log_went_backwards_leaves_the_isr() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+    a.append(&batch(5, 10), None, 0).unwrap();
+    replicate_once(&a, &b, 2);
+    let read = a.serve_replica(&fetch(2, 0, (5, 0)), 0).unwrap();
+    assert!(read.isr_change.is_none());
+    let read = a.serve_replica(&fetch(2, 0, (2, 0)), 0).unwrap();
+    assert!(
+        read.isr_change.is_none(),
+        "a stale request of the same incarnation"
+    );
+    let restarted = FollowerFetch {
+        replica_epoch: 2,
+        ..fetch(2, 0, (2, 0))
+    };
+    let read = a.serve_replica(&restarted, 0).unwrap();
+    let (_, isr) = read.isr_change.expect("removed from the ISR");
+    assert_eq!(isr, vec![1]);
+}
+
+/// A directory whose metadata cannot be read is kept (the partition does not open),
+/// never taken for another topic's and deleted.
+#[test]
+fn unreadable_partition_metadata_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = Uuid::new_v4();
+    let p = open(dir.path(), id, TopicConfig::default());
+    p.append(&batch(5, 5), None, 0).unwrap();
+    let pdir = p.dir();
+    drop(p);
+    let meta = pdir.join(METADATA_FILE);
+    std::fs::remove_file(&meta).unwrap();
+    std::fs::create_dir(&meta).unwrap(); // reading it fails with EISDIR
+    let opened = Partition::open(
+        &shared(dir.path(), 1),
+        "t",
+        0,
+        id,
+        Arc::new(TopicConfig::default()),
+        0,
+    );
+    assert!(
+        opened.is_err(),
+        "opened a partition with unreadable metadata"
+    );
+    let logs = std::fs::read_dir(&pdir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert_eq!(logs, 1, "the partition's data is gone");
+    // Readable again: it opens with its data.
+    std::fs::remove_dir(&meta).unwrap();
+    write_metadata(&pdir, id).unwrap();
+    let p = open(dir.path(), id, TopicConfig::default());
+    assert_eq!(p.offsets().log_end_offset, 5);
+}
+
+#[test]
+fn bad_batches_are_refused_and_leave_the_log_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TopicConfig {
+        max_message_bytes: 500,
+        ..TopicConfig::default()
+    };
+    let p = open(dir.path(), Uuid::new_v4(), config);
+    p.append(&batch(2, 10), None, 0).unwrap();
+    let before = p.offsets();
+
+    let good = batch(1, 10);
+    let mut crc = good.clone();
+    *crc.last_mut().unwrap() ^= 1;
+    let mut magic = good.clone();
+    magic[16] = 1;
+    let mut two = good.clone();
+    two.extend_from_slice(&crc); // one good batch then a bad one: all or nothing
+    let cases: Vec<(Vec<u8>, shale_records::ErrorCode)> = vec![
+        (Vec::new(), shale_records::ErrorCode::InvalidRecord),
+        (
+            good[..30].to_vec(),
+            shale_records::ErrorCode::CorruptMessage,
+        ),
+        (
+            good[..good.len() - 1].to_vec(),
+            shale_records::ErrorCode::CorruptMessage,
+        ),
+        (crc, shale_records::ErrorCode::CorruptMessage),
+        (magic, shale_records::ErrorCode::UnsupportedForMessageFormat),
+        (two, shale_records::ErrorCode::CorruptMessage),
+        (batch(1, 600), shale_records::ErrorCode::MessageTooLarge),
+    ];
+    for (bytes, code) in cases {
+        let err = p.append(&bytes, None, 0).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+    }
+    assert_eq!(p.offsets(), before);
+}
+
+#[test]
+fn log_append_time_stamps_batches_and_keeps_crc_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TopicConfig {
+        message_timestamp_type: TimestampType::LogAppendTime,
+        ..TopicConfig::default()
+    };
+    let p = open(dir.path(), Uuid::new_v4(), config);
+    let a = p.append(&batch(3, 5), None, 77_000).unwrap();
+    assert_eq!(a.log_append_time_ms, 77_000);
+    let (bytes, _) = p.read(0, 1 << 20, true).unwrap();
+    let h = BatchHeader::parse(&bytes).unwrap();
+    h.validate(&bytes).unwrap();
+    assert!(h.is_log_append_time());
+    let recs = shale_records::record::decode_records(&bytes).unwrap();
+    assert!(recs.iter().all(|r| r.timestamp == 77_000));
+}
+
+#[test]
+fn directory_of_an_older_topic_with_the_same_name_is_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
+    old.append(&batch(5, 5), None, 0).unwrap();
+    drop(old);
+    let new = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
+    assert_eq!(new.offsets().log_end_offset, 0);
+}

@@ -1,0 +1,208 @@
+//! Appending: batches from a producer (offsets and the leader epoch stamped here) and
+//! batches copied from the leader (kept as they are), rolling segments as they fill,
+//! with fsyncs per `flush.messages` / `flush.ms`.
+//!
+//! # Crash consistency
+//! The leader-epoch checkpoint is written before the batches of a new epoch: a crash
+//! in between leaves an epoch entry beyond the log end, which opening trims, never a
+//! batch whose epoch the checkpoint lacks.
+
+use shale_records::batch::{self, BatchHeader};
+
+use crate::producers::SequenceCheck;
+use crate::segment::Segment;
+use crate::{AppendInfo, LogError, PartitionLog, sync_dir};
+
+impl PartitionLog {
+    /// Appends batches that the caller validated (`headers[i]` describes the i-th batch
+    /// of `records`), assigning offsets from the log end and stamping `leader_epoch`.
+    pub fn append(
+        &mut self,
+        records: &mut [u8],
+        headers: &mut [BatchHeader],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        if let SequenceCheck::Duplicate(b) = self.producers.check(headers)? {
+            return Ok(AppendInfo {
+                first_offset: b.base_offset,
+                last_offset: b.last_offset,
+                duplicate: true,
+            });
+        }
+        let first_offset = self.log_end_offset();
+        let mut next = first_offset;
+        let mut pos = 0usize;
+        for h in headers.iter_mut() {
+            let bytes = &mut records[pos..pos + h.total_size()];
+            batch::set_base_offset(bytes, next);
+            batch::set_partition_leader_epoch(bytes, leader_epoch);
+            h.base_offset = next;
+            h.partition_leader_epoch = leader_epoch;
+            next = h.last_offset() + 1;
+            pos += h.total_size();
+        }
+        if self.epochs.assign(leader_epoch, first_offset) {
+            self.persist_epochs()?;
+        }
+        let info = self.write_batches(records, headers, now_ms);
+        let info = self.forget_unwritten_epochs(info)?;
+        self.record_producers(headers);
+        Ok(info)
+    }
+
+    /// Appends batches copied from the leader, which carry their offsets and epochs.
+    /// The first must start at the log end and each follow the previous one.
+    pub fn append_replicated(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut next = self.log_end_offset();
+        for h in headers {
+            if h.base_offset != next {
+                return Err(LogError::OutOfSequence {
+                    expected: next,
+                    found: h.base_offset,
+                });
+            }
+            next = h.last_offset() + 1;
+        }
+        // Epochs reach the checkpoint before their batches reach the log, so a crash in
+        // between never leaves the checkpoint behind the log (see `record_epochs`).
+        let mut changed = false;
+        for h in headers {
+            changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+        }
+        if changed {
+            self.persist_epochs()?;
+        }
+        let info = self.write_batches(records, headers, now_ms);
+        let info = self.forget_unwritten_epochs(info)?;
+        self.record_producers(headers);
+        Ok(info)
+    }
+
+    /// Writes the checkpoint; if that fails, forgets the epochs assigned past the log
+    /// end in memory too, so memory and disk agree and the next append tries again.
+    pub(crate) fn persist_epochs(&mut self) -> Result<(), LogError> {
+        if let Err(e) = self.epochs.persist() {
+            self.epochs.truncate_from_end(self.log_end_offset());
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// After a failed write, drops checkpoint entries for offsets that never made it.
+    pub(crate) fn forget_unwritten_epochs(
+        &mut self,
+        written: Result<AppendInfo, LogError>,
+    ) -> Result<AppendInfo, LogError> {
+        if written.is_err() && self.epochs.truncate_from_end(self.log_end_offset()) {
+            self.epochs.persist()?;
+        }
+        written
+    }
+
+    pub(crate) fn record_producers(&mut self, headers: &[BatchHeader]) {
+        self.producers.record(headers);
+        if let Some(h) = headers.last() {
+            self.producers_through = h.last_offset() + 1;
+        }
+    }
+
+    /// Writes batches that carry their final offsets, rolling segments as needed.
+    pub(crate) fn write_batches(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let first_offset = self.log_end_offset();
+        let next = headers.last().map_or(first_offset, |h| h.last_offset() + 1);
+        // Write runs of batches that fit the active segment, rolling between runs.
+        let (mut start, mut run_start, mut run_bytes) = (0usize, 0usize, 0u64);
+        for i in 0..headers.len() {
+            let size = headers[i].total_size() as u64;
+            let active = self.active();
+            let pending_size = active.size() + run_bytes;
+            let roll = (pending_size > 0 && pending_size + size > self.config.segment_bytes)
+                || (run_bytes == 0
+                    && active
+                        .rolling_timestamp
+                        .is_some_and(|t| now_ms - t > self.config.segment_ms))
+                || headers[i].last_offset() - active.base_offset > i64::from(u32::MAX);
+            if roll && i > run_start {
+                let end = start + run_bytes as usize;
+                let interval = self.config.index_interval_bytes;
+                self.active_mut().append(
+                    &records[start..end],
+                    &headers[run_start..i],
+                    now_ms,
+                    interval,
+                )?;
+                (start, run_start, run_bytes) = (end, i, 0);
+            }
+            if roll && !self.active().is_empty() {
+                self.roll(headers[i].base_offset, now_ms)?;
+            }
+            run_bytes += size;
+        }
+        if run_start < headers.len() {
+            let interval = self.config.index_interval_bytes;
+            self.active_mut()
+                .append(&records[start..], &headers[run_start..], now_ms, interval)?;
+        }
+        self.unflushed_messages += headers
+            .iter()
+            .map(|h| h.record_count.max(0) as u64)
+            .sum::<u64>();
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(AppendInfo {
+            first_offset,
+            last_offset: next - 1,
+            duplicate: false,
+        })
+    }
+
+    /// Seals the active segment and starts a new one at `next_offset`.
+    pub(crate) fn roll(&mut self, next_offset: i64, now_ms: i64) -> Result<(), LogError> {
+        self.active_mut().seal()?;
+        self.snapshot_producers(now_ms)?;
+        let seg = Segment::create(&self.dir, next_offset, &self.files)?;
+        sync_dir(&self.dir)?;
+        self.segments.insert(next_offset, seg);
+        tracing::debug!(dir = %self.dir.display(), base_offset = next_offset, "rolled segment");
+        Ok(())
+    }
+
+    /// Seals the active segment now if it holds anything (e.g. before it is tiered).
+    pub fn force_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if !self.active().is_empty() {
+            let next = self.log_end_offset();
+            self.roll(next, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the active segment and its indexes.
+    pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.active_mut().sync()?;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Fsyncs if `flush.ms` has passed since the last fsync and anything is unflushed.
+    pub fn flush_if_due(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        let due = self.unflushed_messages > 0
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms;
+        if due {
+            self.flush(now_ms)?;
+        }
+        Ok(due)
+    }
+}

@@ -1,0 +1,251 @@
+//! The partition log: an ordered run of segments in `{data_dir}/{topic}-{partition}/`.
+//!
+//! Invariants: segments are contiguous (each one's base offset is the previous one's
+//! next offset); only the last (active) segment is written; offsets are assigned here,
+//! densely, from the log end offset. Batches are stored byte for byte as validated,
+//! with only base offset and partition leader epoch patched.
+//!
+//! # Crash consistency
+//! A segment is fsynced (log and both indexes) before the next one is created, and the
+//! directory is fsynced after creating it, so after any crash only the active segment
+//! can hold a torn or unsynced tail. On open, the active segment is scanned and CRC
+//! checked batch by batch and truncated at the first bad batch; sealed segments are
+//! trusted and scanned only when an index file is missing or malformed. What reached
+//! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
+
+mod append;
+mod divergence;
+mod epochs;
+pub mod files;
+mod index;
+pub mod producers;
+mod read;
+mod recovery;
+mod retention;
+mod segment;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use epochs::EpochCache;
+pub use epochs::EpochEntry;
+pub use files::FileCache;
+use producers::{ProducerError, ProducerStates};
+pub use read::ReadPlan;
+use recovery::{epochs_after, scan_epochs};
+pub use retention::{RetentionOutcome, SealedSegmentInfo, TierBounds, export_segment_tail};
+use segment::{LOG_SUFFIX, Segment};
+
+/// The subset of topic configuration the log itself obeys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll the active segment before it would exceed this many bytes.
+    pub segment_bytes: u64,
+    /// Roll the active segment once its first batch is this old.
+    pub segment_ms: i64,
+    /// Bytes of log between two offset-index entries.
+    pub index_interval_bytes: u64,
+    /// Delete sealed segments whose newest timestamp is older than this; -1: never.
+    pub retention_ms: i64,
+    /// Delete the oldest sealed segments while the log is larger than this; -1: never.
+    pub retention_bytes: i64,
+    /// Fsync after this many messages; `u64::MAX`: leave it to the OS.
+    pub flush_messages: u64,
+    /// Fsync when this long has passed since the last fsync; `i64::MAX`: leave it to the OS.
+    pub flush_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            flush_messages: u64::MAX,
+            flush_ms: i64::MAX,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("replicated batch at offset {found} does not follow the log end {expected}")]
+    OutOfSequence { expected: i64, found: i64 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error("log I/O failed")]
+    Io(#[from] io::Error),
+}
+
+/// Offsets given to one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// The batch repeated one an idempotent producer had written: nothing was
+    /// written, the offsets are the earlier ones.
+    pub duplicate: bool,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// The broker's open segment files.
+    files: Arc<FileCache>,
+    segments: BTreeMap<i64, Segment>,
+    epochs: EpochCache,
+    producers: ProducerStates,
+    /// The producer state covers every batch below this offset.
+    producers_through: i64,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+}
+impl PartitionLog {
+    /// Opens (creating if needed) the log in `dir` and recovers it.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        files: Arc<FileCache>,
+    ) -> Result<Self, LogError> {
+        std::fs::create_dir_all(dir)?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(base) = name
+                .strip_suffix(&format!(".{LOG_SUFFIX}"))
+                .and_then(|b| b.parse::<i64>().ok())
+            {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = BTreeMap::new();
+        for (i, base) in bases.iter().enumerate() {
+            let next = bases.get(i + 1).copied();
+            let seg = Segment::open(dir, *base, next, config.index_interval_bytes, &files)?;
+            segments.insert(*base, seg);
+        }
+        if segments.is_empty() {
+            segments.insert(0, Segment::create(dir, 0, &files)?);
+            sync_dir(dir)?;
+        }
+        let end = segments.last_key_value().map_or(0, |(_, s)| s.next_offset);
+        let epochs = match EpochCache::load(dir)? {
+            Some(mut epochs) => {
+                // Recovery may have cut a tail the checkpoint still names, and a
+                // checkpoint written before an append reached the log (older versions
+                // wrote it after) may lack the newest epochs: take those from the
+                // batches.
+                let mut changed = epochs.truncate_from_end(end);
+                for e in epochs_after(&segments, epochs.latest_epoch())? {
+                    changed |= epochs.assign(e.epoch, e.start_offset);
+                }
+                if changed {
+                    epochs.persist()?;
+                }
+                epochs
+            }
+            None => {
+                let epochs = EpochCache::new(dir, scan_epochs(&segments)?);
+                // An empty list needs no file: a missing checkpoint reads as empty.
+                if !epochs.entries().is_empty() {
+                    epochs.persist()?;
+                }
+                epochs
+            }
+        };
+        let mut log = Self {
+            dir: dir.to_path_buf(),
+            config,
+            files,
+            segments,
+            epochs,
+            producers: ProducerStates::default(),
+            producers_through: 0,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+        };
+        log.rebuild_producers()?;
+        Ok(log)
+    }
+
+    /// Idempotent producers this partition knows.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Saves the producer state (at segment seals and close), forgetting idle producers.
+    fn snapshot_producers(&mut self, now_ms: i64) -> io::Result<()> {
+        self.producers.expire(now_ms);
+        self.producers
+            .write_snapshot(&self.dir, self.producers_through)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.segments.first_key_value().map_or(0, |(b, _)| *b)
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last_key_value()
+            .map(|(_, s)| s)
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_entry()
+            .expect("a log always has an active segment")
+            .into_mut()
+    }
+
+    /// Fsyncs everything and saves the producer state before a clean shutdown.
+    pub fn close(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.flush(now_ms)?;
+        Ok(self.snapshot_producers(now_ms)?)
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! Reads: planned under the partition's lock (which file, from where, up to which
+//! offset), carried out without it with `pread`; and lookups by timestamp.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shale_records::batch::BatchIter;
+
+use crate::segment::{ChunkReader, SEEK_CHUNK};
+use crate::{LogError, PartitionLog};
+
+impl PartitionLog {
+    /// Prepares a read of the batches from `offset`, stopping before `max_offset`
+    /// (exclusive: the high watermark). The returned plan reads without the log.
+    pub fn plan_read(&self, offset: i64, max_offset: i64) -> Result<ReadPlan, LogError> {
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < log_start || offset > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end,
+            });
+        }
+        let (_, seg) = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .expect("offset >= log start");
+        Ok(ReadPlan {
+            file: seg.file()?,
+            start: seg.lookup_position(offset),
+            end: seg.size(),
+            offset,
+            max_offset: max_offset.min(log_end),
+        })
+    }
+
+    /// The first offset whose record timestamp is >= `ts`, with that timestamp, or
+    /// `None` if every record is older. Within a compressed batch it answers the
+    /// batch's base offset (records are not decompressed on the broker).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let Some(seg) = self.segments.values().find(|s| s.max_timestamp >= ts) else {
+            return Ok(None);
+        };
+        let file = seg.file()?;
+        let mut reader = ChunkReader::new(&file, seg.size(), SEEK_CHUNK);
+        let Some(found) = reader.seek_timestamp(seg.lookup_time_position(ts), ts)? else {
+            return Ok(None);
+        };
+        let h = found.header;
+        let batch = Bytes::from(reader.read(found.position, h.total_size())?);
+        Ok(shale_records::record::first_at_or_after(&batch, ts))
+    }
+}
+
+/// A read prepared under the partition lock and carried out without it.
+pub struct ReadPlan {
+    file: Arc<File>,
+    start: u64,
+    /// Segment size when planned: bytes past it may be half written.
+    end: u64,
+    offset: i64,
+    max_offset: i64,
+}
+
+impl ReadPlan {
+    /// Whole batches from the one holding `offset`, up to `max_bytes`, never a batch
+    /// reaching `max_offset`. With `whole_first`, the first batch comes even if it alone
+    /// is larger than `max_bytes` (so a consumer never stalls on a large batch).
+    pub fn read(self, max_bytes: usize, whole_first: bool) -> io::Result<Bytes> {
+        if self.offset >= self.max_offset {
+            return Ok(Bytes::new());
+        }
+        let mut reader = ChunkReader::new(&self.file, self.end, SEEK_CHUNK);
+        let Some(first) = reader.seek_offset(self.start, self.offset)? else {
+            return Ok(Bytes::new());
+        };
+        let too_big = !whole_first && first.header.total_size() > max_bytes;
+        if first.header.last_offset() >= self.max_offset || too_big {
+            return Ok(Bytes::new());
+        }
+        let available = (self.end - first.position) as usize;
+        let len = available.min(max_bytes.max(first.header.total_size()));
+        let buf = reader.read(first.position, len)?;
+        let mut keep = 0;
+        for item in BatchIter::new(&buf) {
+            let Ok((h, range)) = item else { break };
+            if h.last_offset() >= self.max_offset {
+                break;
+            }
+            keep = range.end;
+        }
+        let mut buf = Bytes::from(buf);
+        buf.truncate(keep);
+        Ok(buf)
+    }
+}

@@ -1,0 +1,12 @@
+//! Kafka's formats that every part of Shale shares and none of them owns: RecordBatch
+//! v2 (`batch`: the header the broker reads, `record`: the records clients build and
+//! decode, `compression`: gzip, snappy, lz4 and zstd as Kafka's clients frame them),
+//! and [`ErrorCode`], Kafka's error codes with one answer to "may a retry help?".
+//! Nothing here knows a wire protocol or a transport.
+
+pub mod batch;
+pub mod compression;
+mod error_code;
+pub mod record;
+
+pub use error_code::ErrorCode;

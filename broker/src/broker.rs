@@ -11,20 +11,18 @@
 //! then fsyncs every partition.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
 use shale_tiering::uploader::{Uploader, UploaderConfig};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
 use crate::config::BrokerConfig;
+use crate::datadir::{check_data_dir_identity, lock_data_dir, take_clean_shutdown_marker};
 use crate::error::{Error, Result};
-use crate::partition::{Partition, partition_dir, read_topic_id};
+use crate::partition::Partition;
+use crate::registry::remove_orphans;
 use crate::topic_config::TopicConfig;
 
 /// A topic as this broker knows it.
@@ -54,13 +52,13 @@ pub struct Broker {
     /// append in between (for `log.local_disk_limit_bytes`).
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
     pub(crate) request_stats: crate::stats::RequestStats,
-    topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    pub(crate) topics: RwLock<HashMap<String, Arc<TopicState>>>,
     /// Registered brokers at the last refresh.
-    brokers: RwLock<Vec<BrokerLease>>,
+    pub(crate) brokers: RwLock<Vec<BrokerLease>>,
     /// Partitions this broker holds but could not open at the last refresh, by topic
     /// id and partition, with the reason.
-    open_failures: std::sync::Mutex<HashMap<(uuid::Uuid, i32), String>>,
-    reconcile_lock: tokio::sync::Mutex<()>,
+    pub(crate) open_failures: std::sync::Mutex<HashMap<(uuid::Uuid, i32), String>>,
+    pub(crate) reconcile_lock: tokio::sync::Mutex<()>,
     /// Signalled when the metastore announces a change (or a broker finds its view
     /// stale): the metadata refresh runs at once.
     pub(crate) changes: Arc<tokio::sync::Notify>,
@@ -75,13 +73,13 @@ pub struct Broker {
     pub(crate) replaced: std::sync::atomic::AtomicBool,
     /// `{data_dir}/.lock`, locked for the broker's lifetime: one process per data
     /// directory.
-    _data_dir_lock: std::fs::File,
+    pub(crate) _data_dir_lock: std::fs::File,
     pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
     /// A digest of every partition's state version at the last refresh: it changes
     /// when any partition's leader, ISR or ELR changed.
     pub(crate) states_digest: std::sync::atomic::AtomicU64,
     /// What the controller last acted on (see `Broker::controller_pass`).
-    pub(crate) controller_view: std::sync::Mutex<crate::cluster::ControllerView>,
+    pub(crate) controller_view: std::sync::Mutex<crate::controller::ControllerView>,
     /// When the controller last checked leader balance.
     pub(crate) last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
     /// Replica fetchers by leader broker id.
@@ -92,7 +90,6 @@ pub struct Broker {
     pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
     pub(crate) cancel: CancellationToken,
 }
-
 impl Broker {
     /// Opens the metastore and object store, recovers every local partition, and
     /// removes partition directories of topics that no longer exist.
@@ -335,314 +332,6 @@ impl Broker {
         Ok(self.config.topic_defaults.with_overrides(overrides)?)
     }
 
-    /// Brings local partitions in line with the metastore: first removes topics that
-    /// are gone (or re-created under a new id), then opens the replicas this broker
-    /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.
-    pub async fn reconcile(&self) -> Result<()> {
-        let _guard = self.reconcile_lock.lock().await;
-        let wanted = self.metastore.list_topics().await?;
-        let all_states = self.metastore.list_partition_states().await?;
-        let brokers = self.metastore.list_brokers().await?;
-        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
-        let mut current = self
-            .topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let ids: HashMap<&str, uuid::Uuid> =
-            wanted.iter().map(|t| (t.name.as_str(), t.id)).collect();
-        let removed: Vec<Arc<TopicState>> = current
-            .extract_if(|name, s| ids.get(name.as_str()) != Some(&s.meta.id))
-            .map(|(_, s)| s)
-            .collect();
-        if !removed.is_empty() {
-            self.open_failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|(t, _), _| removed.iter().all(|r| r.meta.id != *t));
-            // Unpublish first, then delete: a re-created topic of the same name opens
-            // the same directories below, so the deletion must be over by then.
-            *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
-            self.delete_local(removed).await?;
-        }
-        let me = self.config.broker_id;
-        let digest = all_states.iter().fold(all_states.len() as u64, |h, s| {
-            h.wrapping_mul(31).wrapping_add(s.version as u64)
-        });
-        self.states_digest
-            .store(digest, std::sync::atomic::Ordering::Relaxed);
-        let mut states_of: HashMap<uuid::Uuid, Vec<PartitionState>> = HashMap::new();
-        for s in all_states {
-            states_of.entry(s.topic_id).or_default().push(s);
-        }
-        let mut next = HashMap::with_capacity(wanted.len());
-        let mut to_apply = Vec::new();
-        for meta in wanted {
-            let config = Arc::new(self.resolve_config(&meta.configs).unwrap_or_else(|e| {
-                tracing::error!(topic = %meta.name, error = %e, "stored topic config is invalid, using defaults");
-                self.config.topic_defaults.clone()
-            }));
-            let states = states_of.remove(&meta.id).unwrap_or_default();
-            let existing = current.get(&meta.name);
-            let mut partitions = existing.map(|s| s.partitions.clone()).unwrap_or_default();
-            if existing.is_some_and(|s| *s.config != *config) {
-                partitions
-                    .iter()
-                    .flatten()
-                    .for_each(|p| p.set_config(config.clone()));
-            }
-            partitions.resize(meta.partitions.max(0) as usize, None);
-            let missing: Vec<i32> = states
-                .iter()
-                .filter(|s| s.replicas.contains(&me))
-                .map(|s| s.partition)
-                .filter(|&p| partitions.get(p as usize).is_some_and(Option::is_none))
-                .collect();
-            if !missing.is_empty() {
-                let (shared, name, id, cfg) = (
-                    self.shared.clone(),
-                    meta.name.clone(),
-                    meta.id,
-                    config.clone(),
-                );
-                let opened = tokio::task::spawn_blocking(move || {
-                    let opened = missing
-                        .into_iter()
-                        .map(|p| {
-                            let open =
-                                Partition::open(&shared, &name, p, id, cfg.clone(), now_ms());
-                            (p, open.map(Arc::new))
-                        })
-                        .collect::<Vec<_>>();
-                    // New partition directories survive a power loss from here on.
-                    if let Err(e) = std::fs::File::open(&shared.data_dir).and_then(|d| d.sync_all())
-                    {
-                        tracing::error!(error = %e, "cannot fsync the data directory");
-                    }
-                    opened
-                })
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
-                let mut count = 0;
-                let mut failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
-                for (p, part) in opened {
-                    match part {
-                        Ok(part) => {
-                            partitions[p as usize] = Some(part);
-                            failures.remove(&(meta.id, p));
-                            count += 1;
-                        }
-                        // Left unopened (this broker serves no replica of it); the next
-                        // refresh tries again.
-                        Err(e) => {
-                            tracing::error!(topic = %meta.name, partition = p, error = %e,
-                                "cannot open partition");
-                            failures.insert((meta.id, p), e.to_string());
-                        }
-                    }
-                }
-                drop(failures);
-                tracing::info!(topic = %meta.name, partitions = count, "opened partitions");
-            }
-            for s in &states {
-                if let Some(Some(p)) = partitions.get(s.partition as usize) {
-                    to_apply.push((p.clone(), s.clone()));
-                }
-            }
-            next.insert(
-                meta.name.clone(),
-                Arc::new(TopicState {
-                    meta,
-                    config,
-                    states,
-                    partitions,
-                }),
-            );
-        }
-        tokio::task::spawn_blocking(move || {
-            let now = now_ms();
-            for (p, s) in to_apply {
-                if let Err(e) = p.apply_state(&s, now) {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot apply the partition's role");
-                }
-            }
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
-        *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
-        self.load_remote_indexes().await;
-        Ok(())
-    }
-
-    /// Deletes the local directories of removed topics (only those still carrying the
-    /// removed topic's id), whether or not this broker had opened them.
-    async fn delete_local(&self, removed: Vec<Arc<TopicState>>) -> Result<()> {
-        let data_dir = &self.config.data_dir;
-        let dirs: Vec<(std::path::PathBuf, uuid::Uuid)> = removed
-            .iter()
-            .flat_map(|s| {
-                (0..s.meta.partitions.max(0))
-                    .map(|p| (partition_dir(data_dir, &s.meta.name, p), s.meta.id))
-            })
-            .collect();
-        for s in &removed {
-            tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
-        }
-        let files = self.shared.files.clone();
-        tokio::task::spawn_blocking(move || {
-            for (dir, id) in dirs {
-                match read_topic_id(&dir) {
-                    Ok(Some(found)) if found == id => {}
-                    Ok(_) => continue,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "not deleting a partition directory whose metadata cannot be read");
-                        continue;
-                    }
-                }
-                files.forget_dir(&dir);
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
-                }
-            }
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))
-    }
-
-    /// Spawns retention, flush and metadata-refresh loops; they end on cancellation.
-    pub fn spawn_background(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
-        let log = self.config.log.clone();
-        self.spawn_every(
-            tasks,
-            log.retention_check_interval_ms,
-            "retention",
-            |b| async move {
-                on_each_partition(b.all_partitions(), "retention", |p, now| {
-                    p.apply_retention(now).map(drop)
-                })
-                .await?;
-                b.remote_retention_pass().await?;
-                b.sweep_deleted_topics().await
-            },
-        );
-        // Appends raise the figure as they go; this corrects it (retention, truncation)
-        // once a second.
-        self.spawn_every(tasks, 1_000, "disk usage", |b| async move {
-            let used = b.all_partitions().iter().map(|p| p.size_bytes()).sum();
-            b.local_log_bytes
-                .store(used, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
-        });
-        self.spawn_every(
-            tasks,
-            self.config.tiering.upload_interval_ms,
-            "segment upload",
-            |b| async move { b.upload_pass().await },
-        );
-        self.spawn_every(
-            tasks,
-            log.flush_check_interval_ms,
-            "flush",
-            |b| async move {
-                let parts: Vec<_> = b
-                    .all_partitions()
-                    .into_iter()
-                    .filter(|p| p.config().flush_ms < i64::MAX)
-                    .collect();
-                on_each_partition(parts, "flush", |p, now| p.flush_if_due(now).map(drop)).await
-            },
-        );
-        // Metadata: re-read on every announced change, and polled as the fallback.
-        let broker = self.clone();
-        tasks.spawn(async move {
-            let every = Duration::from_millis(broker.config.log.metadata_refresh_interval_ms);
-            loop {
-                tokio::select! {
-                    _ = broker.cancel.cancelled() => break,
-                    _ = tokio::time::sleep(every) => {}
-                    _ = broker.changes.notified() => {}
-                }
-                if let Err(e) = broker.reconcile().await {
-                    tracing::warn!(error = %e, "metadata refresh failed");
-                }
-                broker.ensure_fetchers();
-            }
-        });
-        let broker = self.clone();
-        tasks.spawn(async move {
-            loop {
-                let listening = broker.metastore.listen_for_changes(broker.changes.clone());
-                tokio::select! {
-                    _ = broker.cancel.cancelled() => break,
-                    r = listening => match r {
-                        Ok(()) => break, // no notifications here: polling only
-                        Err(e) => tracing::warn!(error = %e, "metastore change feed lost, reconnecting"),
-                    },
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        });
-        let cluster = self.config.cluster.clone();
-        self.spawn_every(
-            tasks,
-            cluster.heartbeat_interval_ms,
-            "lease renewal",
-            |b| async move { b.renew_lease().await },
-        );
-        self.spawn_every(
-            tasks,
-            cluster.controller_interval_ms,
-            "controller",
-            |b| async move { b.controller_pass().await },
-        );
-        self.spawn_every(
-            tasks,
-            (cluster.replica_lag_time_max_ms / 4).max(1),
-            "ISR shrink",
-            |b| async move { b.shrink_isrs().await },
-        );
-        self.spawn_every(tasks, 100, "group coordinator", |b| async move {
-            b.groups_tick();
-            Ok(())
-        });
-        // Fetchers start on every metadata refresh; this restarts ones that ended.
-        self.spawn_every(tasks, 1_000, "replica fetchers", |b| async move {
-            b.ensure_fetchers();
-            Ok(())
-        });
-    }
-
-    fn spawn_every<F, Fut>(
-        self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
-        every_ms: u64,
-        name: &'static str,
-        f: F,
-    ) where
-        F: Fn(Arc<Self>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<()>> + Send,
-    {
-        let broker = self.clone();
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = broker.cancel.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
-                // Cancellation drops an unfinished pass; every pass is safe to cut short.
-                tokio::select! {
-                    _ = broker.cancel.cancelled() => break,
-                    r = f(broker.clone()) => if let Err(e) = r {
-                        tracing::warn!(task = name, error = %e, "background task failed");
-                    }
-                }
-            }
-        });
-    }
-
     /// Readiness (`GET /health`): started, holding a valid lease, and every partition
     /// it holds open; otherwise why not.
     pub fn health(&self) -> std::result::Result<(), String> {
@@ -665,194 +354,4 @@ impl Broker {
     pub fn was_replaced(&self) -> bool {
         self.replaced.load(std::sync::atomic::Ordering::Relaxed)
     }
-
-    /// Gives up the lease and fsyncs every partition (after the server stopped taking
-    /// requests). If every partition closed, leaves the clean-shutdown marker, so the
-    /// next start knows no log lost an unflushed tail.
-    pub async fn shutdown(&self) {
-        self.release_lease().await;
-        self.reader.close().await;
-        let parts = self.all_partitions();
-        let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = failed.clone();
-        let closed = on_each_partition(parts, "flush at shutdown", move |p, now| {
-            p.close(now).inspect_err(|_| {
-                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            })
-        })
-        .await;
-        let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = &closed {
-            tracing::error!(error = %e, "flush at shutdown failed");
-        } else if failed > 0 || self.was_replaced() {
-            tracing::warn!(partitions = failed, "not every partition closed cleanly");
-        } else {
-            let (dir, epoch) = (self.config.data_dir.clone(), self.broker_epoch());
-            match tokio::task::spawn_blocking(move || write_clean_shutdown_marker(&dir, epoch))
-                .await
-            {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "cannot write the clean-shutdown marker")
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot write the clean-shutdown marker"),
-            }
-        }
-    }
-}
-
-/// Written at the end of a clean shutdown, after every partition was fsynced, naming
-/// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
-/// incarnation is still the newest registered one: otherwise another process ran on
-/// this broker id since (and may have left unflushed tails).
-const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
-
-fn write_clean_shutdown_marker(data_dir: &Path, broker_epoch: i64) -> std::io::Result<()> {
-    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{broker_epoch}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(data_dir)?.sync_all()
-}
-
-/// The incarnation whose clean shutdown the marker records, if any; removes the marker
-/// (durably) so that a crash from here on counts as unclean.
-fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<Option<i64>> {
-    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
-    let epoch = match std::fs::read_to_string(&path) {
-        Ok(text) => text.trim().parse().ok(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    std::fs::remove_file(&path)?;
-    std::fs::File::open(data_dir)?.sync_all()?;
-    Ok(epoch)
-}
-
-/// Locks `{data_dir}/.lock` for this process (released when it exits, however it
-/// exits): two brokers writing one data directory would corrupt it.
-fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
-    use anyhow::Context;
-    use rustix::fs::{FlockOperation, flock};
-    let path = data_dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
-        anyhow::anyhow!(
-            "data directory {} is in use by another shale-broker process ({e})",
-            data_dir.display()
-        )
-    })?;
-    Ok(file)
-}
-
-/// The data directory's identity (`meta.properties`): the cluster and broker it belongs
-/// to. A directory of another cluster (a metastore that is not its own would make the
-/// broker delete every partition it does not know) or of another broker id is refused;
-/// a new directory is stamped.
-fn check_data_dir_identity(
-    data_dir: &Path,
-    cluster_id: uuid::Uuid,
-    broker_id: i32,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let path = data_dir.join("meta.properties");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let field = |key: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-                    .map(str::trim)
-            };
-            let found_cluster = field("cluster.id").unwrap_or("");
-            if found_cluster != cluster_id.to_string() {
-                anyhow::bail!(
-                    "data directory {} belongs to cluster {found_cluster}, but the metastore is \
-                     cluster {cluster_id}: refusing to start (check --metastore-url and --data-dir)",
-                    data_dir.display()
-                );
-            }
-            let found_broker = field("broker.id").unwrap_or("");
-            if found_broker != broker_id.to_string() {
-                anyhow::bail!(
-                    "data directory {} belongs to broker {found_broker}, not broker {broker_id}: \
-                     refusing to start (check --broker-id and --data-dir)",
-                    data_dir.display()
-                );
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let tmp = path.with_extension("tmp");
-            std::fs::write(
-                &tmp,
-                format!("version=1\ncluster.id={cluster_id}\nbroker.id={broker_id}\n"),
-            )
-            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .and_then(|()| std::fs::File::open(data_dir)?.sync_all())
-            .with_context(|| format!("cannot write {}", path.display()))
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-    }
-}
-
-/// Runs `f` on every partition, on the blocking pool; a failing partition is logged
-/// and does not stop the others.
-async fn on_each_partition(
-    parts: Vec<Arc<Partition>>,
-    task: &'static str,
-    f: impl Fn(&Partition, i64) -> Result<()> + Send + 'static,
-) -> Result<()> {
-    if parts.is_empty() {
-        return Ok(());
-    }
-    tokio::task::spawn_blocking(move || {
-        let now = now_ms();
-        for p in parts {
-            if let Err(e) = f(&p, now) {
-                tracing::warn!(task, topic = %p.topic, partition = p.index, error = %e, "partition task failed");
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))
-}
-
-/// Removes partition directories whose topic (by name and id) no longer exists, e.g.
-/// a topic deleted while this broker was down.
-fn remove_orphans(data_dir: &Path, known: &HashMap<String, uuid::Uuid>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(data_dir)? {
-        let path = entry?.path();
-        if !path.is_dir() {
-            continue;
-        }
-        let id = match read_topic_id(&path) {
-            Ok(Some(id)) => id,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "keeping a directory whose partition metadata cannot be read");
-                continue;
-            }
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let belongs = name.rsplit_once('-').is_some_and(|(topic, p)| {
-            known.get(topic) == Some(&id)
-                && p.parse::<i32>()
-                    .is_ok_and(|p| partition_dir(data_dir, topic, p) == path)
-        });
-        if !belongs {
-            tracing::info!(dir = %path.display(), "removing partition directory of a deleted topic");
-            std::fs::remove_dir_all(&path)?;
-        }
-    }
-    Ok(())
 }

@@ -4,16 +4,20 @@
 //! gRPC adapters (`api/`).
 
 pub mod api;
+pub mod background;
 pub mod broker;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod controller;
+mod datadir;
 pub mod error;
 pub mod fetch;
 pub mod groups;
 pub mod metrics;
 pub mod partition;
 pub mod produce;
+mod registry;
 pub mod replication;
 pub mod stats;
 #[cfg(test)]

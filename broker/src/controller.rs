@@ -1,0 +1,353 @@
+//! The controller: leader elections, ISR and ELR changes after deaths, preferred
+//! leader elections and leader rebalancing.
+//!
+//! One broker holds the controller lease (a compare-and-set row with an epoch). Each
+//! `controller_interval_ms` it looks for partitions whose leader's lease expired (or
+//! that have none) and elects the first live ISR member in replica order, bumping the
+//! leader epoch and dropping dead brokers from the ISR; with no live ISR member it
+//! elects a live out-of-sync replica only if `unclean.leader.election.enable`, and
+//! otherwise leaves the partition offline (leader -1) until an ISR member returns.
+//! A dead broker also leaves the ISR of partitions whose leader lives. Every change is
+//! a compare-and-set on the partition's version.
+//!
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use shale_metastore::{PartitionState, StateGuard};
+
+use crate::broker::Broker;
+use crate::error::{Error, Result};
+
+impl Broker {
+    /// One controller round: take or renew the controller lease, then elect leaders
+    /// where needed. Does nothing on brokers that are not the controller.
+    pub(crate) async fn controller_pass(&self) -> Result<()> {
+        let id = self.config.broker_id;
+        let lease_ms = self.config.cluster.lease_ms as i64;
+        let Some(lease) = self.metastore.try_acquire_controller(id, lease_ms).await? else {
+            return Ok(());
+        };
+        let was = self
+            .controller_epoch
+            .swap(lease.epoch, std::sync::atomic::Ordering::Relaxed);
+        if was != lease.epoch {
+            tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
+        }
+        let live = self.live_incarnations().await?;
+        if self.config.cluster.auto_leader_rebalance_enable {
+            let due = {
+                let mut last = self
+                    .last_rebalance
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let every =
+                    Duration::from_millis(self.config.cluster.leader_imbalance_check_interval_ms);
+                let due = last.is_none_or(|t| t.elapsed() >= every);
+                if due {
+                    *last = Some(Instant::now());
+                }
+                due
+            };
+            if due && let Err(e) = self.rebalance_leaders().await {
+                tracing::warn!(error = %e, "leader rebalance failed");
+            }
+        }
+        // Elections follow deaths and partition changes: with neither since a pass
+        // that decided everything, there is nothing to do (with many partitions, a
+        // full pass is the costliest thing an idle broker does). A full pass still
+        // runs every `FULL_PASS_EVERY` passes, should a change go unseen.
+        let digest = self
+            .states_digest
+            .load(std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut view = self
+                .controller_view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            view.skipped += 1;
+            let unchanged = view.settled && view.live == live && view.digest == digest;
+            if unchanged && view.skipped < FULL_PASS_EVERY {
+                return Ok(());
+            }
+            view.skipped = 0;
+        }
+        let mut settled = true;
+        let rules: HashMap<uuid::Uuid, TopicRules> = self
+            .topics_snapshot()
+            .iter()
+            .map(|t| {
+                let rules = TopicRules {
+                    min_isr: t.config.min_insync_replicas.max(1) as usize,
+                    unclean: t.config.unclean_leader_election_enable,
+                };
+                (t.meta.id, rules)
+            })
+            .collect();
+        for state in self.metastore.list_partition_states().await? {
+            let topic_rules = rules.get(&state.topic_id).copied().unwrap_or(TopicRules {
+                min_isr: 1,
+                unclean: false,
+            });
+            let Some(next) = elect(&state, &live, topic_rules) else {
+                continue;
+            };
+            // Taking the lead from a broker requires its lease to have expired, and the
+            // new leader must still be the live incarnation this pass saw: one that
+            // restarted since may have lost what made it eligible.
+            let moved = next.leader != state.leader;
+            let guard = StateGuard {
+                expired: (moved && state.leader >= 0).then_some(state.leader),
+                alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
+            };
+            match self.metastore.update_partition_state(&next, guard).await {
+                Ok(stored) => tracing::info!(
+                    topic_id = %stored.topic_id, partition = stored.partition,
+                    old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
+                    isr = ?stored.isr, elr = ?stored.elr, "controller changed the partition's leader or ISR"
+                ),
+                Err(e) => {
+                    settled = false;
+                    tracing::info!(topic_id = %state.topic_id, partition = state.partition,
+                        error = %e, "leader change not written")
+                }
+            }
+        }
+        let mut view = self
+            .controller_view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        view.settled = settled;
+        view.live = live;
+        view.digest = digest;
+        Ok(())
+    }
+
+    /// Preferred leader election: moves each partition's leadership to its first
+    /// replica where that one is alive, in the ISR and not leading already. `topic`
+    /// `None` means every topic; `partitions` `None` every partition. The old leader
+    /// stops acknowledging acks=all writes as soon as the new one stops fetching from
+    /// it; acks=1 writes it takes before it learns of the change are truncated (as in
+    /// Kafka).
+    pub async fn elect_preferred_leaders(
+        &self,
+        topic: Option<&str>,
+        partitions: Option<&[i32]>,
+    ) -> Result<Vec<(String, i32, Result<i32>)>> {
+        let topics: HashMap<uuid::Uuid, String> = match topic {
+            Some(name) => {
+                let t = self
+                    .topic(name)
+                    .or(Err(Error::UnknownTopic(name.to_string())))?;
+                HashMap::from([(t.meta.id, t.meta.name.clone())])
+            }
+            None => self
+                .topics_snapshot()
+                .iter()
+                .map(|t| (t.meta.id, t.meta.name.clone()))
+                .collect(),
+        };
+        let live = self.live_incarnations().await?;
+        let mut out = Vec::new();
+        for state in self.metastore.list_partition_states().await? {
+            let Some(name) = topics.get(&state.topic_id) else {
+                continue;
+            };
+            if partitions.is_some_and(|ps| !ps.contains(&state.partition)) {
+                continue;
+            }
+            let result = self.elect_preferred(&state, &live).await;
+            out.push((name.clone(), state.partition, result));
+        }
+        if let (Some(name), Some(wanted)) = (topic, partitions) {
+            for p in wanted {
+                if !out.iter().any(|(_, q, _)| q == p) {
+                    let err = Error::UnknownPartition {
+                        topic: name.to_string(),
+                        partition: *p,
+                    };
+                    out.push((name.to_string(), *p, Err(err)));
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        Ok(out)
+    }
+
+    async fn elect_preferred(
+        &self,
+        state: &PartitionState,
+        live: &HashMap<i32, i64>,
+    ) -> Result<i32> {
+        let preferred = state.replicas.first().copied().unwrap_or(-1);
+        if state.leader == preferred {
+            return Err(Error::ElectionNotNeeded(preferred));
+        }
+        let Some(&epoch) = live
+            .get(&preferred)
+            .filter(|_| state.isr.contains(&preferred))
+        else {
+            return Err(Error::PreferredLeaderNotAvailable(preferred));
+        };
+        let next = PartitionState {
+            leader: preferred,
+            leader_epoch: state.leader_epoch + 1,
+            ..state.clone()
+        };
+        let guard = StateGuard {
+            expired: None,
+            alive: Some((preferred, epoch)),
+        };
+        let stored = self.metastore.update_partition_state(&next, guard).await?;
+        tracing::info!(topic_id = %stored.topic_id, partition = stored.partition,
+            old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
+            "preferred leader elected");
+        Ok(stored.leader)
+    }
+
+    /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, a
+    /// broker leading fewer than 90 % of the partitions it is the preferred replica of
+    /// gets them back where it is alive and in sync (Kafka's 10 % imbalance rule).
+    async fn rebalance_leaders(&self) -> Result<()> {
+        let states = self.metastore.list_partition_states().await?;
+        let mut preferred: HashMap<i32, (usize, usize)> = HashMap::new();
+        for s in &states {
+            if let Some(&p) = s.replicas.first() {
+                let entry = preferred.entry(p).or_default();
+                entry.0 += 1;
+                if s.leader != p {
+                    entry.1 += 1;
+                }
+            }
+        }
+        let imbalanced: Vec<i32> = preferred
+            .into_iter()
+            .filter(|(_, (total, off))| *off * 10 > *total)
+            .map(|(b, _)| b)
+            .collect();
+        if imbalanced.is_empty() {
+            return Ok(());
+        }
+        let live = self.live_incarnations().await?;
+        for s in &states {
+            let Some(p) = s.replicas.first() else {
+                continue;
+            };
+            // Only from a live leader: a dead one's partitions are the elections' job.
+            if imbalanced.contains(p) && s.leader != *p && live.contains_key(&s.leader) {
+                match self.elect_preferred(s, &live).await {
+                    Ok(_) | Err(Error::PreferredLeaderNotAvailable(_)) => {}
+                    Err(e) => tracing::info!(topic_id = %s.topic_id, partition = s.partition,
+                        error = %e, "preferred leader not elected"),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Full controller passes run at least once in this many.
+const FULL_PASS_EVERY: u32 = 10;
+
+/// What the controller's last full pass saw and whether it decided everything.
+#[derive(Debug, Default)]
+pub(crate) struct ControllerView {
+    settled: bool,
+    live: HashMap<i32, i64>,
+    digest: u64,
+    skipped: u32,
+}
+
+/// How the controller sees one partition's topic.
+#[derive(Debug, Clone, Copy)]
+struct TopicRules {
+    min_isr: usize,
+    unclean: bool,
+}
+
+/// The controller's decision for one partition: `None` if nothing changes (its leader
+/// and ISR are alive, or it stays offline). `live` maps each live broker to its
+/// incarnation.
+///
+/// A live leader keeps its epoch; dead brokers leave its ISR at once (as KRaft fences
+/// them) instead of after the leader's `replica_lag_time_max_ms`, so acks=all stalls at
+/// most a lease on a dead follower. A broker that leaves the ISR because it died while
+/// the ISR is below `min.insync.replicas` becomes an eligible leader replica (ELR,
+/// KIP-966): no acks=all record can be committed without it from then on, so when no
+/// ISR member is alive it may lead without losing any. A dead leader is replaced by the
+/// first live ISR member in replica order, else the first live ELR member, else (with
+/// `unclean.leader.election.enable`) any live replica; otherwise the partition goes
+/// offline, keeping its ISR and ELR so a member can lead again when it returns.
+fn elect(
+    state: &PartitionState,
+    live: &HashMap<i32, i64>,
+    rules: TopicRules,
+) -> Option<PartitionState> {
+    let is_live = |b: &i32| live.contains_key(b);
+    let dead: Vec<i32> = state.isr.iter().copied().filter(|b| !is_live(b)).collect();
+    // The ISR without its dead members; those become eligible while it is too small.
+    let shrink = |isr: Vec<i32>, elr: &mut Vec<i32>| {
+        if isr.len() < rules.min_isr {
+            for b in &dead {
+                if !elr.contains(b) {
+                    elr.push(*b);
+                }
+            }
+        }
+        elr.retain(|b| !isr.contains(b));
+        isr
+    };
+    if state.leader >= 0 && is_live(&state.leader) {
+        if dead.is_empty() {
+            return None;
+        }
+        let mut elr = state.elr.clone();
+        let isr = shrink(
+            state.isr.iter().copied().filter(is_live).collect(),
+            &mut elr,
+        );
+        return Some(PartitionState {
+            isr,
+            elr,
+            ..state.clone()
+        });
+    }
+    let in_order = |set: &[i32]| -> Vec<i32> {
+        state
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| set.contains(b) && is_live(b))
+            .collect()
+    };
+    let live_isr = in_order(&state.isr);
+    let live_elr = in_order(&state.elr);
+    let mut elr = state.elr.clone();
+    let (leader, isr) = if let Some(&leader) = live_isr.first() {
+        (leader, shrink(live_isr, &mut elr))
+    } else if let Some(&leader) = live_elr.first() {
+        tracing::info!(topic_id = %state.topic_id, partition = state.partition, leader,
+            "no ISR member is alive: electing an eligible leader replica");
+        (leader, shrink(vec![leader], &mut elr))
+    } else if let Some(&leader) = state.replicas.iter().find(|b| rules.unclean && is_live(b)) {
+        tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
+            "unclean leader election: records acknowledged by the old ISR may be lost");
+        elr.clear();
+        (leader, vec![leader])
+    } else if state.leader >= 0 {
+        // Offline until an ISR or ELR member returns.
+        (-1, state.isr.clone())
+    } else {
+        return None;
+    };
+    Some(PartitionState {
+        leader,
+        leader_epoch: state.leader_epoch + 1,
+        isr,
+        elr,
+        ..state.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,108 @@
+//! The data directory itself: one broker process at a time (`.lock`), its identity
+//! (`meta.properties`: cluster and broker id), and the clean-shutdown marker.
+
+use std::path::Path;
+
+/// Written at the end of a clean shutdown, after every partition was fsynced, naming
+/// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
+/// incarnation is still the newest registered one: otherwise another process ran on
+/// this broker id since (and may have left unflushed tails).
+const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
+
+pub(crate) fn write_clean_shutdown_marker(
+    data_dir: &Path,
+    broker_epoch: i64,
+) -> std::io::Result<()> {
+    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{broker_epoch}\n"))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(data_dir)?.sync_all()
+}
+
+/// The incarnation whose clean shutdown the marker records, if any; removes the marker
+/// (durably) so that a crash from here on counts as unclean.
+pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<Option<i64>> {
+    let path = data_dir.join(CLEAN_SHUTDOWN_MARKER);
+    let epoch = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    std::fs::remove_file(&path)?;
+    std::fs::File::open(data_dir)?.sync_all()?;
+    Ok(epoch)
+}
+
+/// Locks `{data_dir}/.lock` for this process (released when it exits, however it
+/// exits): two brokers writing one data directory would corrupt it.
+pub(crate) fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    use anyhow::Context;
+    use rustix::fs::{FlockOperation, flock};
+    let path = data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
+        anyhow::anyhow!(
+            "data directory {} is in use by another shale-broker process ({e})",
+            data_dir.display()
+        )
+    })?;
+    Ok(file)
+}
+
+/// The data directory's identity (`meta.properties`): the cluster and broker it belongs
+/// to. A directory of another cluster (a metastore that is not its own would make the
+/// broker delete every partition it does not know) or of another broker id is refused;
+/// a new directory is stamped.
+pub(crate) fn check_data_dir_identity(
+    data_dir: &Path,
+    cluster_id: uuid::Uuid,
+    broker_id: i32,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let path = data_dir.join("meta.properties");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let field = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                    .map(str::trim)
+            };
+            let found_cluster = field("cluster.id").unwrap_or("");
+            if found_cluster != cluster_id.to_string() {
+                anyhow::bail!(
+                    "data directory {} belongs to cluster {found_cluster}, but the metastore is \
+                     cluster {cluster_id}: refusing to start (check --metastore-url and --data-dir)",
+                    data_dir.display()
+                );
+            }
+            let found_broker = field("broker.id").unwrap_or("");
+            if found_broker != broker_id.to_string() {
+                anyhow::bail!(
+                    "data directory {} belongs to broker {found_broker}, not broker {broker_id}: \
+                     refusing to start (check --broker-id and --data-dir)",
+                    data_dir.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(
+                &tmp,
+                format!("version=1\ncluster.id={cluster_id}\nbroker.id={broker_id}\n"),
+            )
+            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .and_then(|()| std::fs::File::open(data_dir)?.sync_all())
+            .with_context(|| format!("cannot write {}", path.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}

@@ -1,0 +1,227 @@
+//! The topic registry: what the metastore says (topics, configs, partition states,
+//! brokers), plus this broker's open partitions. It changes only in
+//! [`Broker::reconcile`], which reads the metastore (the truth) and opens, reconfigures
+//! or removes local partitions to match; a tokio mutex serializes reconciles.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use shale_metastore::PartitionState;
+
+use crate::broker::{Broker, TopicState};
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::partition::{Partition, partition_dir, read_topic_id};
+
+impl Broker {
+    /// Brings local partitions in line with the metastore: first removes topics that
+    /// are gone (or re-created under a new id), then opens the replicas this broker
+    /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.
+    pub async fn reconcile(&self) -> Result<()> {
+        let _guard = self.reconcile_lock.lock().await;
+        let wanted = self.metastore.list_topics().await?;
+        let all_states = self.metastore.list_partition_states().await?;
+        let brokers = self.metastore.list_brokers().await?;
+        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+        let mut current = self
+            .topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let ids: HashMap<&str, uuid::Uuid> =
+            wanted.iter().map(|t| (t.name.as_str(), t.id)).collect();
+        let removed: Vec<Arc<TopicState>> = current
+            .extract_if(|name, s| ids.get(name.as_str()) != Some(&s.meta.id))
+            .map(|(_, s)| s)
+            .collect();
+        if !removed.is_empty() {
+            self.open_failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(t, _), _| removed.iter().all(|r| r.meta.id != *t));
+            // Unpublish first, then delete: a re-created topic of the same name opens
+            // the same directories below, so the deletion must be over by then.
+            *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
+            self.delete_local(removed).await?;
+        }
+        let me = self.config.broker_id;
+        let digest = all_states.iter().fold(all_states.len() as u64, |h, s| {
+            h.wrapping_mul(31).wrapping_add(s.version as u64)
+        });
+        self.states_digest
+            .store(digest, std::sync::atomic::Ordering::Relaxed);
+        let mut states_of: HashMap<uuid::Uuid, Vec<PartitionState>> = HashMap::new();
+        for s in all_states {
+            states_of.entry(s.topic_id).or_default().push(s);
+        }
+        let mut next = HashMap::with_capacity(wanted.len());
+        let mut to_apply = Vec::new();
+        for meta in wanted {
+            let config = Arc::new(self.resolve_config(&meta.configs).unwrap_or_else(|e| {
+                tracing::error!(topic = %meta.name, error = %e, "stored topic config is invalid, using defaults");
+                self.config.topic_defaults.clone()
+            }));
+            let states = states_of.remove(&meta.id).unwrap_or_default();
+            let existing = current.get(&meta.name);
+            let mut partitions = existing.map(|s| s.partitions.clone()).unwrap_or_default();
+            if existing.is_some_and(|s| *s.config != *config) {
+                partitions
+                    .iter()
+                    .flatten()
+                    .for_each(|p| p.set_config(config.clone()));
+            }
+            partitions.resize(meta.partitions.max(0) as usize, None);
+            let missing: Vec<i32> = states
+                .iter()
+                .filter(|s| s.replicas.contains(&me))
+                .map(|s| s.partition)
+                .filter(|&p| partitions.get(p as usize).is_some_and(Option::is_none))
+                .collect();
+            if !missing.is_empty() {
+                let (shared, name, id, cfg) = (
+                    self.shared.clone(),
+                    meta.name.clone(),
+                    meta.id,
+                    config.clone(),
+                );
+                let opened = tokio::task::spawn_blocking(move || {
+                    let opened = missing
+                        .into_iter()
+                        .map(|p| {
+                            let open =
+                                Partition::open(&shared, &name, p, id, cfg.clone(), now_ms());
+                            (p, open.map(Arc::new))
+                        })
+                        .collect::<Vec<_>>();
+                    // New partition directories survive a power loss from here on.
+                    if let Err(e) = std::fs::File::open(&shared.data_dir).and_then(|d| d.sync_all())
+                    {
+                        tracing::error!(error = %e, "cannot fsync the data directory");
+                    }
+                    opened
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
+                let mut count = 0;
+                let mut failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
+                for (p, part) in opened {
+                    match part {
+                        Ok(part) => {
+                            partitions[p as usize] = Some(part);
+                            failures.remove(&(meta.id, p));
+                            count += 1;
+                        }
+                        // Left unopened (this broker serves no replica of it); the next
+                        // refresh tries again.
+                        Err(e) => {
+                            tracing::error!(topic = %meta.name, partition = p, error = %e,
+                                "cannot open partition");
+                            failures.insert((meta.id, p), e.to_string());
+                        }
+                    }
+                }
+                drop(failures);
+                tracing::info!(topic = %meta.name, partitions = count, "opened partitions");
+            }
+            for s in &states {
+                if let Some(Some(p)) = partitions.get(s.partition as usize) {
+                    to_apply.push((p.clone(), s.clone()));
+                }
+            }
+            next.insert(
+                meta.name.clone(),
+                Arc::new(TopicState {
+                    meta,
+                    config,
+                    states,
+                    partitions,
+                }),
+            );
+        }
+        tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            for (p, s) in to_apply {
+                if let Err(e) = p.apply_state(&s, now) {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot apply the partition's role");
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+        *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
+        self.load_remote_indexes().await;
+        Ok(())
+    }
+
+    /// Deletes the local directories of removed topics (only those still carrying the
+    /// removed topic's id), whether or not this broker had opened them.
+    async fn delete_local(&self, removed: Vec<Arc<TopicState>>) -> Result<()> {
+        let data_dir = &self.config.data_dir;
+        let dirs: Vec<(std::path::PathBuf, uuid::Uuid)> = removed
+            .iter()
+            .flat_map(|s| {
+                (0..s.meta.partitions.max(0))
+                    .map(|p| (partition_dir(data_dir, &s.meta.name, p), s.meta.id))
+            })
+            .collect();
+        for s in &removed {
+            tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
+        }
+        let files = self.shared.files.clone();
+        tokio::task::spawn_blocking(move || {
+            for (dir, id) in dirs {
+                match read_topic_id(&dir) {
+                    Ok(Some(found)) if found == id => {}
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "not deleting a partition directory whose metadata cannot be read");
+                        continue;
+                    }
+                }
+                files.forget_dir(&dir);
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot delete partition directory");
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))
+    }
+}
+
+/// Removes partition directories whose topic (by name and id) no longer exists, e.g.
+/// a topic deleted while this broker was down.
+pub(crate) fn remove_orphans(
+    data_dir: &Path,
+    known: &HashMap<String, uuid::Uuid>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(data_dir)? {
+        let path = entry?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let id = match read_topic_id(&path) {
+            Ok(Some(id)) => id,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "keeping a directory whose partition metadata cannot be read");
+                continue;
+            }
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let belongs = name.rsplit_once('-').is_some_and(|(topic, p)| {
+            known.get(topic) == Some(&id)
+                && p.parse::<i32>()
+                    .is_ok_and(|p| partition_dir(data_dir, topic, p) == path)
+        });
+        if !belongs {
+            tracing::info!(dir = %path.display(), "removing partition directory of a deleted topic");
+            std::fs::remove_dir_all(&path)?;
+        }
+    }
+    Ok(())
+}

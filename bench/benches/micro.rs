@@ -120,6 +120,7 @@ fn cache_hit(c: &mut Criterion) {
                 cache_dir: dir.path().join("cache"),
                 read_ahead_chunks: 0,
                 max_concurrent_gets: 4,
+                tasks: Default::default(),
             },
         )
         .await

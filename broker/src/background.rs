@@ -10,8 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
-
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::datadir::write_clean_shutdown_marker;
@@ -19,11 +17,11 @@ use crate::error::{Error, Result};
 use crate::partition::Partition;
 
 impl Broker {
-    /// Spawns retention, flush and metadata-refresh loops; they end on cancellation.
-    pub fn spawn_background(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
+    /// Spawns retention, flush and metadata-refresh loops on the broker's task
+    /// tracker; they end on cancellation.
+    pub fn spawn_background(self: &Arc<Self>) {
         let log = self.config.log.clone();
         self.spawn_every(
-            tasks,
             log.retention_check_interval_ms,
             "retention",
             |b| async move {
@@ -37,34 +35,28 @@ impl Broker {
         );
         // Appends raise the figure as they go; this corrects it (retention, truncation)
         // once a second.
-        self.spawn_every(tasks, 1_000, "disk usage", |b| async move {
+        self.spawn_every(1_000, "disk usage", |b| async move {
             let used = b.all_partitions().iter().map(|p| p.size_bytes()).sum();
             b.local_log_bytes
                 .store(used, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         });
         self.spawn_every(
-            tasks,
             self.config.tiering.upload_interval_ms,
             "segment upload",
             |b| async move { b.upload_pass().await },
         );
-        self.spawn_every(
-            tasks,
-            log.flush_check_interval_ms,
-            "flush",
-            |b| async move {
-                let parts: Vec<_> = b
-                    .all_partitions()
-                    .into_iter()
-                    .filter(|p| p.config().flush_ms < i64::MAX)
-                    .collect();
-                on_each_partition(parts, "flush", |p, now| p.flush_if_due(now).map(drop)).await
-            },
-        );
+        self.spawn_every(log.flush_check_interval_ms, "flush", |b| async move {
+            let parts: Vec<_> = b
+                .all_partitions()
+                .into_iter()
+                .filter(|p| p.config().flush_ms < i64::MAX)
+                .collect();
+            on_each_partition(parts, "flush", |p, now| p.flush_if_due(now).map(drop)).await
+        });
         // Metadata: re-read on every announced change, and polled as the fallback.
         let broker = self.clone();
-        tasks.spawn(async move {
+        self.tasks.spawn(async move {
             let every = Duration::from_millis(broker.config.log.metadata_refresh_interval_ms);
             loop {
                 tokio::select! {
@@ -79,7 +71,7 @@ impl Broker {
             }
         });
         let broker = self.clone();
-        tasks.spawn(async move {
+        self.tasks.spawn(async move {
             loop {
                 let listening = broker.metastore.listen_for_changes(broker.changes.clone());
                 tokio::select! {
@@ -94,46 +86,38 @@ impl Broker {
         });
         let cluster = self.config.cluster.clone();
         self.spawn_every(
-            tasks,
             cluster.heartbeat_interval_ms,
             "lease renewal",
             |b| async move { b.renew_lease().await },
         );
         self.spawn_every(
-            tasks,
             cluster.controller_interval_ms,
             "controller",
             |b| async move { b.controller_pass().await },
         );
         self.spawn_every(
-            tasks,
             (cluster.replica_lag_time_max_ms / 4).max(1),
             "ISR shrink",
             |b| async move { b.shrink_isrs().await },
         );
-        self.spawn_every(tasks, 100, "group coordinator", |b| async move {
+        self.spawn_every(100, "group coordinator", |b| async move {
             b.groups_tick();
             Ok(())
         });
         // Fetchers start on every metadata refresh; this restarts ones that ended.
-        self.spawn_every(tasks, 1_000, "replica fetchers", |b| async move {
+        self.spawn_every(1_000, "replica fetchers", |b| async move {
             b.ensure_fetchers();
             Ok(())
         });
     }
 
-    fn spawn_every<F, Fut>(
-        self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
-        every_ms: u64,
-        name: &'static str,
-        f: F,
-    ) where
+    fn spawn_every<F, Fut>(self: &Arc<Self>, every_ms: u64, name: &'static str, f: F)
+    where
         F: Fn(Arc<Self>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<()>> + Send,
     {
         let broker = self.clone();
-        tasks.spawn(async move {
+        self.tasks.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
@@ -153,10 +137,22 @@ impl Broker {
         });
     }
 
-    /// Gives up the lease and fsyncs every partition (after the server stopped taking
-    /// requests). If every partition closed, leaves the clean-shutdown marker, so the
-    /// next start knows no log lost an unflushed tail.
-    pub async fn shutdown(&self) {
+    /// Stops the broker (after the front ends stopped taking requests): cancels and
+    /// waits up to `timeout` for every task it spawned, gives up the lease and fsyncs
+    /// every partition. If every partition closed, leaves the clean-shutdown marker,
+    /// so the next start knows no log lost an unflushed tail.
+    pub async fn shutdown(&self, timeout: Duration) {
+        self.cancel.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(timeout, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.tasks.len(),
+                "background tasks did not stop in time; closing the partitions under them"
+            );
+        }
         self.release_lease().await;
         self.reader.close().await;
         let parts = self.all_partitions();
@@ -207,5 +203,5 @@ async fn on_each_partition(
         }
     })
     .await
-    .map_err(|e| Error::Internal(e.to_string()))
+    .map_err(Error::from)
 }

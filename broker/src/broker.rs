@@ -17,12 +17,14 @@ use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
 use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::BrokerConfig;
 use crate::datadir::{check_data_dir_identity, lock_data_dir, take_clean_shutdown_marker};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StartError};
 use crate::partition::Partition;
 use crate::registry::remove_orphans;
+use crate::replication::ReplicaConnector;
 use crate::topic_config::TopicConfig;
 
 /// A topic as this broker knows it.
@@ -84,29 +86,49 @@ pub struct Broker {
     pub(crate) last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
     /// Replica fetchers by leader broker id.
     pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
+    /// Reaches the leaders this broker follows.
+    pub(crate) replica_connector: Arc<dyn ReplicaConnector>,
+    /// Every task the broker spawns (background passes, fetchers, uploads): shutdown
+    /// waits for them.
+    pub(crate) tasks: TaskTracker,
+    pub cluster_id: uuid::Uuid,
     /// Consumer groups this broker coordinates.
     pub(crate) groups: crate::groups::Coordinator,
     /// Producer ids taken from the metastore and not yet handed out: [next, end).
     pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
     pub(crate) cancel: CancellationToken,
 }
+fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+        what: "create",
+        path: config.data_dir.clone(),
+        source,
+    })
+}
+
 impl Broker {
     /// Opens the metastore and object store, recovers every local partition, and
-    /// removes partition directories of topics that no longer exist.
+    /// removes partition directories of topics that no longer exist. `connector`
+    /// reaches the leaders this broker follows.
     pub async fn start(
         config: BrokerConfig,
+        connector: Arc<dyn ReplicaConnector>,
         cancel: CancellationToken,
-    ) -> anyhow::Result<Arc<Self>> {
-        use anyhow::Context;
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+    ) -> Result<Arc<Self>, StartError> {
+        create_data_dir(&config)?;
         let metastore = shale_metastore::open(&config.metastore_url)
             .await
-            .with_context(|| format!("cannot open metastore {}", config.metastore_url))?;
+            .map_err(|source| StartError::Metastore {
+                url: config.metastore_url.clone(),
+                source,
+            })?;
         let object_store = shale_tiering::open(&config.object_store_url, &config.object_store)
             .await
-            .with_context(|| format!("cannot open object store {}", config.object_store_url))?;
-        Self::start_with(config, metastore, object_store, cancel).await
+            .map_err(|source| StartError::ObjectStore {
+                url: config.object_store_url.clone(),
+                source,
+            })?;
+        Self::start_with(config, metastore, object_store, connector, cancel).await
     }
 
     /// [`Broker::start`] on a metastore and object store already open (tests wrap them
@@ -115,17 +137,17 @@ impl Broker {
         config: BrokerConfig,
         metastore: Arc<dyn Metastore>,
         object_store: shale_tiering::store::ObjectStoreRef,
+        replica_connector: Arc<dyn ReplicaConnector>,
         cancel: CancellationToken,
-    ) -> anyhow::Result<Arc<Self>> {
-        use anyhow::Context;
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+    ) -> Result<Arc<Self>, StartError> {
+        create_data_dir(&config)?;
         let data_dir_lock = lock_data_dir(&config.data_dir)?;
         let cluster_id = metastore
             .cluster_id()
             .await
-            .context("cannot read the cluster id")?;
+            .map_err(|e| StartError::step("cannot read the cluster id")(e.into()))?;
         check_data_dir_identity(&config.data_dir, cluster_id, config.broker_id)?;
+        let tasks = TaskTracker::new();
         let t = &config.tiering;
         let reader = RemoteReader::open(
             object_store.clone(),
@@ -139,10 +161,11 @@ impl Broker {
                     .unwrap_or_else(|| config.data_dir.join("remote-cache")),
                 read_ahead_chunks: t.read_ahead_chunks,
                 max_concurrent_gets: t.max_concurrent_gets,
+                tasks: tasks.clone(),
             },
         )
         .await
-        .context("cannot open the remote read cache")?;
+        .map_err(StartError::ReadCache)?;
         let uploader = Uploader::new(
             object_store,
             metastore.clone(),
@@ -187,25 +210,41 @@ impl Broker {
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),
+            cluster_id,
+            replica_connector,
+            tasks,
             cancel,
         });
-        let clean = take_clean_shutdown_marker(&broker.config.data_dir)
-            .context("cannot read the clean-shutdown marker")?;
-        broker.reconcile().await.context("cannot load topics")?;
+        let clean = take_clean_shutdown_marker(&broker.config.data_dir).map_err(|source| {
+            StartError::DataDir {
+                what: "read the clean-shutdown marker in",
+                path: broker.config.data_dir.clone(),
+                source,
+            }
+        })?;
+        broker
+            .reconcile()
+            .await
+            .map_err(StartError::step("cannot load topics"))?;
         broker
             .step_down_after_restart(clean)
             .await
-            .context("cannot hand over leadership held before this start")?;
+            .map_err(StartError::step(
+                "cannot hand over leadership held before this start",
+            ))?;
         broker
             .renew_lease()
             .await
-            .context("cannot register the broker")?;
+            .map_err(StartError::step("cannot register the broker"))?;
         // Lead at once what this broker should lead, if it is the controller.
         broker
             .controller_pass()
             .await
-            .context("controller pass failed")?;
-        broker.reconcile().await.context("cannot load topics")?;
+            .map_err(StartError::step("controller pass failed"))?;
+        broker
+            .reconcile()
+            .await
+            .map_err(StartError::step("cannot load topics"))?;
         let known: HashMap<String, uuid::Uuid> = broker
             .topics_snapshot()
             .into_iter()
@@ -217,7 +256,13 @@ impl Broker {
             let _ = std::fs::remove_dir_all(data_dir.join("tier-tmp"));
             remove_orphans(&data_dir, &known)
         })
-        .await??;
+        .await
+        .map_err(|e| StartError::step("cannot remove orphaned partitions")(e.into()))?
+        .map_err(|source| StartError::DataDir {
+            what: "remove orphaned partitions from",
+            path: broker.config.data_dir.clone(),
+            source,
+        })?;
         Ok(broker)
     }
 
@@ -272,15 +317,12 @@ impl Broker {
     }
 
     /// This broker's replica of a partition, by topic id (replication).
-    pub(crate) fn partition_by_id(&self, topic_id: &str, partition: i32) -> Result<Arc<Partition>> {
-        let id: uuid::Uuid = topic_id
-            .parse()
-            .map_err(|_| Error::InvalidRequest(format!("'{topic_id}' is not a topic id")))?;
+    pub(crate) fn partition_by_id(&self, id: uuid::Uuid, partition: i32) -> Result<Arc<Partition>> {
         let topic = self
             .topics_snapshot()
             .into_iter()
             .find(|t| t.meta.id == id)
-            .ok_or_else(|| Error::UnknownTopic(topic_id.to_string()))?;
+            .ok_or_else(|| Error::UnknownTopic(id.to_string()))?;
         self.partition(&topic.meta.name, partition)
     }
 

@@ -151,7 +151,11 @@ impl Broker {
         let clean = clean_marker.is_some() && clean_marker == registered;
         let epoch = self
             .metastore
-            .register_broker(id, &self.config.advertised_address())
+            .register_broker(
+                id,
+                &self.config.advertised_address(),
+                &self.config.endpoints(),
+            )
             .await?;
         self.broker_epoch
             .store(epoch, std::sync::atomic::Ordering::Relaxed);
@@ -236,9 +240,9 @@ impl Broker {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(Error::Internal(format!(
-                    "cannot leave the ISR of {conflicts} partition(s): their state keeps changing"
-                )));
+                return Err(Error::StateContention {
+                    partitions: conflicts,
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::error::StartError;
+
 /// Written at the end of a clean shutdown, after every partition was fsynced, naming
 /// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
 /// incarnation is still the newest registered one: otherwise another process ran on
@@ -37,8 +39,7 @@ pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<Opt
 
 /// Locks `{data_dir}/.lock` for this process (released when it exits, however it
 /// exits): two brokers writing one data directory would corrupt it.
-pub(crate) fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
-    use anyhow::Context;
+pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, StartError> {
     use rustix::fs::{FlockOperation, flock};
     let path = data_dir.join(".lock");
     let file = std::fs::OpenOptions::new()
@@ -46,12 +47,14 @@ pub(crate) fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
-        anyhow::anyhow!(
-            "data directory {} is in use by another shale-broker process ({e})",
-            data_dir.display()
-        )
+        .map_err(|source| StartError::DataDir {
+            what: "open",
+            path: path.clone(),
+            source,
+        })?;
+    flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(|e| StartError::Locked {
+        path: data_dir.into(),
+        source: e.into(),
     })?;
     Ok(file)
 }
@@ -64,8 +67,7 @@ pub(crate) fn check_data_dir_identity(
     data_dir: &Path,
     cluster_id: uuid::Uuid,
     broker_id: i32,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
+) -> Result<(), StartError> {
     let path = data_dir.join("meta.properties");
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -76,19 +78,19 @@ pub(crate) fn check_data_dir_identity(
             };
             let found_cluster = field("cluster.id").unwrap_or("");
             if found_cluster != cluster_id.to_string() {
-                anyhow::bail!(
-                    "data directory {} belongs to cluster {found_cluster}, but the metastore is \
-                     cluster {cluster_id}: refusing to start (check --metastore-url and --data-dir)",
-                    data_dir.display()
-                );
+                return Err(StartError::OtherCluster {
+                    path: data_dir.into(),
+                    found: found_cluster.into(),
+                    expected: cluster_id,
+                });
             }
             let found_broker = field("broker.id").unwrap_or("");
             if found_broker != broker_id.to_string() {
-                anyhow::bail!(
-                    "data directory {} belongs to broker {found_broker}, not broker {broker_id}: \
-                     refusing to start (check --broker-id and --data-dir)",
-                    data_dir.display()
-                );
+                return Err(StartError::OtherBroker {
+                    path: data_dir.into(),
+                    found: found_broker.into(),
+                    expected: broker_id,
+                });
             }
             Ok(())
         }
@@ -101,8 +103,16 @@ pub(crate) fn check_data_dir_identity(
             .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
             .and_then(|()| std::fs::rename(&tmp, &path))
             .and_then(|()| std::fs::File::open(data_dir)?.sync_all())
-            .with_context(|| format!("cannot write {}", path.display()))
+            .map_err(|source| StartError::DataDir {
+                what: "write",
+                path,
+                source,
+            })
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(source) => Err(StartError::DataDir {
+            what: "read",
+            path,
+            source,
+        }),
     }
 }

@@ -1,6 +1,8 @@
 //! The broker's error type, and the one place where domain errors become Kafka error
 //! codes (`Error::code`). Both the gRPC adapters and the future Kafka listener use it.
 
+use std::path::PathBuf;
+
 use shale_records::ErrorCode;
 use shale_records::batch::BatchError;
 
@@ -94,8 +96,15 @@ pub enum Error {
     Producer(#[from] ProducerError),
     #[error(transparent)]
     Group(#[from] crate::groups::GroupError),
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error("a broker task failed: {0}")]
+    TaskFailed(#[from] tokio::task::JoinError),
+    #[error("the partition log refused the leader's records: {0}")]
+    Replica(#[source] LogError),
+    #[error("cannot leave the ISR of {partitions} partition(s): their state keeps changing")]
+    StateContention { partitions: usize },
+    /// One error answering several partitions (a request-level refusal).
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {
@@ -144,18 +153,17 @@ impl Error {
                 ErrorCode::DuplicateSequenceNumber
             }
             Group(e) => e.code(),
-            Metastore(_) | Internal(_) => ErrorCode::UnknownServerError,
+            Shared(e) => e.code(),
+            Metastore(_) | TaskFailed(_) | Replica(_) | StateContention { .. } => {
+                ErrorCode::UnknownServerError
+            }
         }
     }
 
-    /// Whether the client may retry the same request.
+    /// Whether the client may retry the same request (by its code: one answer for
+    /// broker and client, [`ErrorCode::is_retriable`]).
     pub fn is_retriable(&self) -> bool {
-        matches!(
-            self.code(),
-            ErrorCode::LeaderNotAvailable
-                | ErrorCode::KafkaStorageError
-                | ErrorCode::RequestTimedOut
-        )
+        self.code().is_retriable()
     }
 }
 
@@ -186,7 +194,7 @@ impl From<LogError> for Error {
             },
             LogError::Io(e) => Error::Storage(e),
             LogError::Producer(e) => Error::Producer(e),
-            e @ LogError::OutOfSequence { .. } => Error::Internal(e.to_string()),
+            e @ LogError::OutOfSequence { .. } => Error::Replica(e),
         }
     }
 }
@@ -204,3 +212,68 @@ impl From<shale_metastore::Error> for Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot {what} {}", path.display())]
+    DataDir {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("data directory {} is in use by another shale-broker process", path.display())]
+    Locked {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "data directory {} belongs to cluster {found}, but the metastore is cluster {expected}: \
+         refusing to start (check --metastore-url and --data-dir)",
+        path.display()
+    )]
+    OtherCluster {
+        path: PathBuf,
+        found: String,
+        expected: uuid::Uuid,
+    },
+    #[error(
+        "data directory {} belongs to broker {found}, not broker {expected}: refusing to start \
+         (check --broker-id and --data-dir)",
+        path.display()
+    )]
+    OtherBroker {
+        path: PathBuf,
+        found: String,
+        expected: i32,
+    },
+    #[error("cannot open metastore {url}")]
+    Metastore {
+        url: String,
+        #[source]
+        source: shale_metastore::Error,
+    },
+    #[error("cannot open object store {url}")]
+    ObjectStore {
+        url: String,
+        #[source]
+        source: shale_tiering::store::StoreError,
+    },
+    #[error("cannot open the remote read cache")]
+    ReadCache(#[source] shale_tiering::reader::ReadError),
+    /// A start-up step failed (reading the cluster id, loading topics, registering…).
+    #[error("{step}")]
+    Step {
+        step: &'static str,
+        #[source]
+        source: Error,
+    },
+}
+
+impl StartError {
+    pub(crate) fn step(step: &'static str) -> impl FnOnce(Error) -> Self {
+        move |source| Self::Step { step, source }
+    }
+}

@@ -104,7 +104,7 @@ impl Broker {
         }
         tokio::task::spawn_blocking(move || p.list_offset(timestamp))
             .await
-            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)?
     }
 
     /// Reads each partition in turn within the response's byte budget: from the
@@ -168,10 +168,11 @@ impl Broker {
                 }
             };
         };
-        // Local reads are page-cache preads; keep them off the async workers.
-        tokio::task::block_in_place(|| {
-            let records = plan.read(limit, whole_first).map_err(Error::Storage)?;
-            Ok(Fetched { records, offsets })
-        })
+        // Local reads are page-cache preads, but a cold page blocks on the disk: keep
+        // them off the async workers.
+        let records = tokio::task::spawn_blocking(move || plan.read(limit, whole_first))
+            .await?
+            .map_err(Error::Storage)?;
+        Ok(Fetched { records, offsets })
     }
 }

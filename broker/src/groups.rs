@@ -37,18 +37,19 @@ pub struct Committed {
 const PRODUCER_ID_BLOCK: i64 = 1000;
 
 impl Broker {
-    /// The broker coordinating `group` and its address.
-    pub fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
+    /// The broker coordinating `group` and its inter-broker address.
+    pub(crate) fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
         self.coordinator_among(group, &self.coordinator_candidates())
     }
 
     /// The brokers that may coordinate groups now: this one alone without replication,
     /// else every broker whose lease is valid.
-    fn coordinator_candidates(&self) -> Vec<shale_metastore::BrokerLease> {
+    pub(crate) fn coordinator_candidates(&self) -> Vec<shale_metastore::BrokerLease> {
         if !self.metastore.supports_replication() {
             return vec![shale_metastore::BrokerLease {
                 broker_id: self.config.broker_id,
                 address: self.config.advertised_address(),
+                endpoints: self.config.endpoints(),
                 broker_epoch: self.broker_epoch(),
                 lease_expires_ms: i64::MAX,
                 registered_at_ms: 0,

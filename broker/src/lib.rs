@@ -1,9 +1,10 @@
-//! The Shale broker: partition logs on local disk (`log/`), one partition's state
-//! (`partition.rs`), the topic registry and background work (`broker.rs`), the
-//! produce / fetch / admin domain (`produce.rs`, `fetch.rs`, `topics.rs`), and the
-//! gRPC adapters (`api/`).
+//! The Shale broker's core: partition replicas (`partition`), the topic registry and
+//! background work (`broker`, `registry`, `background`), the cluster (`cluster`,
+//! `controller`, `replication`), tiering glue (`tiering`), consumer groups (`groups`),
+//! and [`service::Service`], the one seam every front end calls. It knows no wire
+//! protocol: the gRPC and Kafka front ends and the `shale-broker` binary are crates of
+//! their own.
 
-pub mod api;
 pub mod background;
 pub mod broker;
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod partition;
 pub mod produce;
 mod registry;
 pub mod replication;
+pub mod service;
 pub mod stats;
 #[cfg(test)]
 mod testing;

@@ -1,80 +1,12 @@
-//! Prometheus metrics over HTTP (`GET /metrics`, text format 0.0.4) and a readiness
-//! check (`GET /health`). Off unless `metrics_listen` is set. Partition, tier, group
-//! and process figures are read from live state at scrape time; request counters,
-//! latency histograms and error counts come from [`crate::stats`].
-//!
-//! The HTTP side is deliberately tiny: one request per connection, `GET /metrics`,
-//! `GET /health` or 404, bounded request size and time, so a stray client cannot hold
-//! resources.
+//! Prometheus metrics in text format 0.0.4. Partition, tier, group and process
+//! figures are read from live state at scrape time; request counters, latency
+//! histograms and error counts come from [`crate::stats`]. The server crate serves
+//! them over HTTP.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-
-/// Serves `/metrics` until cancelled.
-pub async fn serve(broker: Arc<Broker>, listener: TcpListener, cancel: CancellationToken) {
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let broker = broker.clone();
-        tokio::spawn(async move {
-            if let Err(e) =
-                tokio::time::timeout(Duration::from_secs(5), answer(&broker, stream)).await
-            {
-                tracing::debug!(error = %e, "metrics request timed out");
-            }
-        });
-    }
-}
-
-async fn answer(broker: &Broker, mut stream: TcpStream) {
-    let mut request = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
-    let get = |path: &str| {
-        request.starts_with(format!("GET {path} ").as_bytes())
-            || request.starts_with(format!("GET {path}?").as_bytes())
-    };
-    let reply = |status: &str, kind: &str, body: String| {
-        format!(
-            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-    };
-    let response = if get("/metrics") {
-        reply("200 OK", "text/plain; version=0.0.4", render(broker).await)
-    } else if get("/health") {
-        match broker.health() {
-            Ok(()) => reply("200 OK", "text/plain", "ready\n".into()),
-            Err(why) => reply("503 Service Unavailable", "text/plain", format!("{why}\n")),
-        }
-    } else {
-        reply("404 Not Found", "text/plain", String::new())
-    };
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
-}
 
 fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"")
@@ -280,7 +212,7 @@ fn render_requests(out: &mut String, stats: &crate::stats::RequestStats) {
     );
     for ((listener, api), h) in stats.latency.all() {
         let (cumulative, sum) = h.snapshot();
-        let labels = format!("listener=\"{listener}\",api=\"{}\"", escape(&api));
+        let labels = format!("listener=\"{listener}\",api=\"{}\"", escape(api));
         for (bound, n) in crate::stats::LATENCY_BUCKETS.iter().zip(&cumulative) {
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
         }

@@ -26,56 +26,67 @@ pub struct ProduceData {
 }
 
 impl Broker {
-    /// Appends each partition's batches; the outer error rejects the whole request.
+    /// Appends each partition's batches; one result per partition, in order (a
+    /// request-level refusal — bad acks, shutting down, no lease, a full disk — is
+    /// every partition's answer).
     pub async fn produce(
         &self,
         acks: i32,
         timeout: std::time::Duration,
         data: Vec<ProduceData>,
-    ) -> Result<Vec<Result<Appended>>> {
-        if !matches!(acks, -1..=1) {
-            return Err(Error::InvalidRequiredAcks(acks));
-        }
-        if self.cancel.is_cancelled() {
-            return Err(Error::ShuttingDown);
-        }
-        if !self.lease_valid() {
-            return Err(Error::LeaseLapsed);
-        }
+    ) -> Vec<Result<Appended>> {
         let limit = self.config.log.local_disk_limit_bytes;
         let used = self.local_log_bytes.load(Ordering::Relaxed);
-        if limit > 0 && used >= limit {
-            return Ok(data
-                .iter()
-                .map(|_| Err(Error::LocalDiskFull { used, limit }))
-                .collect());
+        let refusal = {
+            if !matches!(acks, -1..=1) {
+                Some(Error::InvalidRequiredAcks(acks))
+            } else if self.cancel.is_cancelled() {
+                Some(Error::ShuttingDown)
+            } else if !self.lease_valid() {
+                Some(Error::LeaseLapsed)
+            } else if limit > 0 && used >= limit {
+                Some(Error::LocalDiskFull { used, limit })
+            } else {
+                None
+            }
+        };
+        if let Some(e) = refusal {
+            let e = Arc::new(e);
+            return data.iter().map(|_| Err(Error::Shared(e.clone()))).collect();
         }
         let bytes: u64 = data.iter().map(|d| d.records.len() as u64).sum();
         self.local_log_bytes.fetch_add(bytes, Ordering::Relaxed);
         let stats = &self.request_stats;
         crate::stats::RequestStats::add(&stats.produce_requests, 1);
         crate::stats::RequestStats::add(&stats.produced_bytes, bytes);
+        let count = data.len();
         let targets: Vec<(Result<Arc<Partition>>, Bytes)> = data
             .into_iter()
             .map(|d| (self.partition(&d.topic, d.partition), d.records))
             .collect();
-        let appended: Vec<(Result<Appended>, Option<Committing>)> =
-            tokio::task::spawn_blocking(move || {
-                let now = now_ms();
-                targets
-                    .into_iter()
-                    .map(|(p, records)| match p {
-                        Err(e) => (Err(e), None),
-                        Ok(p) => {
-                            let min_isr = p.config().min_insync_replicas.max(1) as usize;
-                            let r = p.append(&records, (acks == -1).then_some(min_isr), now);
-                            (r, Some((p, min_isr)))
-                        }
-                    })
-                    .collect()
-            })
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let appended = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            targets
+                .into_iter()
+                .map(|(p, records)| match p {
+                    Err(e) => (Err(e), None),
+                    Ok(p) => {
+                        let min_isr = p.config().min_insync_replicas.max(1) as usize;
+                        let r = p.append(&records, (acks == -1).then_some(min_isr), now);
+                        (r, Some((p, min_isr)))
+                    }
+                })
+                .collect::<Vec<(Result<Appended>, Option<Committing>)>>()
+        })
+        .await;
+        let appended = match appended {
+            Ok(appended) => appended,
+            // The append task panicked: no partition knows what became of its batches.
+            Err(e) => {
+                let e = Arc::new(Error::from(e));
+                return (0..count).map(|_| Err(Error::Shared(e.clone()))).collect();
+            }
+        };
         let results = futures::future::join_all(appended.into_iter().map(|(r, p)| async move {
             let a = r?;
             if a.duplicate {
@@ -96,11 +107,11 @@ impl Broker {
         .await;
         // A lease that lapsed meanwhile may already be someone else's leadership.
         if !self.lease_valid() {
-            return Ok(results
+            return results
                 .into_iter()
                 .map(|r| r.and(Err(Error::LeaseLapsed)))
-                .collect());
+                .collect();
         }
-        Ok(results)
+        results
     }
 }

@@ -102,7 +102,7 @@ impl Broker {
                     opened
                 })
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
+                .map_err(Error::from)?;
                 let mut count = 0;
                 let mut failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
                 for (p, part) in opened {
@@ -148,7 +148,7 @@ impl Broker {
             }
         })
         .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
+        .map_err(Error::from)?;
         *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
         self.load_remote_indexes().await;
         Ok(())
@@ -186,7 +186,7 @@ impl Broker {
             }
         })
         .await
-        .map_err(|e| Error::Internal(e.to_string()))
+        .map_err(Error::from)
     }
 }
 

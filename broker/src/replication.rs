@@ -22,73 +22,30 @@
 //! A follower that has not caught up for `replica_lag_time_max_ms` is dropped from the
 //! ISR by the leader ([`Broker::shrink_isrs`]).
 
-use std::collections::HashMap;
+mod follower;
+mod transport;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use shale_metastore::{PartitionState, StateGuard};
-use shale_proto::v1::replication_client::ReplicationClient;
-use shale_proto::v1::replication_server::Replication;
-use shale_proto::v1::*;
 use shale_records::ErrorCode;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::{MAX_MESSAGE_BYTES, error_fields};
+pub use transport::*;
+
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::partition::{FollowerFetch, FollowerPosition, LeaderRead, Partition, Role};
+use crate::partition::{FollowerFetch, LeaderRead, Partition, Role};
 
 /// Bytes per partition in one replica fetch answer.
 const PARTITION_MAX_BYTES: i32 = 8 << 20;
 /// Bytes in one replica fetch answer.
 const RESPONSE_MAX_BYTES: i32 = 32 << 20;
 
-pub struct ReplicationService {
-    broker: Arc<Broker>,
-}
-
-impl ReplicationService {
-    pub fn new(broker: Arc<Broker>) -> Self {
-        Self { broker }
-    }
-}
-
-#[tonic::async_trait]
-impl Replication for ReplicationService {
-    type ReplicaFetchStream = ReceiverStream<Result<ReplicaFetchResponse, Status>>;
-
-    async fn replica_fetch(
-        &self,
-        request: Request<Streaming<ReplicaFetchRequest>>,
-    ) -> Result<Response<Self::ReplicaFetchStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(2);
-        let broker = self.broker.clone();
-        tokio::spawn(async move {
-            loop {
-                let req = tokio::select! {
-                    _ = broker.cancel.cancelled() => break,
-                    msg = inbound.message() => match msg {
-                        Ok(Some(req)) => req,
-                        _ => break,
-                    },
-                };
-                let resp = broker.serve_replica_fetch(req).await;
-                if tx.send(Ok(resp)).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
-    }
-}
-
 impl Broker {
     /// Leader side of one replica fetch request (see the module docs).
-    async fn serve_replica_fetch(
+    pub(crate) async fn serve_replica_fetch(
         self: &Arc<Self>,
         req: ReplicaFetchRequest,
     ) -> ReplicaFetchResponse {
@@ -128,7 +85,7 @@ impl Broker {
                     max_bytes: p.partition_max_bytes.clamp(1, PARTITION_MAX_BYTES) as usize,
                 };
                 let partition = match incarnation {
-                    Ok(()) => self.partition_by_id(&p.topic_id, p.partition),
+                    Ok(()) => self.partition_by_id(p.topic_id, p.partition),
                     Err(registered) => Err(Error::StaleBrokerEpoch {
                         replica: req.replica_id,
                         sent: req.replica_epoch,
@@ -155,7 +112,7 @@ impl Broker {
                 .collect()
         })
         .await
-        .unwrap_or_else(|e| vec![(Err(Error::Internal(e.to_string())), None)])
+        .unwrap_or_else(|e| vec![(Err(Error::from(e)), None)])
     }
 
     /// Whether a replica fetch comes from the follower's registered incarnation; else
@@ -195,17 +152,21 @@ impl Broker {
                 }
                 self.write_isr(p, role, isr.clone()).await;
             }
-            let (error_code, error_message) =
-                error_fields(&self.request_stats.errors, r.as_ref().err());
             // Out of range: the follower needs the leader's local log start to restart at.
             let range_start = match &r {
                 Err(Error::OffsetOutOfRange { log_start, .. }) => *log_start,
                 _ => -1,
             };
+            let (error_code, error_message) = match &r {
+                Ok(_) => (ErrorCode::None, String::new()),
+                Err(e) => {
+                    self.request_stats.errors.count(e.code());
+                    (e.code(), e.to_string())
+                }
+            };
             let read = r.ok();
-            let diverging = read.as_ref().and_then(|r| r.diverging);
-            partitions.push(ReplicaFetchPartitionResult {
-                topic_id: wanted.topic_id.clone(),
+            partitions.push(ReplicaPartitionData {
+                topic_id: wanted.topic_id,
                 partition: wanted.partition,
                 error_code,
                 error_message,
@@ -213,8 +174,7 @@ impl Broker {
                 local_log_start_offset: read
                     .as_ref()
                     .map_or(range_start, |r| r.local_log_start_offset),
-                diverging_epoch: diverging.map_or(-1, |d| d.0),
-                diverging_end_offset: diverging.map_or(-1, |d| d.1),
+                diverging: read.as_ref().and_then(|r| r.diverging),
                 records: read.map(|r| r.records).unwrap_or_default(),
             });
         }
@@ -280,177 +240,4 @@ impl Broker {
         }
         Ok(())
     }
-
-    /// Starts a fetcher for every leader broker this broker follows partitions of
-    /// (fetchers end by themselves when nothing is left to follow there).
-    pub(crate) fn ensure_fetchers(self: &Arc<Self>) {
-        let leaders: std::collections::BTreeSet<i32> = self
-            .all_partitions()
-            .iter()
-            .filter_map(|p| p.follower_position().map(|pos| pos.leader))
-            .collect();
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|e| e.into_inner());
-        fetchers.retain(|_, handle| !handle.is_finished());
-        for leader in leaders {
-            if !fetchers.contains_key(&leader) {
-                let broker = self.clone();
-                fetchers.insert(
-                    leader,
-                    tokio::spawn(async move { broker.run_fetcher(leader).await }),
-                );
-            }
-        }
-    }
-
-    fn followed_from(&self, leader: i32) -> Vec<(Arc<Partition>, FollowerPosition)> {
-        self.all_partitions()
-            .into_iter()
-            .filter_map(|p| {
-                let pos = p.follower_position()?;
-                (pos.leader == leader).then_some((p, pos))
-            })
-            .collect()
-    }
-
-    async fn run_fetcher(self: Arc<Self>, leader: i32) {
-        tracing::info!(leader, "replica fetcher started");
-        let max_wait = self.config.cluster.replica_fetch_max_wait_ms;
-        while !self.cancel.is_cancelled() {
-            if self.followed_from(leader).is_empty() {
-                break;
-            }
-            if let Err(e) = self.fetch_from(leader, max_wait).await {
-                tracing::debug!(leader, error = %e, "replica fetch stream ended");
-                tokio::select! {
-                    _ = self.cancel.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                }
-            }
-        }
-        tracing::info!(leader, "replica fetcher stopped");
-    }
-
-    /// One stream to `leader`, used until it fails or nothing is followed there.
-    async fn fetch_from(self: &Arc<Self>, leader: i32, max_wait_ms: u64) -> anyhow::Result<()> {
-        let address = self
-            .broker_address(leader)
-            .ok_or_else(|| anyhow::anyhow!("broker {leader} has no known address"))?;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(8 * 1024 * 1024)
-            .initial_connection_window_size(32 * 1024 * 1024)
-            .connect()
-            .await?;
-        let mut client = ReplicationClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let (tx, rx) = mpsc::channel(1);
-        let mut answers = client
-            .replica_fetch(ReceiverStream::new(rx))
-            .await?
-            .into_inner();
-        // A leader that stops answering (paused, partitioned) is given up on.
-        let answer_timeout = Duration::from_millis(max_wait_ms + 5_000);
-        loop {
-            let followed = self.followed_from(leader);
-            if followed.is_empty() || self.cancel.is_cancelled() {
-                return Ok(());
-            }
-            let request = ReplicaFetchRequest {
-                replica_id: self.config.broker_id,
-                replica_epoch: self.broker_epoch(),
-                max_wait_ms: max_wait_ms as u32,
-                max_bytes: RESPONSE_MAX_BYTES,
-                partitions: followed
-                    .iter()
-                    .map(|(p, pos)| ReplicaFetchPartition {
-                        topic_id: p.topic_id.to_string(),
-                        partition: p.index,
-                        current_leader_epoch: pos.leader_epoch,
-                        fetch_offset: pos.log_end_offset,
-                        last_fetched_epoch: pos.last_epoch,
-                        partition_max_bytes: PARTITION_MAX_BYTES,
-                    })
-                    .collect(),
-            };
-            tx.send(request).await?;
-            let answer = tokio::select! {
-                _ = self.cancel.cancelled() => return Ok(()),
-                a = tokio::time::timeout(answer_timeout, answers.message()) => a,
-            };
-            let answer = answer
-                .map_err(|_| anyhow::anyhow!("leader {leader} did not answer in time"))??
-                .ok_or_else(|| anyhow::anyhow!("leader {leader} closed the stream"))?;
-            let stale = self.apply_replica_answer(followed, answer).await?;
-            if stale {
-                // Someone has newer metadata than this broker: catch up, then go on.
-                self.changes.notify_one();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-
-    /// Applies a leader's answer; true if the leader said this broker's view is stale.
-    async fn apply_replica_answer(
-        &self,
-        followed: Vec<(Arc<Partition>, FollowerPosition)>,
-        answer: ReplicaFetchResponse,
-    ) -> anyhow::Result<bool> {
-        let by_key: HashMap<(String, i32), (Arc<Partition>, FollowerPosition)> = followed
-            .into_iter()
-            .map(|(p, pos)| ((p.topic_id.to_string(), p.index), (p, pos)))
-            .collect();
-        let stats = &self.request_stats;
-        let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
-        crate::stats::RequestStats::add(&stats.replicated_bytes, bytes as u64);
-        let stale = tokio::task::spawn_blocking(move || {
-            let now = now_ms();
-            let mut stale = false;
-            for r in answer.partitions {
-                let Some((p, pos)) = by_key.get(&(r.topic_id.clone(), r.partition)) else {
-                    continue;
-                };
-                let outcome = apply_one(p, pos, &r, now);
-                match outcome {
-                    Ok(s) => stale |= s,
-                    Err(e) => {
-                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply replicated data");
-                    }
-                }
-            }
-            stale
-        })
-        .await?;
-        Ok(stale)
-    }
-}
-
-/// Applies one partition of a leader's answer; true if this broker's metadata is stale.
-/// A stale answer (the partition's role or log moved meanwhile) is dropped.
-fn apply_one(
-    p: &Partition,
-    pos: &FollowerPosition,
-    r: &ReplicaFetchPartitionResult,
-    now: i64,
-) -> Result<bool> {
-    match ErrorCode::try_from(r.error_code).unwrap_or(ErrorCode::UnknownServerError) {
-        ErrorCode::None => {}
-        ErrorCode::OffsetOutOfRange if pos.log_end_offset < r.local_log_start_offset => {
-            tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
-                leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
-            p.reset_to(pos, r.local_log_start_offset)?;
-            return Ok(false);
-        }
-        code => {
-            tracing::debug!(topic = %p.topic, partition = p.index, ?code, message = %r.error_message, "replica fetch refused");
-            return Ok(true);
-        }
-    }
-    if r.diverging_end_offset >= 0 {
-        p.truncate_diverged(pos, r.diverging_epoch, r.diverging_end_offset)?;
-        return Ok(false);
-    }
-    p.append_from_leader(pos, &r.records, r.high_watermark, now)?;
-    Ok(false)
 }

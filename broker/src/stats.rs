@@ -73,39 +73,44 @@ impl Histogram {
     }
 }
 
-/// Latency histograms by (listener, API).
+/// Latency histograms by listener and API.
 #[derive(Debug, Default)]
 pub struct Latencies {
-    by_api: RwLock<BTreeMap<(&'static str, String), Arc<Histogram>>>,
+    by_listener: RwLock<BTreeMap<String, BTreeMap<&'static str, Arc<Histogram>>>>,
 }
 
 impl Latencies {
-    pub fn observe(&self, listener: &'static str, api: &str, d: Duration) {
+    pub fn observe(&self, listener: &str, api: &'static str, d: Duration) {
         let found = self
-            .by_api
+            .by_listener
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&(listener, api.to_string()))
+            .get(listener)
+            .and_then(|apis| apis.get(api))
             .cloned();
         let h = match found {
             Some(h) => h,
             None => self
-                .by_api
+                .by_listener
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .entry((listener, api.to_string()))
+                .entry(listener.to_string())
+                .or_default()
+                .entry(api)
                 .or_default()
                 .clone(),
         };
         h.observe(d);
     }
 
-    pub fn all(&self) -> Vec<((&'static str, String), Arc<Histogram>)> {
-        self.by_api
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+    pub fn all(&self) -> Vec<((String, &'static str), Arc<Histogram>)> {
+        let by_listener = self.by_listener.read().unwrap_or_else(|e| e.into_inner());
+        by_listener
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .flat_map(|(listener, apis)| {
+                apis.iter()
+                    .map(|(api, h)| ((listener.clone(), *api), h.clone()))
+            })
             .collect()
     }
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::broker::Broker;
-use crate::config::{Args, BrokerConfig};
+use crate::config::{BrokerConfig, Overrides};
 
 /// A metastore that can be slowed or made to fail on purpose.
 pub struct FaultyMetastore {
@@ -83,8 +83,15 @@ impl Metastore for FaultyMetastore {
     async fn add_partitions(&self, name: &str, total: i32, assignments: &[Vec<i32>]) -> R<Topic> {
         self.inner.add_partitions(name, total, assignments).await
     }
-    async fn register_broker(&self, broker_id: i32, address: &str) -> R<i64> {
-        self.inner.register_broker(broker_id, address).await
+    async fn register_broker(
+        &self,
+        broker_id: i32,
+        address: &str,
+        endpoints: &[(String, String)],
+    ) -> R<i64> {
+        self.inner
+            .register_broker(broker_id, address, endpoints)
+            .await
     }
     async fn cluster_id(&self) -> R<Uuid> {
         self.inner.cluster_id().await
@@ -333,11 +340,11 @@ impl TestBroker {
         let config_path = dir.join("shale.toml");
         std::fs::write(&config_path, toml).unwrap();
         let data_dir = dir.join("data");
-        let config = BrokerConfig::load(Args {
+        let config = BrokerConfig::load(Overrides {
             config: Some(config_path),
             data_dir: Some(data_dir.clone()),
             listen: Some("127.0.0.1:0".into()),
-            ..Args::default()
+            ..Overrides::default()
         })
         .unwrap();
         std::fs::create_dir_all(&data_dir).unwrap();
@@ -352,9 +359,15 @@ impl TestBroker {
         .unwrap();
         let store = HookedStore::new(local);
         let cancel = CancellationToken::new();
-        let broker = Broker::start_with(config, metastore.clone(), store.clone(), cancel.clone())
-            .await
-            .unwrap();
+        let broker = Broker::start_with(
+            config,
+            metastore.clone(),
+            store.clone(),
+            Arc::new(crate::replication::NoReplicaTransport),
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
         Self {
             broker,
             metastore,

@@ -119,14 +119,14 @@ impl Broker {
                 .clone()
                 .acquire_owned()
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
+                .map_err(|_closed| Error::ShuttingDown)?;
             let broker = self.clone();
-            running.spawn(async move {
+            running.spawn(self.tasks.track_future(async move {
                 let _permit = permit;
                 if let Err(e) = broker.tier_partition(&p).await {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "segment copy failed, will retry");
                 }
-            });
+            }));
         }
         while running.join_next().await.is_some() {}
         Ok(())
@@ -258,7 +258,7 @@ impl Broker {
                     shale_log::export_segment_tail(&seg, from, &dir, interval)
                 })
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))??
+                .map_err(Error::from)??
             } else {
                 tail_dir = std::path::PathBuf::new();
                 seg

@@ -409,12 +409,14 @@ impl Client {
 
     /// Live brokers and the controller.
     pub async fn cluster_status(&self) -> Result<ClusterStatusResponse> {
-        Ok(self
+        let r = self
             .admin
             .clone()
             .cluster_status(ClusterStatusRequest {})
             .await?
-            .into_inner())
+            .into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
     }
 
     /// Preferred leader election (see the `ElectLeaders` RPC): per partition, the
@@ -471,13 +473,14 @@ impl Client {
     }
 
     pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
-        Ok(self
+        let r = self
             .admin
             .clone()
             .list_topics(ListTopicsRequest {})
             .await?
-            .into_inner()
-            .topics)
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.topics)
     }
 
     pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse> {
@@ -729,8 +732,12 @@ impl Client {
             let Ok(r) = c.list_groups(req).await else {
                 continue;
             };
+            let r = r.into_inner();
+            if check_result(r.error).is_err() {
+                continue;
+            }
             reached = true;
-            for g in r.into_inner().groups {
+            for g in r.groups {
                 let better = out.get(&g.group_id).is_none_or(|o| o.coordinator < 0);
                 if better {
                     out.insert(g.group_id.clone(), g);

@@ -9,8 +9,10 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerLease {
     pub broker_id: i32,
-    /// `host:port` of its gRPC listener.
+    /// `host:port` other brokers replicate from (its inter-broker listener).
     pub address: String,
+    /// Its address on each of its listeners, by listener name.
+    pub endpoints: Vec<(String, String)>,
     /// Raised by every (re)start of the broker ([`crate::Metastore::register_broker`]).
     pub broker_epoch: i64,
     /// When the lease ends, on the metastore's clock (ms since the Unix epoch).
@@ -27,6 +29,18 @@ impl BrokerLease {
     /// since (a lease read as valid counts down on this process's clock).
     pub fn is_alive(&self) -> bool {
         self.remaining_ms > 0 && (self.read_at.elapsed().as_millis() as i64) < self.remaining_ms
+    }
+
+    /// Its address on listener `name` (a broker registered before listeners had
+    /// names has only its gRPC address, under `grpc`).
+    pub fn endpoint(&self, name: &str) -> Option<&str> {
+        if self.endpoints.is_empty() && name == "grpc" {
+            return Some(&self.address);
+        }
+        self.endpoints
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.as_str())
     }
 
     /// Milliseconds left on the lease now (<= 0: expired).
@@ -106,6 +120,25 @@ pub(crate) fn decode_ids(text: &str) -> crate::Result<Vec<i32>> {
         .map(|s| {
             s.parse()
                 .map_err(|_| crate::Error::CorruptRow(format!("broker id list '{text}'")))
+        })
+        .collect()
+}
+
+/// `name=host:port,…`, as the `endpoints` column holds them (names and addresses
+/// contain neither `=` nor `,`).
+pub(crate) fn encode_endpoints(endpoints: &[(String, String)]) -> String {
+    endpoints
+        .iter()
+        .map(|(name, address)| format!("{name}={address}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub(crate) fn decode_endpoints(text: &str) -> Vec<(String, String)> {
+    text.split(',')
+        .filter_map(|e| {
+            let (name, address) = e.split_once('=')?;
+            Some((name.to_string(), address.to_string()))
         })
         .collect()
 }

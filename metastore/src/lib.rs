@@ -156,7 +156,14 @@ pub trait Metastore: Send + Sync + 'static {
     /// broker epoch, so no earlier incarnation can renew the lease any more. The lease
     /// keeps its expiry: an earlier incarnation that still runs (a duplicate broker id)
     /// trusts it until then, so leadership cannot move before it has stopped.
-    async fn register_broker(&self, broker_id: i32, address: &str) -> Result<i64>;
+    /// `address` is where other brokers reach it, `endpoints` its address on each
+    /// listener by name.
+    async fn register_broker(
+        &self,
+        broker_id: i32,
+        address: &str,
+        endpoints: &[(String, String)],
+    ) -> Result<i64>;
     /// The cluster's id, created by the first caller.
     async fn cluster_id(&self) -> Result<Uuid>;
     /// Renews the lease of incarnation `broker_epoch` until `lease_ms` from now on the

@@ -616,16 +616,22 @@ macro_rules! sql_metastore {
                 query.fetch_all(&self.pool).await?.into_iter().map(remote_segment).collect()
             }
 
-            async fn register_broker(&self, broker_id: i32, address: &str) -> Result<i64> {
+            async fn register_broker(
+                &self,
+                broker_id: i32,
+                address: &str,
+                endpoints: &[(String, String)],
+            ) -> Result<i64> {
                 let (epoch,): (i64,) = sqlx::query_as(concat!(
-                    "INSERT INTO brokers (broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms) \
-                     VALUES ($1, $2, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
-                     SET address = excluded.address, broker_epoch = brokers.broker_epoch + 1, \
-                       registered_at_ms = excluded.registered_at_ms \
+                    "INSERT INTO brokers (broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms) \
+                     VALUES ($1, $2, $3, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
+                     SET address = excluded.address, endpoints = excluded.endpoints, \
+                       broker_epoch = brokers.broker_epoch + 1, registered_at_ms = excluded.registered_at_ms \
                      RETURNING broker_epoch",
                 ))
                 .bind(broker_id)
                 .bind(address)
+                .bind(crate::cluster::encode_endpoints(endpoints))
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(epoch)
@@ -669,8 +675,8 @@ macro_rules! sql_metastore {
             }
 
             async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
-                let rows: Vec<(i32, String, i64, i64, i64, i64)> = sqlx::query_as(concat!(
-                    "SELECT broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms, \
+                let rows: Vec<(i32, String, String, i64, i64, i64, i64)> = sqlx::query_as(concat!(
+                    "SELECT broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, \
                        lease_expires_ms - ", $now, " FROM brokers ORDER BY broker_id",
                 ))
                 .fetch_all(&self.pool)
@@ -678,10 +684,11 @@ macro_rules! sql_metastore {
                 let read_at = std::time::Instant::now();
                 Ok(rows
                     .into_iter()
-                    .map(|(broker_id, address, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms)| {
+                    .map(|(broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms)| {
                         BrokerLease {
                             broker_id,
                             address,
+                            endpoints: crate::cluster::decode_endpoints(&endpoints),
                             broker_epoch,
                             lease_expires_ms,
                             registered_at_ms,

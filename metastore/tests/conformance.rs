@@ -206,10 +206,23 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
 
     // Broker leases: a registration is a new incarnation with an expired lease; only
     // the newest incarnation renews; times are the metastore's own clock.
-    let e1 = m.register_broker(1, "127.0.0.1:1").await.unwrap();
-    let e2 = m.register_broker(2, "127.0.0.1:2").await.unwrap();
+    let e1 = m.register_broker(1, "127.0.0.1:1", &[]).await.unwrap();
+    let endpoints = [
+        ("grpc".to_string(), "127.0.0.1:2".to_string()),
+        ("kafka".to_string(), "[::1]:9092".to_string()),
+    ];
+    let e2 = m
+        .register_broker(2, "127.0.0.1:2", &endpoints)
+        .await
+        .unwrap();
     let brokers = m.list_brokers().await.unwrap();
     assert_eq!(brokers.len(), 2);
+    // Each listener's address comes back by name; a broker registered without any
+    // has its address as `grpc`.
+    assert_eq!(brokers[1].endpoints, endpoints);
+    assert_eq!(brokers[1].endpoint("kafka"), Some("[::1]:9092"));
+    assert_eq!(brokers[0].endpoint("grpc"), Some("127.0.0.1:1"));
+    assert_eq!(brokers[0].endpoint("kafka"), None);
     assert!(brokers.iter().all(|b| !b.is_alive()), "{brokers:?}");
     m.renew_broker_lease(1, e1, "127.0.0.1:11", 60_000)
         .await
@@ -231,7 +244,7 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     );
     // A restart registers a newer incarnation: the older one can no longer renew, and
     // the lease keeps its expiry (an older process that still runs trusts it).
-    let e1b = m.register_broker(1, "127.0.0.1:1").await.unwrap();
+    let e1b = m.register_broker(1, "127.0.0.1:1", &[]).await.unwrap();
     assert_eq!(e1b, e1 + 1);
     assert!(m.list_brokers().await.unwrap()[0].is_alive());
     let err = m

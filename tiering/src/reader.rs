@@ -41,6 +41,8 @@ pub struct ReaderConfig {
     pub read_ahead_chunks: u64,
     /// Ranged GETs in flight at once. Default: 16.
     pub max_concurrent_gets: usize,
+    /// Where read-ahead fetches run (the node's tracker, which shutdown waits on).
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -229,7 +231,7 @@ impl RemoteReader {
                 continue;
             }
             let (reader, seg) = (self.clone(), seg.clone());
-            tokio::spawn(async move {
+            self.config.tasks.spawn(async move {
                 if let Err(e) = reader.chunk(&seg, k).await {
                     tracing::debug!(segment = %seg.segment_id, chunk = k, error = %e, "read-ahead failed");
                 }

@@ -38,11 +38,7 @@ async fn tiered(
             partition: 0,
             records: batch(2, 60),
         }];
-        let r = t
-            .broker
-            .produce(1, Duration::from_secs(5), data)
-            .await
-            .unwrap();
+        let r = t.broker.produce(1, Duration::from_secs(5), data).await;
         r.into_iter().next().unwrap().unwrap();
     }
     let p = t.broker.partition(TOPIC, 0).unwrap();

@@ -1,14 +1,22 @@
 //! `shale-broker`: with no configuration at all it runs the embedded default
 //! (data and SQLite metastore in ./shale-data, objects in ./shale-data/objects,
 //! gRPC on 127.0.0.1:9093).
+//!
+//! Start-up binds every listener first (a taken port fails at once), starts the
+//! broker core, then serves each listener until SIGINT or SIGTERM; shutdown stops
+//! the listeners, lets in-flight requests finish, and closes the core.
+
+mod args;
+mod http;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use shale_broker::broker::Broker;
-use shale_broker::config::{Args, BrokerConfig};
-use tokio::task::JoinSet;
+use shale_broker::config::{BrokerConfig, Protocol};
+use shale_broker::service::Service;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -24,7 +32,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     raise_open_files_limit();
-    let config = match BrokerConfig::load(Args::parse()) {
+    let config = match BrokerConfig::load(args::Args::parse().into()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("shale-broker: {}", cause_chain(&anyhow::Error::new(e)));
@@ -86,56 +94,70 @@ fn cause_chain(e: &anyhow::Error) -> String {
 async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     use anyhow::Context;
     let cancel = CancellationToken::new();
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let shutdown_timeout = Duration::from_millis(config.log.shutdown_timeout_ms);
-    let broker = Broker::start(config, cancel.clone()).await?;
-    let mut tasks = JoinSet::new();
-    broker.spawn_background(&mut tasks);
-    if let Some(addr) = broker.config.metrics_listen {
-        let metrics = tokio::net::TcpListener::bind(addr)
+    let mut grpc = Vec::new();
+    for l in &config.listeners {
+        let socket = tokio::net::TcpListener::bind(l.listen)
             .await
-            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-        tasks.spawn(shale_broker::metrics::serve(
-            broker.clone(),
-            metrics,
-            cancel.clone(),
-        ));
+            .with_context(|| format!("cannot listen on {} (listener '{}')", l.listen, l.name))?;
+        match l.protocol {
+            Protocol::Grpc => grpc.push((l.name.clone(), socket)),
+            Protocol::Kafka => anyhow::bail!(
+                "listener '{}': the Kafka protocol is not served by this build",
+                l.name
+            ),
+        }
+    }
+    let metrics = match config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
+    let shutdown_timeout = Duration::from_millis(config.log.shutdown_timeout_ms);
+    let connector = Arc::new(shale_grpc::GrpcReplicaConnector);
+    let broker = Broker::start(config, connector, cancel.clone()).await?;
+    broker.spawn_background();
+    let service = Service::new(broker.clone());
+    if let Some(socket) = metrics {
+        let addr = socket.local_addr()?;
+        service.tasks().spawn(http::serve(service.clone(), socket));
         tracing::info!(%addr, "metrics at /metrics");
     }
+    for l in &broker.config.listeners {
+        tracing::info!(listener = %l.name, listen = %l.listen, advertised = %l.advertised, "listening");
+    }
     tracing::info!(
-        listen = %broker.config.listen,
+        listen = %broker.config.listeners[0].listen,
         data_dir = %broker.config.data_dir.display(),
         metastore = %broker.config.metastore_url,
         object_store = %broker.config.object_store_url,
         "shale-broker ready"
     );
-    let signal = {
+    {
         let cancel = cancel.clone();
-        async move {
+        service.tasks().spawn(async move {
             tokio::select! {
                 _ = wait_for_signal() => tracing::info!("shutting down"),
                 _ = cancel.cancelled() => {}
             }
             cancel.cancel();
-        }
-    };
-    shale_broker::api::serve(broker.clone(), listener, signal)
-        .await
-        .context("gRPC server failed")?;
-    cancel.cancel();
-    if tokio::time::timeout(shutdown_timeout, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await
-    .is_err()
-    {
-        tracing::warn!("background tasks did not stop in time, aborting them");
-        tasks.abort_all();
+        });
     }
-    broker.shutdown().await;
+    let served = futures::future::join_all(grpc.into_iter().map(|(name, socket)| {
+        let (service, cancel) = (service.clone(), cancel.clone());
+        async move {
+            shale_grpc::serve(service, &name, socket, cancel.cancelled_owned())
+                .await
+                .with_context(|| format!("gRPC listener '{name}' failed"))
+        }
+    }))
+    .await;
+    cancel.cancel();
+    broker.shutdown(shutdown_timeout).await;
     tracing::info!("stopped");
+    served.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     if broker.was_replaced() {
         anyhow::bail!(
             "another broker registered with broker id {}: broker ids must be unique",

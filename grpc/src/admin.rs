@@ -1,25 +1,13 @@
-//! gRPC `Admin` service: topics, configs, partitions, metadata.
+//! gRPC `Admin` service: topics, configs, partitions, metadata, cluster and tiering
+//! status, leader election.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
+use shale_broker::service::NewTopicRequest;
 use shale_metastore::Topic;
 use shale_proto::v1::admin_server::Admin;
 use shale_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::error_result;
-use crate::broker::Broker;
-
-pub struct AdminService {
-    broker: Arc<Broker>,
-}
-
-impl AdminService {
-    pub fn new(broker: Arc<Broker>) -> Self {
-        Self { broker }
-    }
-}
+use super::{Front, error_fields, error_result};
 
 fn summary(t: &Topic) -> TopicSummary {
     TopicSummary {
@@ -30,26 +18,29 @@ fn summary(t: &Topic) -> TopicSummary {
     }
 }
 
+/// An empty string or list in a request means "all".
+fn named(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
 #[tonic::async_trait]
-impl Admin for AdminService {
+impl Admin for Front {
     async fn create_topic(
         &self,
         request: Request<CreateTopicRequest>,
     ) -> Result<Response<CreateTopicResponse>, Status> {
+        let ctx = self.context(&request);
         let r = request.into_inner();
-        let configs: BTreeMap<_, _> = r.configs.into_iter().collect();
-        let result = self
-            .broker
-            .create_topic(
-                &r.name,
-                r.partitions,
-                r.replication_factor,
-                configs,
-                r.validate_only,
-            )
-            .await;
+        let req = NewTopicRequest {
+            name: r.name,
+            partitions: r.partitions,
+            replication_factor: r.replication_factor,
+            configs: r.configs.into_iter().collect(),
+            validate_only: r.validate_only,
+        };
+        let result = self.service.create_topic(&ctx, req).await;
         Ok(Response::new(CreateTopicResponse {
-            error: error_result(&self.broker.request_stats.errors, &result),
+            error: error_result(&result),
             topic_id: result.map(|t| t.id.to_string()).unwrap_or_default(),
         }))
     }
@@ -58,23 +49,25 @@ impl Admin for AdminService {
         &self,
         request: Request<DeleteTopicRequest>,
     ) -> Result<Response<DeleteTopicResponse>, Status> {
-        let result = self.broker.delete_topic(&request.into_inner().name).await;
+        let ctx = self.context(&request);
+        let result = self
+            .service
+            .delete_topic(&ctx, &request.into_inner().name)
+            .await;
         Ok(Response::new(DeleteTopicResponse {
-            error: error_result(&self.broker.request_stats.errors, &result),
+            error: error_result(&result),
         }))
     }
 
     async fn list_topics(
         &self,
-        _: Request<ListTopicsRequest>,
+        request: Request<ListTopicsRequest>,
     ) -> Result<Response<ListTopicsResponse>, Status> {
-        let topics = self
-            .broker
-            .list_topics()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let ctx = self.context(&request);
+        let result = self.service.list_topics(&ctx).await;
         Ok(Response::new(ListTopicsResponse {
-            topics: topics.iter().map(summary).collect(),
+            error: error_result(&result),
+            topics: result.unwrap_or_default().iter().map(summary).collect(),
         }))
     }
 
@@ -82,8 +75,12 @@ impl Admin for AdminService {
         &self,
         request: Request<DescribeTopicRequest>,
     ) -> Result<Response<DescribeTopicResponse>, Status> {
-        let result = self.broker.describe_topic(&request.into_inner().name).await;
-        let error = error_result(&self.broker.request_stats.errors, &result);
+        let ctx = self.context(&request);
+        let result = self
+            .service
+            .describe_topic(&ctx, &request.into_inner().name)
+            .await;
+        let error = error_result(&result);
         let Ok(d) = result else {
             return Ok(Response::new(DescribeTopicResponse {
                 error,
@@ -110,14 +107,14 @@ impl Admin for AdminService {
                 }
             })
             .collect();
-        let config_entries = d
-            .config
-            .entries(&d.topic.configs, &self.broker.config.topic_defaults)
+        let config_entries = self
+            .service
+            .config_entries(&d)
             .into_iter()
-            .map(|(name, value, source)| ConfigEntry {
-                name,
-                value,
-                source: source.as_str().into(),
+            .map(|e| ConfigEntry {
+                name: e.name,
+                value: e.value,
+                source: e.source.as_str().into(),
             })
             .collect();
         Ok(Response::new(DescribeTopicResponse {
@@ -134,18 +131,15 @@ impl Admin for AdminService {
         &self,
         request: Request<AlterConfigsRequest>,
     ) -> Result<Response<AlterConfigsResponse>, Status> {
+        let ctx = self.context(&request);
         let r = request.into_inner();
+        let set = r.set.into_iter().collect();
         let result = self
-            .broker
-            .alter_configs(
-                &r.name,
-                r.set.into_iter().collect(),
-                r.delete,
-                r.validate_only,
-            )
+            .service
+            .alter_configs(&ctx, &r.name, set, r.delete, r.validate_only)
             .await;
         Ok(Response::new(AlterConfigsResponse {
-            error: error_result(&self.broker.request_stats.errors, &result),
+            error: error_result(&result),
         }))
     }
 
@@ -153,13 +147,14 @@ impl Admin for AdminService {
         &self,
         request: Request<CreatePartitionsRequest>,
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        let ctx = self.context(&request);
         let r = request.into_inner();
         let result = self
-            .broker
-            .create_partitions(&r.name, r.total_count, r.validate_only)
+            .service
+            .create_partitions(&ctx, &r.name, r.total_count, r.validate_only)
             .await;
         Ok(Response::new(CreatePartitionsResponse {
-            error: error_result(&self.broker.request_stats.errors, &result),
+            error: error_result(&result),
         }))
     }
 
@@ -167,13 +162,18 @@ impl Admin for AdminService {
         &self,
         request: Request<TieringStatusRequest>,
     ) -> Result<Response<TieringStatusResponse>, Status> {
+        let ctx = self.context(&request);
         let topic = request.into_inner().topic;
-        let result = self
-            .broker
-            .tiering_status((!topic.is_empty()).then_some(topic.as_str()));
-        let error = error_result(&self.broker.request_stats.errors, &result);
-        let partitions = result
-            .unwrap_or_default()
+        let result = self.service.tiering_status(&ctx, named(&topic)).await;
+        let error = error_result(&result);
+        let Ok(report) = result else {
+            return Ok(Response::new(TieringStatusResponse {
+                error,
+                ..Default::default()
+            }));
+        };
+        let partitions = report
+            .partitions
             .into_iter()
             .map(|t| PartitionTieringStatus {
                 topic: t.topic,
@@ -189,12 +189,11 @@ impl Admin for AdminService {
                 remote_bytes: t.remote_bytes as i64,
             })
             .collect();
-        let stats = self.broker.remote_read_stats();
         Ok(Response::new(TieringStatusResponse {
             error,
             partitions,
-            remote_get_requests: stats.0 as i64,
-            remote_bytes_fetched: stats.1 as i64,
+            remote_get_requests: report.remote_get_requests as i64,
+            remote_bytes_fetched: report.remote_bytes_fetched as i64,
         }))
     }
 
@@ -202,63 +201,77 @@ impl Admin for AdminService {
         &self,
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
+        let ctx = self.context(&request);
         let wanted = request.into_inner().topics;
-        let mut states = self.broker.topics_snapshot();
-        if wanted
-            .iter()
-            .any(|name| !states.iter().any(|s| &s.meta.name == name))
-        {
-            // Created elsewhere since the last refresh: catch up once.
-            if self.broker.reconcile().await.is_ok() {
-                states = self.broker.topics_snapshot();
-            }
-        }
-        let topics = if wanted.is_empty() {
-            states
-                .iter()
-                .map(|s| topic_metadata(&s.meta.name, Some(s)))
-                .collect()
-        } else {
-            wanted
-                .iter()
-                .map(|name| {
-                    let state = states.iter().find(|s| &s.meta.name == name);
-                    topic_metadata(name, state.map(|s| &**s))
-                })
-                .collect()
-        };
-        let brokers = self
-            .broker
-            .brokers()
+        let m = self
+            .service
+            .metadata(&ctx, (!wanted.is_empty()).then_some(wanted))
+            .await;
+        let brokers = m
+            .brokers
             .into_iter()
-            .filter(shale_metastore::BrokerLease::is_alive)
             .map(|b| BrokerInfo {
                 broker_id: b.broker_id,
                 address: b.address,
             })
             .collect();
-        Ok(Response::new(MetadataResponse { brokers, topics }))
+        let topics = m
+            .topics
+            .into_iter()
+            .map(|t| {
+                let (error_code, _) = error_fields(&t.result);
+                let (id, partitions) = t.result.unwrap_or_default();
+                TopicMetadata {
+                    name: t.name,
+                    error_code,
+                    topic_id: if id.is_nil() {
+                        String::new()
+                    } else {
+                        id.to_string()
+                    },
+                    partitions: partitions
+                        .into_iter()
+                        .map(|p| PartitionMetadata {
+                            partition: p.partition,
+                            leader: p.leader,
+                            leader_epoch: p.leader_epoch,
+                            replicas: p.replicas,
+                            isr: p.isr,
+                            offline_replicas: p.offline_replicas,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(Response::new(MetadataResponse {
+            brokers,
+            topics,
+            controller_id: m.controller_id,
+            cluster_id: m.cluster_id.to_string(),
+        }))
     }
 
     async fn elect_leaders(
         &self,
         request: Request<ElectLeadersRequest>,
     ) -> Result<Response<ElectLeadersResponse>, Status> {
+        let ctx = self.context(&request);
         let r = request.into_inner();
-        let topic = (!r.topic.is_empty()).then_some(r.topic.as_str());
         let partitions = (!r.partitions.is_empty()).then_some(&r.partitions[..]);
-        let result = self.broker.elect_preferred_leaders(topic, partitions).await;
-        let error = error_result(&self.broker.request_stats.errors, &result);
+        let result = self
+            .service
+            .elect_leaders(&ctx, named(&r.topic), partitions)
+            .await;
+        let error = error_result(&result);
         let results = result
             .unwrap_or_default()
             .into_iter()
-            .map(|(topic, partition, r)| {
-                let (error_code, error_message) =
-                    super::error_fields(&self.broker.request_stats.errors, r.as_ref().err());
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
                 ElectLeadersResult {
-                    topic,
-                    partition,
-                    leader: r.unwrap_or(-1),
+                    topic: k.topic,
+                    partition: k.partition,
+                    leader: k.result.unwrap_or(-1),
                     error_code,
                     error_message,
                 }
@@ -269,17 +282,26 @@ impl Admin for AdminService {
 
     async fn cluster_status(
         &self,
-        _request: Request<ClusterStatusRequest>,
+        request: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
-        let (controller, brokers) = self
-            .broker
-            .cluster_status()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let ctx = self.context(&request);
+        let result = self.service.cluster_status(&ctx).await;
+        let error = error_result(&result);
+        let Ok(status) = result else {
+            return Ok(Response::new(ClusterStatusResponse {
+                error,
+                controller_id: -1,
+                controller_epoch: -1,
+                ..Default::default()
+            }));
+        };
+        let controller = status.controller;
         Ok(Response::new(ClusterStatusResponse {
+            error,
             controller_id: controller.map_or(-1, |c| c.broker_id),
             controller_epoch: controller.map_or(-1, |c| c.epoch),
-            brokers: brokers
+            brokers: status
+                .brokers
                 .into_iter()
                 .map(|b| BrokerStatus {
                     broker_id: b.lease.broker_id,
@@ -293,37 +315,5 @@ impl Admin for AdminService {
                 })
                 .collect(),
         }))
-    }
-}
-
-fn topic_metadata(name: &str, topic: Option<&crate::broker::TopicState>) -> TopicMetadata {
-    match topic {
-        Some(t) => TopicMetadata {
-            name: name.to_string(),
-            error_code: shale_records::ErrorCode::None as i32,
-            topic_id: t.meta.id.to_string(),
-            partitions: (0..t.meta.partitions)
-                .map(|partition| match t.state(partition) {
-                    Some(s) => PartitionMetadata {
-                        partition,
-                        leader: s.leader,
-                        leader_epoch: s.leader_epoch,
-                        replicas: s.replicas.clone(),
-                        isr: s.isr.clone(),
-                    },
-                    None => PartitionMetadata {
-                        partition,
-                        leader: -1,
-                        leader_epoch: -1,
-                        ..Default::default()
-                    },
-                })
-                .collect(),
-        },
-        None => TopicMetadata {
-            name: name.to_string(),
-            error_code: shale_records::ErrorCode::UnknownTopicOrPartition as i32,
-            ..Default::default()
-        },
     }
 }

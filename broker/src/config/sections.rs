@@ -1,0 +1,174 @@
+//! The sections of the configuration file with their defaults.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `[log]`: broker-wide log housekeeping.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// How often retention is checked. Default: 300000 ms.
+    pub retention_check_interval_ms: u64,
+    /// How often `flush.ms` deadlines are checked. Default: 100 ms.
+    pub flush_check_interval_ms: u64,
+    /// How often topic metadata is re-read from the metastore. Default: 2000 ms.
+    pub metadata_refresh_interval_ms: u64,
+    /// How long graceful shutdown waits for in-flight work. Default: 10000 ms.
+    pub shutdown_timeout_ms: u64,
+    /// Produce is refused with a retriable KAFKA_STORAGE_ERROR while the partition logs
+    /// on this broker hold this many bytes or more (e.g. while the object store is down
+    /// and nothing can be deleted). Default: 0 (no limit).
+    pub local_disk_limit_bytes: u64,
+    /// Segment files kept open at once, across all partitions; the least recently used
+    /// is closed first (and reopened when needed). Default: 0 = half the open-files
+    /// limit (`RLIMIT_NOFILE`, which the broker raises to its hard limit at start).
+    pub max_open_segment_files: usize,
+}
+
+impl LogSection {
+    /// `max_open_segment_files`, or half the process's open-files limit.
+    pub fn open_files_limit(&self) -> usize {
+        if self.max_open_segment_files > 0 {
+            return self.max_open_segment_files;
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(1 << 20);
+        (limit / 2).clamp(32, 1 << 20) as usize
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self {
+            retention_check_interval_ms: 300_000,
+            flush_check_interval_ms: 100,
+            metadata_refresh_interval_ms: 2_000,
+            shutdown_timeout_ms: 10_000,
+            local_disk_limit_bytes: 0,
+            max_open_segment_files: 0,
+        }
+    }
+}
+
+/// `[cluster]`: membership, leases, controller and replication.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// Shorthand for `[listeners.grpc] advertised`.
+    pub advertised_address: Option<String>,
+    /// The listener other brokers replicate through (a gRPC one). Default: `grpc`.
+    pub inter_broker_listener: String,
+    /// How long a broker's registration lasts without renewal. The controller moves
+    /// leadership away from a broker whose lease expired; the broker itself stops
+    /// acknowledging writes after 3/4 of it. Default: 6000 ms.
+    pub lease_ms: u64,
+    /// How often the lease is renewed. Default: 1000 ms.
+    pub heartbeat_interval_ms: u64,
+    /// How often the controller (and candidates for it) looks at leases and leaders.
+    /// Default: 500 ms.
+    pub controller_interval_ms: u64,
+    /// A follower that has not caught up with the leader for this long leaves the ISR
+    /// (Kafka's `replica.lag.time.max.ms`). Default: 10000 ms.
+    pub replica_lag_time_max_ms: u64,
+    /// How long a leader holds a replica fetch that finds no new data. Default: 500 ms.
+    pub replica_fetch_max_wait_ms: u64,
+    /// Replication factor of topics created without one. Default: 1.
+    pub default_replication_factor: i32,
+    /// Partition replicas one broker may hold; creating more is refused with
+    /// INVALID_PARTITIONS. Default: 100000.
+    pub max_partitions_per_broker: i32,
+    /// The controller moves leaderships back to their preferred replicas (the first
+    /// of each partition) when a broker leads fewer than 90 % of its own (Kafka's
+    /// `auto.leader.rebalance.enable`). Default: true.
+    pub auto_leader_rebalance_enable: bool,
+    /// How often leader balance is checked (`leader.imbalance.check.interval.seconds`).
+    /// Default: 300000 ms.
+    pub leader_imbalance_check_interval_ms: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            advertised_address: None,
+            inter_broker_listener: "grpc".into(),
+            lease_ms: 6_000,
+            heartbeat_interval_ms: 1_000,
+            controller_interval_ms: 500,
+            replica_lag_time_max_ms: 10_000,
+            replica_fetch_max_wait_ms: 500,
+            default_replication_factor: 1,
+            max_partitions_per_broker: 100_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
+        }
+    }
+}
+
+/// `[groups]`: the consumer-group coordinator.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupsSection {
+    /// Shortest session timeout a member may ask for (Kafka's
+    /// `group.min.session.timeout.ms`). Default: 6000 ms.
+    pub min_session_timeout_ms: u64,
+    /// Longest session timeout (`group.max.session.timeout.ms`). Default: 1800000 ms.
+    pub max_session_timeout_ms: u64,
+    /// How long the first rebalance of an empty group waits for more members
+    /// (`group.initial.rebalance.delay.ms`). Default: 3000 ms.
+    pub initial_rebalance_delay_ms: u64,
+}
+
+impl Default for GroupsSection {
+    fn default() -> Self {
+        Self {
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+        }
+    }
+}
+
+/// `[tiering]`: copying sealed segments to the object store.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TieringSection {
+    /// How often each tiered partition is checked for segments to copy. Default: 1000 ms.
+    pub upload_interval_ms: u64,
+    /// Partitions copying at once. Default: 2.
+    pub upload_concurrency: usize,
+    /// Files above this size go up in parts. Default: 33554432 (32 MiB).
+    pub multipart_threshold_bytes: u64,
+    /// Part size of multipart uploads. Default: 16777216 (16 MiB).
+    pub multipart_part_bytes: usize,
+    /// Size of a cached chunk of a remote segment. Default: 4194304 (4 MiB).
+    pub chunk_bytes: u64,
+    /// Memory tier of the read cache. Default: 268435456 (256 MiB).
+    pub cache_memory_bytes: usize,
+    /// Disk tier of the read cache. Default: 1073741824 (1 GiB).
+    pub cache_disk_bytes: usize,
+    /// Directory of the disk tier. Default: `{data_dir}/remote-cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// Chunks fetched ahead of a remote read. Default: 2.
+    pub read_ahead_chunks: u64,
+    /// Ranged GETs in flight at once (remote reads only). Default: 16.
+    pub max_concurrent_gets: usize,
+}
+
+impl Default for TieringSection {
+    fn default() -> Self {
+        Self {
+            upload_interval_ms: 1_000,
+            upload_concurrency: 2,
+            multipart_threshold_bytes: 32 << 20,
+            multipart_part_bytes: 16 << 20,
+            chunk_bytes: 4 << 20,
+            cache_memory_bytes: 256 << 20,
+            cache_disk_bytes: 1 << 30,
+            cache_dir: None,
+            read_ahead_chunks: 2,
+            max_concurrent_gets: 16,
+        }
+    }
+}

@@ -1,0 +1,121 @@
+use super::*;
+
+fn with_file(text: &str) -> Result<BrokerConfig, ConfigLoadError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shale.toml");
+    std::fs::write(&path, text).unwrap();
+    BrokerConfig::load(Overrides {
+        config: Some(path),
+        ..Overrides::default()
+    })
+}
+
+#[test]
+fn no_configuration_is_the_embedded_default() {
+    let c = BrokerConfig::load(Overrides::default()).unwrap();
+    assert_eq!(grpc(&c).listen.to_string(), "127.0.0.1:9093");
+    assert_eq!(c.listeners.len(), 1);
+    assert_eq!(c.data_dir, PathBuf::from("./shale-data"));
+    assert_eq!(c.metastore_url, "sqlite://./shale-data/metastore.db");
+    assert_eq!(c.object_store_url, "file://./shale-data/objects");
+}
+
+#[test]
+fn file_then_flags_override_defaults() {
+    let c = with_file(
+        "[broker]\nlisten = \"127.0.0.1:1\"\ndata_dir = \"/tmp/x\"\n[log]\nretention_check_interval_ms = 5\n\
+         [topic_defaults]\n\"retention.ms\" = 1000\n\"message.timestamp.type\" = \"LogAppendTime\"\n",
+    )
+    .unwrap();
+    assert_eq!(grpc(&c).listen.port(), 1);
+    assert_eq!(c.metastore_url, "sqlite:///tmp/x/metastore.db");
+    assert_eq!(c.log.retention_check_interval_ms, 5);
+    assert_eq!(c.topic_defaults.retention_ms, 1000);
+    let args = Overrides {
+        listen: Some("127.0.0.1:2".into()),
+        ..Overrides::default()
+    };
+    assert_eq!(grpc(&BrokerConfig::load(args).unwrap()).listen.port(), 2);
+}
+
+#[test]
+fn errors_name_the_key() {
+    for (text, key) in [
+        ("[broker]\nlisten = \"nowhere\"\n", "listen"),
+        ("[broker]\nbogus = 1\n", "bogus"),
+        (
+            "[log]\nflush_check_interval_ms = 0\n",
+            "flush_check_interval_ms",
+        ),
+        (
+            "[topic_defaults]\n\"retention.ms\" = \"soon\"\n",
+            "retention.ms",
+        ),
+        ("[topic_defaults]\n\"no.such\" = 1\n", "no.such"),
+    ] {
+        let e = with_file(text).unwrap_err().to_string();
+        assert!(e.contains(key), "{e}");
+    }
+}
+
+fn grpc(c: &BrokerConfig) -> &ListenerConfig {
+    c.listener(GRPC_LISTENER).unwrap()
+}
+
+#[test]
+fn listeners_by_name_with_shorthands() {
+    let c = with_file(
+        "[listeners.kafka]\nlisten = \"127.0.0.1:19092\"\nadvertised = \"kafka.example:9092\"\n\
+         [listeners.internal]\nprotocol = \"grpc\"\nlisten = \"127.0.0.1:19193\"\n\
+         [cluster]\ninter_broker_listener = \"internal\"\n",
+    )
+    .unwrap();
+    let kafka = c.listener("kafka").unwrap();
+    assert_eq!(kafka.protocol, Protocol::Kafka);
+    assert_eq!(kafka.advertised, "kafka.example:9092");
+    assert_eq!(c.advertised_address(), "127.0.0.1:19193");
+    // A gRPC listener exists already: no default one is added.
+    assert!(c.listener(GRPC_LISTENER).is_none());
+    assert_eq!(
+        c.endpoints(),
+        vec![
+            ("internal".to_string(), "127.0.0.1:19193".to_string()),
+            ("kafka".to_string(), "kafka.example:9092".to_string()),
+        ]
+    );
+
+    // Flags and the old keys set the grpc and kafka listeners.
+    let c = with_file("[cluster]\nadvertised_address = \"b1:9000\"\n").unwrap();
+    assert_eq!(grpc(&c).advertised, "b1:9000");
+    assert_eq!(c.advertised_address(), "b1:9000");
+    let c = BrokerConfig::load(Overrides {
+        kafka_listen: Some("127.0.0.1:29092".into()),
+        ..Overrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.listener(KAFKA_LISTENER).unwrap().listen.port(), 29092);
+    assert_eq!(grpc(&c).listen.port(), 9093);
+}
+
+#[test]
+fn listener_errors_name_the_key() {
+    for (text, key) in [
+        (
+            "[listeners.weird]\nlisten = \"127.0.0.1:1\"\n",
+            "listeners.weird.protocol",
+        ),
+        (
+            "[listeners.grpc]\nadvertised = \"nohost\"\n",
+            "listeners.grpc.advertised",
+        ),
+        ("[listeners.kafka]\nlisten = \"127.0.0.1:9093\"\n", "listen"),
+        (
+            "[cluster]\ninter_broker_listener = \"kafka\"\n[listeners.kafka]\n",
+            "cluster.inter_broker_listener",
+        ),
+        ("[listeners.grpc]\nbogus = 1\n", "bogus"),
+    ] {
+        let e = with_file(text).unwrap_err().to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+}

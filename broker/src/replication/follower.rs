@@ -1,0 +1,198 @@
+//! Follower side: one fetcher per leader broker, over a [`ReplicaLink`].
+//!
+//! # Cancellation
+//!
+//! A fetcher stops at the broker's cancellation, between requests or while it waits
+//! for an answer; an answer being applied is applied whole (it runs on a blocking
+//! thread, each partition under its own lock), so a stop never leaves half a batch.
+//! A fetcher whose leader stops answering gives up after the request's wait plus
+//! five seconds and reconnects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shale_records::ErrorCode;
+use uuid::Uuid;
+
+use super::{
+    PARTITION_MAX_BYTES, RESPONSE_MAX_BYTES, ReplicaFetchPartition, ReplicaFetchRequest,
+    ReplicaFetchResponse, ReplicaPartitionData, ReplicationError,
+};
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::partition::{FollowerPosition, Partition};
+
+impl Broker {
+    /// Starts a fetcher for every leader broker this broker follows partitions of
+    /// (fetchers end by themselves when nothing is left to follow there).
+    pub(crate) fn ensure_fetchers(self: &Arc<Self>) {
+        let leaders: std::collections::BTreeSet<i32> = self
+            .all_partitions()
+            .iter()
+            .filter_map(|p| p.follower_position().map(|pos| pos.leader))
+            .collect();
+        let mut fetchers = self.fetchers.lock().unwrap_or_else(|e| e.into_inner());
+        fetchers.retain(|_, handle| !handle.is_finished());
+        for leader in leaders {
+            if !fetchers.contains_key(&leader) {
+                let broker = self.clone();
+                fetchers.insert(
+                    leader,
+                    self.tasks
+                        .spawn(async move { broker.run_fetcher(leader).await }),
+                );
+            }
+        }
+    }
+
+    fn followed_from(&self, leader: i32) -> Vec<(Arc<Partition>, FollowerPosition)> {
+        self.all_partitions()
+            .into_iter()
+            .filter_map(|p| {
+                let pos = p.follower_position()?;
+                (pos.leader == leader).then_some((p, pos))
+            })
+            .collect()
+    }
+
+    async fn run_fetcher(self: Arc<Self>, leader: i32) {
+        tracing::info!(leader, "replica fetcher started");
+        let max_wait = self.config.cluster.replica_fetch_max_wait_ms;
+        while !self.cancel.is_cancelled() {
+            if self.followed_from(leader).is_empty() {
+                break;
+            }
+            if let Err(e) = self.fetch_from(leader, max_wait).await {
+                tracing::debug!(leader, error = %e, "replica fetch stream ended");
+                tokio::select! {
+                    _ = self.cancel.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+        }
+        tracing::info!(leader, "replica fetcher stopped");
+    }
+
+    /// One link to `leader`, used until it fails or nothing is followed there.
+    async fn fetch_from(
+        self: &Arc<Self>,
+        leader: i32,
+        max_wait_ms: u64,
+    ) -> Result<(), ReplicationError> {
+        let address = self
+            .broker_address(leader)
+            .ok_or(ReplicationError::NoAddress { leader })?;
+        let mut link = self
+            .replica_connector
+            .connect(&address)
+            .await
+            .map_err(|source| ReplicationError::Connect {
+                leader,
+                address: address.clone(),
+                source,
+            })?;
+        // A leader that stops answering (paused, partitioned) is given up on.
+        let answer_timeout = Duration::from_millis(max_wait_ms + 5_000);
+        loop {
+            let followed = self.followed_from(leader);
+            if followed.is_empty() || self.cancel.is_cancelled() {
+                return Ok(());
+            }
+            let request = ReplicaFetchRequest {
+                replica_id: self.config.broker_id,
+                replica_epoch: self.broker_epoch(),
+                max_wait_ms: max_wait_ms as u32,
+                max_bytes: RESPONSE_MAX_BYTES,
+                partitions: followed
+                    .iter()
+                    .map(|(p, pos)| ReplicaFetchPartition {
+                        topic_id: p.topic_id,
+                        partition: p.index,
+                        current_leader_epoch: pos.leader_epoch,
+                        fetch_offset: pos.log_end_offset,
+                        last_fetched_epoch: pos.last_epoch,
+                        partition_max_bytes: PARTITION_MAX_BYTES,
+                    })
+                    .collect(),
+            };
+            let answer = tokio::select! {
+                _ = self.cancel.cancelled() => return Ok(()),
+                a = tokio::time::timeout(answer_timeout, link.fetch(request)) => a,
+            };
+            let answer = answer
+                .map_err(|_| ReplicationError::Timeout { leader })?
+                .map_err(|source| ReplicationError::Transport { leader, source })?;
+            let stale = self.apply_replica_answer(followed, answer).await?;
+            if stale {
+                // Someone has newer metadata than this broker: catch up, then go on.
+                self.changes.notify_one();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// Applies a leader's answer; true if the leader said this broker's view is stale.
+    async fn apply_replica_answer(
+        &self,
+        followed: Vec<(Arc<Partition>, FollowerPosition)>,
+        answer: ReplicaFetchResponse,
+    ) -> Result<bool, ReplicationError> {
+        let by_key: HashMap<(Uuid, i32), (Arc<Partition>, FollowerPosition)> = followed
+            .into_iter()
+            .map(|(p, pos)| ((p.topic_id, p.index), (p, pos)))
+            .collect();
+        let stats = &self.request_stats;
+        let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
+        crate::stats::RequestStats::add(&stats.replicated_bytes, bytes as u64);
+        let stale = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            let mut stale = false;
+            for r in answer.partitions {
+                let Some((p, pos)) = by_key.get(&(r.topic_id, r.partition)) else {
+                    continue;
+                };
+                let outcome = apply_one(p, pos, &r, now);
+                match outcome {
+                    Ok(s) => stale |= s,
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply replicated data");
+                    }
+                }
+            }
+            stale
+        })
+        .await?;
+        Ok(stale)
+    }
+}
+
+/// Applies one partition of a leader's answer; true if this broker's metadata is stale.
+/// A stale answer (the partition's role or log moved meanwhile) is dropped.
+fn apply_one(
+    p: &Partition,
+    pos: &FollowerPosition,
+    r: &ReplicaPartitionData,
+    now: i64,
+) -> Result<bool> {
+    match r.error_code {
+        ErrorCode::None => {}
+        ErrorCode::OffsetOutOfRange if pos.log_end_offset < r.local_log_start_offset => {
+            tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
+                leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
+            p.reset_to(pos, r.local_log_start_offset)?;
+            return Ok(false);
+        }
+        code => {
+            tracing::debug!(topic = %p.topic, partition = p.index, ?code, message = %r.error_message, "replica fetch refused");
+            return Ok(true);
+        }
+    }
+    if let Some((epoch, end_offset)) = r.diverging {
+        p.truncate_diverged(pos, epoch, end_offset)?;
+        return Ok(false);
+    }
+    p.append_from_leader(pos, &r.records, r.high_watermark, now)?;
+    Ok(false)
+}

@@ -1,0 +1,359 @@
+//! Metadata, topics and their configs, cluster and tiering status, leader election.
+
+use std::collections::BTreeMap;
+
+use shale_metastore::{BrokerLease, ControllerLease, Topic};
+
+use super::{Keyed, RequestContext, Service};
+use crate::broker::TopicState;
+use crate::cluster::BrokerStatus;
+use crate::error::{Error, Result};
+use crate::tiering::TieringStatus;
+use crate::topic_config::ConfigSource;
+use crate::topics::TopicDescription;
+
+/// A broker as a client of one listener reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    pub broker_id: i32,
+    /// `host:port` on the asking client's listener.
+    pub address: String,
+}
+
+impl BrokerEndpoint {
+    /// Host and port apart (Kafka's Metadata sends them so); port 0 if the address
+    /// has none.
+    pub fn host_port(&self) -> (&str, u16) {
+        match self.address.rsplit_once(':') {
+            Some((host, port)) => (
+                host.trim_start_matches('[').trim_end_matches(']'),
+                port.parse().unwrap_or(0),
+            ),
+            None => (&self.address, 0),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    /// -1: no leader now.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Replicas whose broker is not alive.
+    pub offline_replicas: Vec<i32>,
+}
+
+#[derive(Debug)]
+pub struct TopicMetadata {
+    pub name: String,
+    /// The topic's id and partitions, or why there are none (unknown topic).
+    pub result: Result<(uuid::Uuid, Vec<PartitionMetadata>)>,
+}
+
+#[derive(Debug)]
+pub struct Metadata {
+    /// Live brokers, with their address on the asking listener.
+    pub brokers: Vec<BrokerEndpoint>,
+    /// The broker Kafka's admin clients send topic changes to. Every Shale broker
+    /// takes them (the metastore orders them), so each names itself.
+    pub controller_id: i32,
+    pub cluster_id: uuid::Uuid,
+    pub topics: Vec<TopicMetadata>,
+}
+
+/// A topic to create. `partitions` and `replication_factor` of -1 take the broker's
+/// defaults.
+pub struct NewTopicRequest {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub configs: BTreeMap<String, String>,
+    pub validate_only: bool,
+}
+
+/// One topic config as DescribeConfigs shows it.
+#[derive(Debug, Clone)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: String,
+    pub source: ConfigSource,
+}
+
+/// The tiering state of each partition this broker leads, and the read cache's
+/// traffic to the object store.
+pub struct TieringReport {
+    pub partitions: Vec<TieringStatus>,
+    pub remote_get_requests: u64,
+    pub remote_bytes_fetched: u64,
+}
+
+pub struct ClusterStatus {
+    pub controller: Option<ControllerLease>,
+    pub brokers: Vec<BrokerStatus>,
+}
+
+impl Service {
+    /// Brokers, and the topics asked for (`None`: every topic). A topic this broker
+    /// does not know yet is looked up in the metastore once before it is reported
+    /// unknown (another broker may have just created it).
+    pub async fn metadata(&self, ctx: &RequestContext, topics: Option<Vec<String>>) -> Metadata {
+        self.call(ctx, "Metadata", async {
+            let mut states = self.broker.topics_snapshot();
+            let missing = |states: &[std::sync::Arc<TopicState>]| {
+                topics.as_ref().is_some_and(|wanted| {
+                    wanted
+                        .iter()
+                        .any(|name| !states.iter().any(|s| &s.meta.name == name))
+                })
+            };
+            if missing(&states) && self.broker.reconcile().await.is_ok() {
+                states = self.broker.topics_snapshot();
+            }
+            let live: Vec<BrokerLease> = self.live_brokers();
+            let topics: Vec<TopicMetadata> = match topics {
+                None => states
+                    .iter()
+                    .map(|s| topic_metadata(&s.meta.name, Some(s), &live))
+                    .collect(),
+                Some(wanted) => wanted
+                    .iter()
+                    .map(|name| {
+                        let state = states.iter().find(|s| &s.meta.name == name);
+                        topic_metadata(name, state.map(|s| &**s), &live)
+                    })
+                    .collect(),
+            };
+            for t in &topics {
+                if let Err(e) = &t.result {
+                    self.broker.request_stats.errors.count(e.code());
+                }
+            }
+            Metadata {
+                brokers: self.endpoints(ctx, &live),
+                controller_id: self.broker.config.broker_id,
+                cluster_id: self.broker.cluster_id,
+                topics,
+            }
+        })
+        .await
+    }
+
+    /// Creates a topic (or, with `validate_only`, checks that it could be created).
+    pub async fn create_topic(&self, ctx: &RequestContext, req: NewTopicRequest) -> Result<Topic> {
+        self.call(ctx, "CreateTopic", async {
+            let r = self
+                .broker
+                .create_topic(
+                    &req.name,
+                    req.partitions,
+                    req.replication_factor,
+                    req.configs,
+                    req.validate_only,
+                )
+                .await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    pub async fn delete_topic(&self, ctx: &RequestContext, name: &str) -> Result<()> {
+        self.call(ctx, "DeleteTopic", async {
+            self.counted(self.broker.delete_topic(name).await)
+        })
+        .await
+    }
+
+    pub async fn list_topics(&self, ctx: &RequestContext) -> Result<Vec<Topic>> {
+        self.call(ctx, "ListTopics", async {
+            self.counted(self.broker.list_topics().await)
+        })
+        .await
+    }
+
+    /// A topic's partitions (with this broker's offsets of each) and configs.
+    pub async fn describe_topic(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+    ) -> Result<TopicDescription> {
+        self.call(ctx, "DescribeTopic", async {
+            self.counted(self.broker.describe_topic(name).await)
+        })
+        .await
+    }
+
+    /// Every config of a topic with its effective value and its source.
+    pub async fn describe_configs(
+        &self,
+        ctx: &RequestContext,
+        topic: &str,
+    ) -> Result<Vec<ConfigEntry>> {
+        self.call(ctx, "DescribeConfigs", async {
+            let d = self.broker.describe_topic(topic).await;
+            let entries = d.map(|d| self.config_entries(&d));
+            self.counted(entries)
+        })
+        .await
+    }
+
+    /// The effective configs of a described topic, with their sources.
+    pub fn config_entries(&self, d: &TopicDescription) -> Vec<ConfigEntry> {
+        d.config
+            .entries(&d.topic.configs, &self.broker.config.topic_defaults)
+            .into_iter()
+            .map(|(name, value, source)| ConfigEntry {
+                name,
+                value,
+                source,
+            })
+            .collect()
+    }
+
+    /// Sets and deletes a topic's config overrides (all checked before any is
+    /// written).
+    pub async fn alter_configs(
+        &self,
+        ctx: &RequestContext,
+        topic: &str,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        validate_only: bool,
+    ) -> Result<()> {
+        self.call(ctx, "AlterConfigs", async {
+            let r = self
+                .broker
+                .alter_configs(topic, set, delete, validate_only)
+                .await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Raises a topic's partition count to `total`.
+    pub async fn create_partitions(
+        &self,
+        ctx: &RequestContext,
+        topic: &str,
+        total: i32,
+        validate_only: bool,
+    ) -> Result<()> {
+        self.call(ctx, "CreatePartitions", async {
+            let r = self
+                .broker
+                .create_partitions(topic, total, validate_only)
+                .await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Tiering of the partitions this broker leads (`topic` `None`: of every topic).
+    pub async fn tiering_status(
+        &self,
+        ctx: &RequestContext,
+        topic: Option<&str>,
+    ) -> Result<TieringReport> {
+        self.call(ctx, "TieringStatus", async {
+            let partitions = self.counted(self.broker.tiering_status(topic))?;
+            let (remote_get_requests, remote_bytes_fetched) = self.broker.remote_read_stats();
+            Ok(TieringReport {
+                partitions,
+                remote_get_requests,
+                remote_bytes_fetched,
+            })
+        })
+        .await
+    }
+
+    /// The controller and every registered broker, from the metastore.
+    pub async fn cluster_status(&self, ctx: &RequestContext) -> Result<ClusterStatus> {
+        self.call(ctx, "ClusterStatus", async {
+            let r = self.broker.cluster_status().await;
+            self.counted(r).map(|(controller, brokers)| ClusterStatus {
+                controller,
+                brokers,
+            })
+        })
+        .await
+    }
+
+    /// Preferred leader election (`topic` `None`: every topic; `partitions` `None`:
+    /// every partition of it). Each partition answers with its new leader.
+    pub async fn elect_leaders(
+        &self,
+        ctx: &RequestContext,
+        topic: Option<&str>,
+        partitions: Option<&[i32]>,
+    ) -> Result<Vec<Keyed<i32>>> {
+        self.call(ctx, "ElectLeaders", async {
+            let r = self.broker.elect_preferred_leaders(topic, partitions).await;
+            let results = self.counted(r)?;
+            let (keys, results) = results.into_iter().map(|(t, p, r)| ((t, p), r)).unzip();
+            Ok(self.keyed(keys, results))
+        })
+        .await
+    }
+
+    /// Live brokers (this one alone without replication).
+    pub(super) fn live_brokers(&self) -> Vec<BrokerLease> {
+        self.broker.coordinator_candidates()
+    }
+
+    /// Each broker's address on the asking client's listener (brokers without that
+    /// listener are left out: a client could not reach them).
+    pub(super) fn endpoints(
+        &self,
+        ctx: &RequestContext,
+        live: &[BrokerLease],
+    ) -> Vec<BrokerEndpoint> {
+        live.iter().filter_map(|b| self.endpoint(ctx, b)).collect()
+    }
+
+    pub(super) fn endpoint(&self, ctx: &RequestContext, b: &BrokerLease) -> Option<BrokerEndpoint> {
+        Some(BrokerEndpoint {
+            broker_id: b.broker_id,
+            address: b.endpoint(&ctx.listener)?.to_string(),
+        })
+    }
+}
+
+fn topic_metadata(name: &str, topic: Option<&TopicState>, live: &[BrokerLease]) -> TopicMetadata {
+    let Some(t) = topic else {
+        return TopicMetadata {
+            name: name.to_string(),
+            result: Err(Error::UnknownTopic(name.to_string())),
+        };
+    };
+    let partitions = (0..t.meta.partitions)
+        .map(|partition| match t.state(partition) {
+            Some(s) => PartitionMetadata {
+                partition,
+                leader: s.leader,
+                leader_epoch: s.leader_epoch,
+                replicas: s.replicas.clone(),
+                isr: s.isr.clone(),
+                offline_replicas: s
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| !live.iter().any(|b| b.broker_id == *r))
+                    .collect(),
+            },
+            None => PartitionMetadata {
+                partition,
+                leader: -1,
+                leader_epoch: -1,
+                replicas: Vec::new(),
+                isr: Vec::new(),
+                offline_replicas: Vec::new(),
+            },
+        })
+        .collect();
+    TopicMetadata {
+        name: name.to_string(),
+        result: Ok((t.meta.id, partitions)),
+    }
+}

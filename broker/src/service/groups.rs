@@ -1,0 +1,217 @@
+//! Consumer groups: coordinator lookup, membership (join, sync, heartbeat, leave),
+//! committed offsets, and group administration.
+
+use bytes::Bytes;
+
+use super::{BrokerEndpoint, Keyed, RequestContext, Service};
+use crate::error::{Error, Result};
+use crate::groups::{
+    Committed, GroupDescription, GroupError, GroupState, JoinRequest, JoinResult, OffsetCommit,
+};
+
+/// A SyncGroup: the leader brings every member's assignment, the others none.
+pub struct SyncRequest {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone)]
+pub struct GroupListing {
+    pub group: String,
+    pub state: &'static str,
+    pub members: usize,
+    /// The coordinator's broker id (-1: a group known only by its committed offsets).
+    pub coordinator: i32,
+}
+
+/// A waiter the coordinator dropped (the group moved or the broker stopped).
+fn dropped() -> Error {
+    GroupError::CoordinatorNotAvailable.into()
+}
+
+impl Service {
+    /// The broker coordinating `group`, as the asking listener reaches it.
+    pub async fn find_coordinator(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+    ) -> Result<BrokerEndpoint> {
+        self.call(ctx, "FindCoordinator", async {
+            let r = self.broker.coordinator_for(group).and_then(|(id, _)| {
+                let lease = self
+                    .live_brokers()
+                    .into_iter()
+                    .find(|b| b.broker_id == id)
+                    .ok_or(GroupError::CoordinatorNotAvailable)?;
+                Ok(self
+                    .endpoint(ctx, &lease)
+                    .ok_or(GroupError::CoordinatorNotAvailable)?)
+            });
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Joins a group and waits for the rebalance to complete (up to the group's
+    /// rebalance timeout). The member's host is the peer's address.
+    pub async fn join_group(
+        &self,
+        ctx: &RequestContext,
+        mut req: JoinRequest,
+    ) -> Result<JoinResult> {
+        self.call(ctx, "JoinGroup", async {
+            if let Some(peer) = ctx.peer {
+                req.client_host = peer.ip().to_string();
+            }
+            let joined = async {
+                self.broker.ensure_coordinator(&req.group)?;
+                let rx = self.broker.groups.join(req)?;
+                Ok(rx.await.map_err(|_| dropped())??)
+            }
+            .await;
+            self.counted(joined)
+        })
+        .await
+    }
+
+    /// Hands in (leader) or waits for (others) the generation's assignments; answers
+    /// with this member's.
+    pub async fn sync_group(&self, ctx: &RequestContext, req: SyncRequest) -> Result<Bytes> {
+        self.call(ctx, "SyncGroup", async {
+            let synced = async {
+                self.broker.ensure_coordinator(&req.group)?;
+                let rx = self.broker.groups.sync(
+                    &req.group,
+                    req.generation,
+                    &req.member_id,
+                    req.assignments,
+                )?;
+                Ok(rx.await.map_err(|_| dropped())??)
+            }
+            .await;
+            self.counted(synced)
+        })
+        .await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<()> {
+        self.call(ctx, "Heartbeat", async {
+            let r = self
+                .broker
+                .ensure_coordinator(group)
+                .and_then(|()| Ok(self.broker.groups.heartbeat(group, generation, member_id)?));
+            self.counted(r)
+        })
+        .await
+    }
+
+    pub async fn leave_group(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+        member_id: &str,
+    ) -> Result<()> {
+        self.call(ctx, "LeaveGroup", async {
+            let r = self
+                .broker
+                .ensure_coordinator(group)
+                .and_then(|()| Ok(self.broker.groups.leave(group, member_id)?));
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Commits offsets for a member of the current generation (or, with an empty
+    /// member id and generation -1, for a group without members). The outer error
+    /// refuses the whole commit (not the coordinator, unknown member, stale
+    /// generation); otherwise each partition gets its own answer.
+    pub async fn commit_offsets(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<OffsetCommit>,
+    ) -> Result<Vec<Keyed<()>>> {
+        self.call(ctx, "OffsetCommit", async {
+            let keys: Vec<(String, i32)> = offsets
+                .iter()
+                .map(|o| (o.topic.clone(), o.partition))
+                .collect();
+            let results = self
+                .broker
+                .commit_offsets(group, generation, member_id, offsets)
+                .await;
+            Ok(self.keyed(keys, self.counted(results)?))
+        })
+        .await
+    }
+
+    /// A group's committed offsets (of topics that still exist).
+    pub async fn fetch_offsets(&self, ctx: &RequestContext, group: &str) -> Result<Vec<Committed>> {
+        self.call(ctx, "OffsetFetch", async {
+            self.counted(self.broker.committed_offsets(group).await)
+        })
+        .await
+    }
+
+    /// Groups this broker coordinates, and groups known by their committed offsets.
+    pub async fn list_groups(&self, ctx: &RequestContext) -> Result<Vec<GroupListing>> {
+        self.call(ctx, "ListGroups", async {
+            let groups = self.counted(self.broker.list_groups().await)?;
+            Ok(groups
+                .into_iter()
+                .map(|(group, state, members, coordinator)| GroupListing {
+                    group,
+                    state,
+                    members,
+                    coordinator,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// A group's state and members (a group without members, or unknown, is
+    /// `Empty`).
+    pub async fn describe_group(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+    ) -> Result<GroupDescription> {
+        self.call(ctx, "DescribeGroup", async {
+            let r = self.broker.ensure_coordinator(group).map(|()| {
+                self.broker
+                    .groups
+                    .describe(group)
+                    .unwrap_or_else(|| GroupDescription {
+                        state: GroupState::Empty,
+                        protocol_type: String::new(),
+                        protocol: String::new(),
+                        generation: 0,
+                        leader: String::new(),
+                        members: Vec::new(),
+                    })
+            });
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Deletes a group without members, with its committed offsets.
+    pub async fn delete_group(&self, ctx: &RequestContext, group: &str) -> Result<()> {
+        self.call(ctx, "DeleteGroup", async {
+            self.counted(self.broker.delete_group(group).await)
+        })
+        .await
+    }
+}

@@ -1,0 +1,56 @@
+//! What a front end needs of the node besides requests: replica fetches from
+//! followers, metrics, health, the task tracker and shutdown.
+
+use futures::{Stream, StreamExt};
+use tokio_util::task::TaskTracker;
+
+use super::{RequestContext, Service};
+use crate::replication::{ReplicaFetchRequest, ReplicaFetchResponse};
+
+impl Service {
+    /// Leader side of a follower's replica fetch stream: answers each request in
+    /// turn (a request with nothing new is held up to its `max_wait_ms`, waking on
+    /// the next append). Ends when the follower's stream ends or the broker stops.
+    pub fn replica_fetch_stream(
+        &self,
+        ctx: RequestContext,
+        requests: impl Stream<Item = ReplicaFetchRequest> + Send + 'static,
+    ) -> impl Stream<Item = ReplicaFetchResponse> + Send + 'static {
+        let service = self.clone();
+        requests
+            .take_until(self.broker.cancel.clone().cancelled_owned())
+            .then(move |req| {
+                let (service, ctx) = (service.clone(), ctx.clone());
+                async move {
+                    service
+                        .call(
+                            &ctx,
+                            "ReplicaFetch",
+                            service.broker.serve_replica_fetch(req),
+                        )
+                        .await
+                }
+            })
+    }
+
+    /// The metrics in Prometheus text format 0.0.4.
+    pub async fn metrics_text(&self) -> String {
+        crate::metrics::render(&self.broker).await
+    }
+
+    /// Ready to serve, or why not.
+    pub fn health(&self) -> Result<(), String> {
+        self.broker.health()
+    }
+
+    /// The node's task tracker: front ends spawn their connection tasks here, so
+    /// shutdown waits for them.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.broker.tasks
+    }
+
+    /// Cancelled when the node stops: front ends stop accepting then.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.broker.cancel.clone().cancelled_owned()
+    }
+}

@@ -1,0 +1,152 @@
+//! gRPC `Data` service: produce, fetch, list offsets, producer ids.
+
+use std::time::Duration;
+
+use shale_broker::fetch::FetchSpec;
+use shale_broker::produce::ProduceData;
+use shale_broker::service::{self, OffsetQuery};
+use shale_proto::v1::data_server::Data;
+use shale_proto::v1::*;
+use tonic::{Request, Response, Status};
+
+use super::{Front, error_fields, error_result};
+
+#[tonic::async_trait]
+impl Data for Front {
+    async fn produce(
+        &self,
+        request: Request<ProduceRequest>,
+    ) -> Result<Response<ProduceResponse>, Status> {
+        let ctx = self.context(&request);
+        let req = request.into_inner();
+        let req = service::ProduceRequest {
+            acks: req.acks,
+            timeout: (req.timeout_ms > 0).then(|| Duration::from_millis(u64::from(req.timeout_ms))),
+            partitions: req
+                .partitions
+                .into_iter()
+                .map(|p| ProduceData {
+                    topic: p.topic,
+                    partition: p.partition,
+                    records: p.records,
+                })
+                .collect(),
+        };
+        let partitions = self
+            .service
+            .produce(&ctx, req)
+            .await
+            .into_iter()
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
+                let ok = k.result.ok();
+                PartitionProduceResult {
+                    topic: k.topic,
+                    partition: k.partition,
+                    error_code,
+                    error_message,
+                    base_offset: ok.map_or(-1, |a| a.base_offset),
+                    log_append_time_ms: ok.map_or(-1, |a| a.log_append_time_ms),
+                    log_start_offset: ok.map_or(-1, |a| a.log_start_offset),
+                }
+            })
+            .collect();
+        Ok(Response::new(ProduceResponse { partitions }))
+    }
+
+    async fn init_producer_id(
+        &self,
+        request: Request<InitProducerIdRequest>,
+    ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let ctx = self.context(&request);
+        let r = self.service.init_producer_id(&ctx).await;
+        let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
+        Ok(Response::new(InitProducerIdResponse {
+            error: error_result(&r),
+            producer_id,
+            producer_epoch: i32::from(producer_epoch),
+        }))
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<FetchRequest>,
+    ) -> Result<Response<FetchResponse>, Status> {
+        let ctx = self.context(&request);
+        let req = request.into_inner();
+        let req = service::FetchRequest {
+            partitions: req
+                .partitions
+                .into_iter()
+                .map(|p| FetchSpec {
+                    topic: p.topic,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                })
+                .collect(),
+            max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),
+            min_bytes: req.min_bytes,
+            max_bytes: req.max_bytes,
+        };
+        let partitions = self
+            .service
+            .fetch(&ctx, req)
+            .await
+            .into_iter()
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
+                let (records, offsets) = match k.result {
+                    Ok(f) => (f.records, Some(f.offsets)),
+                    Err(_) => (Default::default(), None),
+                };
+                FetchPartitionResult {
+                    topic: k.topic,
+                    partition: k.partition,
+                    error_code,
+                    error_message,
+                    high_watermark: offsets.map_or(-1, |o| o.high_watermark),
+                    log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
+                    records,
+                }
+            })
+            .collect();
+        Ok(Response::new(FetchResponse { partitions }))
+    }
+
+    async fn list_offsets(
+        &self,
+        request: Request<ListOffsetsRequest>,
+    ) -> Result<Response<ListOffsetsResponse>, Status> {
+        let ctx = self.context(&request);
+        let queries = request
+            .into_inner()
+            .partitions
+            .into_iter()
+            .map(|p| OffsetQuery {
+                topic: p.topic,
+                partition: p.partition,
+                timestamp: p.timestamp,
+            })
+            .collect();
+        let partitions = self
+            .service
+            .list_offsets(&ctx, queries)
+            .await
+            .into_iter()
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
+                let found = k.result.ok().flatten();
+                ListOffsetsPartitionResult {
+                    topic: k.topic,
+                    partition: k.partition,
+                    error_code,
+                    error_message,
+                    offset: found.map_or(-1, |f| f.offset),
+                    timestamp: found.map_or(-1, |f| f.timestamp),
+                }
+            })
+            .collect();
+        Ok(Response::new(ListOffsetsResponse { partitions }))
+    }
+}

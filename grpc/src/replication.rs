@@ -1,0 +1,184 @@
+//! gRPC transport of replication: the leader's `Replication` service, and the
+//! follower's connector (one bidirectional stream per leader).
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use shale_broker::replication::{self as domain, ReplicaConnector, ReplicaLink, TransportError};
+use shale_proto::v1::replication_client::ReplicationClient;
+use shale_proto::v1::replication_server::Replication;
+use shale_proto::v1::*;
+use shale_records::ErrorCode;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{Front, MAX_MESSAGE_BYTES};
+
+type AnswerStream = Pin<Box<dyn Stream<Item = Result<ReplicaFetchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Replication for Front {
+    type ReplicaFetchStream = AnswerStream;
+
+    async fn replica_fetch(
+        &self,
+        request: Request<Streaming<ReplicaFetchRequest>>,
+    ) -> Result<Response<Self::ReplicaFetchStream>, Status> {
+        let ctx = self.context(&request);
+        // A request that does not decode ends the stream (the follower reconnects).
+        let requests = tokio_stream::StreamExt::map_while(request.into_inner(), |r| r.ok())
+            .map(decode_request);
+        let answers = self
+            .service
+            .replica_fetch_stream(ctx, requests)
+            .map(|a| Ok(encode_response(a)));
+        Ok(Response::new(Box::pin(answers)))
+    }
+}
+
+/// A topic id that does not parse becomes the nil id: no topic has it, so the
+/// partition is answered `UNKNOWN_TOPIC_OR_PARTITION`.
+fn topic_id(s: &str) -> uuid::Uuid {
+    s.parse().unwrap_or_default()
+}
+
+fn decode_request(r: ReplicaFetchRequest) -> domain::ReplicaFetchRequest {
+    domain::ReplicaFetchRequest {
+        replica_id: r.replica_id,
+        replica_epoch: r.replica_epoch,
+        max_wait_ms: r.max_wait_ms,
+        max_bytes: r.max_bytes,
+        partitions: r
+            .partitions
+            .into_iter()
+            .map(|p| domain::ReplicaFetchPartition {
+                topic_id: topic_id(&p.topic_id),
+                partition: p.partition,
+                current_leader_epoch: p.current_leader_epoch,
+                fetch_offset: p.fetch_offset,
+                last_fetched_epoch: p.last_fetched_epoch,
+                partition_max_bytes: p.partition_max_bytes,
+            })
+            .collect(),
+    }
+}
+
+fn encode_request(r: domain::ReplicaFetchRequest) -> ReplicaFetchRequest {
+    ReplicaFetchRequest {
+        replica_id: r.replica_id,
+        replica_epoch: r.replica_epoch,
+        max_wait_ms: r.max_wait_ms,
+        max_bytes: r.max_bytes,
+        partitions: r
+            .partitions
+            .into_iter()
+            .map(|p| ReplicaFetchPartition {
+                topic_id: p.topic_id.to_string(),
+                partition: p.partition,
+                current_leader_epoch: p.current_leader_epoch,
+                fetch_offset: p.fetch_offset,
+                last_fetched_epoch: p.last_fetched_epoch,
+                partition_max_bytes: p.partition_max_bytes,
+            })
+            .collect(),
+    }
+}
+
+fn encode_response(a: domain::ReplicaFetchResponse) -> ReplicaFetchResponse {
+    ReplicaFetchResponse {
+        partitions: a
+            .partitions
+            .into_iter()
+            .map(|p| ReplicaFetchPartitionResult {
+                topic_id: p.topic_id.to_string(),
+                partition: p.partition,
+                error_code: p.error_code as i32,
+                error_message: p.error_message,
+                high_watermark: p.high_watermark,
+                local_log_start_offset: p.local_log_start_offset,
+                diverging_epoch: p.diverging.map_or(-1, |d| d.0),
+                diverging_end_offset: p.diverging.map_or(-1, |d| d.1),
+                records: p.records,
+            })
+            .collect(),
+    }
+}
+
+fn decode_response(a: ReplicaFetchResponse) -> domain::ReplicaFetchResponse {
+    domain::ReplicaFetchResponse {
+        partitions: a
+            .partitions
+            .into_iter()
+            .map(|p| domain::ReplicaPartitionData {
+                topic_id: topic_id(&p.topic_id),
+                partition: p.partition,
+                error_code: ErrorCode::try_from(p.error_code)
+                    .unwrap_or(ErrorCode::UnknownServerError),
+                error_message: p.error_message,
+                high_watermark: p.high_watermark,
+                local_log_start_offset: p.local_log_start_offset,
+                diverging: (p.diverging_end_offset >= 0)
+                    .then_some((p.diverging_epoch, p.diverging_end_offset)),
+                records: p.records,
+            })
+            .collect(),
+    }
+}
+
+/// Connects followers to leaders over gRPC.
+pub struct GrpcReplicaConnector;
+
+impl ReplicaConnector for GrpcReplicaConnector {
+    fn connect<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> BoxFuture<'a, Result<Box<dyn ReplicaLink>, TransportError>> {
+        Box::pin(async move {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .initial_stream_window_size(8 * 1024 * 1024)
+                .initial_connection_window_size(32 * 1024 * 1024)
+                .connect()
+                .await?;
+            let mut client = ReplicationClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let (requests, rx) = mpsc::channel(1);
+            let answers = client
+                .replica_fetch(ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            Ok(Box::new(GrpcLink { requests, answers }) as Box<dyn ReplicaLink>)
+        })
+    }
+}
+
+/// One open `ReplicaFetch` stream.
+struct GrpcLink {
+    requests: mpsc::Sender<ReplicaFetchRequest>,
+    answers: Streaming<ReplicaFetchResponse>,
+}
+
+impl ReplicaLink for GrpcLink {
+    fn fetch(
+        &mut self,
+        request: domain::ReplicaFetchRequest,
+    ) -> BoxFuture<'_, Result<domain::ReplicaFetchResponse, TransportError>> {
+        Box::pin(async move {
+            self.requests
+                .send(encode_request(request))
+                .await
+                .map_err(|_| "the replica fetch stream is closed")?;
+            let answer = self
+                .answers
+                .message()
+                .await?
+                .ok_or("the leader closed the replica fetch stream")?;
+            Ok(decode_response(answer))
+        })
+    }
+}

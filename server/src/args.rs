@@ -1,0 +1,51 @@
+//! The command line: every flag also reads a `SHALE_*` variable, and overrides the
+//! configuration file.
+
+use std::path::PathBuf;
+
+use shale_broker::config::Overrides;
+
+#[derive(Debug, Default, clap::Parser)]
+#[command(
+    name = "shale-broker",
+    version,
+    about = "Shale: a Kafka-style log broker with tiered storage"
+)]
+pub struct Args {
+    /// TOML configuration file.
+    #[arg(long, env = "SHALE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for partition logs (and the embedded metastore and object store).
+    #[arg(long, env = "SHALE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Listen address of the gRPC listener (`[listeners.grpc] listen`).
+    #[arg(long, env = "SHALE_LISTEN")]
+    pub listen: Option<String>,
+    /// postgres://… or sqlite://…
+    #[arg(long, env = "SHALE_METASTORE_URL")]
+    pub metastore_url: Option<String>,
+    /// file://…, memory:// (s3:// with tiered storage).
+    #[arg(long, env = "SHALE_OBJECT_STORE_URL")]
+    pub object_store_url: Option<String>,
+    /// This broker's id.
+    #[arg(long, env = "SHALE_BROKER_ID")]
+    pub broker_id: Option<i32>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
+    #[arg(long, env = "SHALE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+}
+
+impl From<Args> for Overrides {
+    fn from(a: Args) -> Self {
+        Overrides {
+            config: a.config,
+            data_dir: a.data_dir,
+            listen: a.listen,
+            kafka_listen: None,
+            metastore_url: a.metastore_url,
+            object_store_url: a.object_store_url,
+            broker_id: a.broker_id,
+            metrics_listen: a.metrics_listen,
+        }
+    }
+}

@@ -20,12 +20,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::BrokerConfig;
-use crate::datadir::{check_data_dir_identity, lock_data_dir, take_clean_shutdown_marker};
+use crate::datadir::{
+    check_data_dir_identity, lock_data_dir, remove_orphans, take_clean_shutdown_marker,
+};
 use crate::error::{Error, Result, StartError};
 use crate::partition::Partition;
-use crate::registry::remove_orphans;
-use crate::replication::ReplicaConnector;
 use crate::topic_config::TopicConfig;
+use crate::transport::ReplicaConnector;
 
 /// A topic as this broker knows it.
 pub struct TopicState {
@@ -81,7 +82,7 @@ pub struct Broker {
     /// when any partition's leader, ISR or ELR changed.
     pub(crate) states_digest: std::sync::atomic::AtomicU64,
     /// What the controller last acted on (see `Broker::controller_pass`).
-    pub(crate) controller_view: std::sync::Mutex<crate::controller::ControllerView>,
+    pub(crate) controller_view: std::sync::Mutex<crate::elections::ControllerView>,
     /// When the controller last checked leader balance.
     pub(crate) last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
     /// Replica fetchers by leader broker id.
@@ -93,7 +94,7 @@ pub struct Broker {
     pub(crate) tasks: TaskTracker,
     pub cluster_id: uuid::Uuid,
     /// Consumer groups this broker coordinates.
-    pub(crate) groups: crate::groups::Coordinator,
+    pub(crate) groups: crate::coordinator::Coordinator,
     /// Producer ids taken from the metastore and not yet handed out: [next, end).
     pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
     pub(crate) cancel: CancellationToken,
@@ -178,7 +179,7 @@ impl Broker {
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tiering.upload_concurrency,
         ));
-        let groups = crate::groups::Coordinator::new(config.groups.clone());
+        let groups = crate::coordinator::Coordinator::new(config.groups.clone());
         let shared = crate::partition::Shared {
             data_dir: config.data_dir.clone(),
             broker_id: config.broker_id,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use shale_metastore::{PartitionState, StateGuard};
 
 use crate::broker::Broker;
+use crate::elections::{FULL_PASS_EVERY, TopicRules, elect};
 use crate::error::{Error, Result};
 
 impl Broker {
@@ -244,109 +245,6 @@ impl Broker {
         }
         Ok(())
     }
-}
-
-/// Full controller passes run at least once in this many.
-const FULL_PASS_EVERY: u32 = 10;
-
-/// What the controller's last full pass saw and whether it decided everything.
-#[derive(Debug, Default)]
-pub(crate) struct ControllerView {
-    settled: bool,
-    live: HashMap<i32, i64>,
-    digest: u64,
-    skipped: u32,
-}
-
-/// How the controller sees one partition's topic.
-#[derive(Debug, Clone, Copy)]
-struct TopicRules {
-    min_isr: usize,
-    unclean: bool,
-}
-
-/// The controller's decision for one partition: `None` if nothing changes (its leader
-/// and ISR are alive, or it stays offline). `live` maps each live broker to its
-/// incarnation.
-///
-/// A live leader keeps its epoch; dead brokers leave its ISR at once (as KRaft fences
-/// them) instead of after the leader's `replica_lag_time_max_ms`, so acks=all stalls at
-/// most a lease on a dead follower. A broker that leaves the ISR because it died while
-/// the ISR is below `min.insync.replicas` becomes an eligible leader replica (ELR,
-/// KIP-966): no acks=all record can be committed without it from then on, so when no
-/// ISR member is alive it may lead without losing any. A dead leader is replaced by the
-/// first live ISR member in replica order, else the first live ELR member, else (with
-/// `unclean.leader.election.enable`) any live replica; otherwise the partition goes
-/// offline, keeping its ISR and ELR so a member can lead again when it returns.
-fn elect(
-    state: &PartitionState,
-    live: &HashMap<i32, i64>,
-    rules: TopicRules,
-) -> Option<PartitionState> {
-    let is_live = |b: &i32| live.contains_key(b);
-    let dead: Vec<i32> = state.isr.iter().copied().filter(|b| !is_live(b)).collect();
-    // The ISR without its dead members; those become eligible while it is too small.
-    let shrink = |isr: Vec<i32>, elr: &mut Vec<i32>| {
-        if isr.len() < rules.min_isr {
-            for b in &dead {
-                if !elr.contains(b) {
-                    elr.push(*b);
-                }
-            }
-        }
-        elr.retain(|b| !isr.contains(b));
-        isr
-    };
-    if state.leader >= 0 && is_live(&state.leader) {
-        if dead.is_empty() {
-            return None;
-        }
-        let mut elr = state.elr.clone();
-        let isr = shrink(
-            state.isr.iter().copied().filter(is_live).collect(),
-            &mut elr,
-        );
-        return Some(PartitionState {
-            isr,
-            elr,
-            ..state.clone()
-        });
-    }
-    let in_order = |set: &[i32]| -> Vec<i32> {
-        state
-            .replicas
-            .iter()
-            .copied()
-            .filter(|b| set.contains(b) && is_live(b))
-            .collect()
-    };
-    let live_isr = in_order(&state.isr);
-    let live_elr = in_order(&state.elr);
-    let mut elr = state.elr.clone();
-    let (leader, isr) = if let Some(&leader) = live_isr.first() {
-        (leader, shrink(live_isr, &mut elr))
-    } else if let Some(&leader) = live_elr.first() {
-        tracing::info!(topic_id = %state.topic_id, partition = state.partition, leader,
-            "no ISR member is alive: electing an eligible leader replica");
-        (leader, shrink(vec![leader], &mut elr))
-    } else if let Some(&leader) = state.replicas.iter().find(|b| rules.unclean && is_live(b)) {
-        tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
-            "unclean leader election: records acknowledged by the old ISR may be lost");
-        elr.clear();
-        (leader, vec![leader])
-    } else if state.leader >= 0 {
-        // Offline until an ISR or ELR member returns.
-        (-1, state.isr.clone())
-    } else {
-        return None;
-    };
-    Some(PartitionState {
-        leader,
-        leader_epoch: state.leader_epoch + 1,
-        isr,
-        elr,
-        ..state.clone()
-    })
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! The data directory itself: one broker process at a time (`.lock`), its identity
 //! (`meta.properties`: cluster and broker id), and the clean-shutdown marker.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::StartError;
+use crate::partition::{partition_dir, read_topic_id};
 
 /// Written at the end of a clean shutdown, after every partition was fsynced, naming
 /// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
@@ -115,4 +117,40 @@ pub(crate) fn check_data_dir_identity(
             source,
         }),
     }
+}
+
+/// Removes partition directories whose topic (by name and id) no longer exists, e.g.
+/// a topic deleted while this broker was down.
+pub(crate) fn remove_orphans(
+    data_dir: &Path,
+    known: &HashMap<String, uuid::Uuid>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(data_dir)? {
+        let path = entry?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let id = match read_topic_id(&path) {
+            Ok(Some(id)) => id,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "keeping a directory whose partition metadata cannot be read");
+                continue;
+            }
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let belongs = name.rsplit_once('-').is_some_and(|(topic, p)| {
+            known.get(topic) == Some(&id)
+                && p.parse::<i32>()
+                    .is_ok_and(|p| partition_dir(data_dir, topic, p) == path)
+        });
+        if !belongs {
+            tracing::info!(dir = %path.display(), "removing partition directory of a deleted topic");
+            std::fs::remove_dir_all(&path)?;
+        }
+    }
+    Ok(())
 }

@@ -95,7 +95,7 @@ pub enum Error {
     #[error(transparent)]
     Producer(#[from] ProducerError),
     #[error(transparent)]
-    Group(#[from] crate::groups::GroupError),
+    Group(#[from] crate::coordinator::GroupError),
     #[error("a broker task failed: {0}")]
     TaskFailed(#[from] tokio::task::JoinError),
     #[error("the partition log refused the leader's records: {0}")]

@@ -4,13 +4,9 @@
 //! at once and members simply join again), and producer ids. The protocol's state
 //! machine is [`coordinator`].
 
-mod coordinator;
-mod error;
-
 use std::collections::{BTreeMap, HashMap};
 
-pub use coordinator::*;
-pub use error::*;
+pub use crate::coordinator::*;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;

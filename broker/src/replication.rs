@@ -23,7 +23,6 @@
 //! ISR by the leader ([`Broker::shrink_isrs`]).
 
 mod follower;
-mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +30,7 @@ use std::time::Duration;
 use shale_metastore::{PartitionState, StateGuard};
 use shale_records::ErrorCode;
 
-pub use transport::*;
+pub use crate::transport::*;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;

@@ -1,6 +1,6 @@
 //! The group coordinator's state machine: Kafka's classic group protocol (join, sync,
 //! heartbeat, leave; generations; session and rebalance timeouts) over members held in
-//! memory. It owns no I/O: the broker drives it (`crate::groups`), ticking it for
+//! memory. It owns no I/O: the broker's group driver ticks it for
 //! expiries and answering the waiters it hands out.
 //!
 //! Protocol metadata and assignments are opaque bytes: the group leader's client
@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::error::{GroupError, unknown_member, validate_group_id};
+mod error;
+
 use crate::config::GroupsSection;
+pub use error::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {

@@ -1,5 +1,4 @@
 use super::*;
-use crate::groups::coordinator_of;
 
 fn coordinator(delay_ms: u64) -> Coordinator {
     Coordinator::new(GroupsSection {

@@ -1,7 +1,7 @@
 //! What travels between a follower and its leader, and the seam a transport plugs
 //! into. The broker core knows no wire: the gRPC crate implements
 //! [`ReplicaConnector`] for the follower side and feeds a leader's incoming requests
-//! to [`crate::service::Service::replica_fetch_stream`].
+//! to the service's `replica_fetch_stream`.
 
 use bytes::Bytes;
 use futures::future::BoxFuture;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use shale_metastore::PartitionState;
 use shale_records::batch::{self, BatchHeader};
 use tokio::sync::watch;
@@ -25,17 +25,17 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::topic_config::{TimestampType, TopicConfig};
-use shale_log::{
-    FileCache, PartitionLog, ReadPlan, RetentionOutcome, SealedSegmentInfo, TierBounds,
-};
+use shale_log::{FileCache, PartitionLog, RetentionOutcome, SealedSegmentInfo, TierBounds};
 
 mod follower;
 mod leader;
+mod read;
 mod remote;
 
 pub use follower::FollowerPosition;
 use leader::FollowerProgress;
 pub use leader::{FollowerFetch, LeaderRead};
+pub use read::PartitionOffsets;
 pub use remote::RemoteState;
 
 const METADATA_FILE: &str = "partition.metadata";
@@ -70,19 +70,6 @@ pub fn read_topic_id(dir: &Path) -> std::io::Result<Option<Uuid>> {
                 format!("{} names no topic id", path.display()),
             )
         })
-}
-
-/// Offsets and sizes of a partition at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionOffsets {
-    /// First offset readable, locally or from the object store.
-    pub log_start_offset: i64,
-    /// First offset in the local log.
-    pub local_log_start_offset: i64,
-    pub high_watermark: i64,
-    pub log_end_offset: i64,
-    pub size_bytes: u64,
-    pub segments: usize,
 }
 
 /// Result of a successful append.
@@ -327,27 +314,6 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
-    pub fn offsets(&self) -> PartitionOffsets {
-        self.offsets_of(&self.replica().log)
-    }
-
-    fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
-        let local = log.log_start_offset();
-        let remote = self.remote_state().start_offset();
-        PartitionOffsets {
-            log_start_offset: if remote >= 0 {
-                remote.min(local)
-            } else {
-                local
-            },
-            local_log_start_offset: local,
-            high_watermark: self.high_watermark(),
-            log_end_offset: log.log_end_offset(),
-            size_bytes: log.size_bytes(),
-            segments: log.segment_count(),
-        }
-    }
-
     /// Validates and appends the batches a producer sent, if this broker leads the
     /// partition (and, with `min_isr`, the ISR has that many members). Nothing is
     /// written unless every batch is valid.
@@ -398,30 +364,6 @@ impl Partition {
         })
     }
 
-    /// Where a fetch at `offset` reads: the local log (a planned read, bounded by the
-    /// high watermark) or, below the local log start, the object store. Decided under
-    /// the partition's lock, so local retention cannot move the local log start between
-    /// the decision and the plan.
-    pub fn plan_fetch(&self, offset: i64) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
-        let r = self.replica();
-        self.ensure_leader(&r.role)?;
-        let offsets = self.offsets_of(&r.log);
-        if offset < r.log.log_start_offset() {
-            return Ok((None, offsets));
-        }
-        let plan = r.log.plan_read(offset, self.high_watermark())?;
-        Ok((Some(plan), offsets))
-    }
-
-    /// Plans a read from `offset` bounded by the high watermark.
-    pub fn plan_read(&self, offset: i64) -> Result<(ReadPlan, PartitionOffsets)> {
-        let r = self.replica();
-        self.ensure_leader(&r.role)?;
-        let hw = self.high_watermark();
-        let plan = r.log.plan_read(offset, hw)?;
-        Ok((plan, self.offsets_of(&r.log)))
-    }
-
     /// Waits until the HW passes `last_offset` while this broker still leads at
     /// `epoch` (acks=all), then checks the ISR still has `min_isr` members.
     pub async fn wait_committed(
@@ -456,38 +398,6 @@ impl Partition {
             if tokio::time::Instant::now() >= deadline {
                 return Err(Error::ReplicationTimeout { last_offset });
             }
-        }
-    }
-
-    /// Reads whole batches from `offset`; see [`ReadPlan::read`].
-    pub fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        whole_first: bool,
-    ) -> Result<(Bytes, PartitionOffsets)> {
-        let (plan, offsets) = self.plan_read(offset)?;
-        let bytes = plan.read(max_bytes, whole_first).map_err(Error::Storage)?;
-        Ok((bytes, offsets))
-    }
-
-    /// Kafka ListOffsets on the local log: -1 latest (HW), -2 earliest (remote
-    /// included), -4 earliest local, else the first local offset with timestamp >=
-    /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
-    pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
-        let r = self.replica();
-        self.ensure_leader(&r.role)?;
-        let log = &r.log;
-        match timestamp {
-            -1 => Ok(Some((self.high_watermark(), -1))),
-            -2 => Ok(Some((self.offsets_of(log).log_start_offset, -1))),
-            -4 => Ok(Some((log.log_start_offset(), -1))),
-            ts if ts >= 0 => Ok(log
-                .offset_for_timestamp(ts)?
-                .filter(|(offset, _)| *offset < self.high_watermark())),
-            other => Err(Error::InvalidRequest(format!(
-                "unsupported ListOffsets timestamp {other}"
-            ))),
         }
     }
 

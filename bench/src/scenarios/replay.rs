@@ -1,0 +1,162 @@
+//! The historical replay scenario: reading a mostly-remote topic from a real `s3s-fs`,
+//! cold and warm, against ranged GETs of the same objects.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use shale_client::{Acks, Client};
+
+use super::load::{consume_all, produce_bytes};
+use super::{Ctx, MIB, configs};
+use crate::baseline;
+use crate::harness::{BrokerProcess, ProcessStats, S3_BUCKET, S3_KEY, S3_SECRET, S3Process};
+use crate::report::{CaseResult, Ratio, numbers, params};
+
+/// Historical replay of a mostly-remote topic from a real `s3s-fs`.
+pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    let bytes = ctx.size(512, 24);
+    let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
+    let s3 = S3Process::start(&ctx.base).await?;
+    let config = format!(
+        "{}[tiering]\nupload_interval_ms = 100\n[log]\nretention_check_interval_ms = 100\n",
+        s3.broker_config()
+    );
+    let args = [
+        "--object-store-url".to_string(),
+        format!("s3://{S3_BUCKET}/replay"),
+    ];
+    let mut broker = BrokerProcess::start(&config, &args, &ctx.base).await?;
+    let client = Client::connect(&broker.address()).await?;
+    let seg = segment.to_string();
+    client
+        .create_topic(
+            "replay",
+            4,
+            1,
+            configs(&[("segment.bytes", &seg), ("local.retention.bytes", &seg)]),
+        )
+        .await?;
+    client
+        .create_topic(
+            "local",
+            4,
+            1,
+            configs(&[("remote.storage.enable", "false")]),
+        )
+        .await?;
+    produce_bytes(&client, "replay", bytes, 1024, Acks::Leader, None).await?;
+    produce_bytes(&client, "local", bytes, 1024, Acks::Leader, None).await?;
+    // Wait until what sealed is uploaded and dropped locally.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let st = client.tiering_status(Some("replay")).await?;
+        if st
+            .iter()
+            .all(|p| p.upload_lag_segments == 0 && p.local_log_start_offset > 0)
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("segments were not uploaded: {st:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let st = client.tiering_status(Some("replay")).await?;
+    let remote: i64 = st.iter().map(|p| p.remote_bytes).sum();
+    // Cold: a restarted broker with an empty read cache.
+    broker.kill();
+    let _ = std::fs::remove_dir_all(broker.data_dir().join("remote-cache"));
+    broker.spawn().await?;
+    let client = Client::connect(&broker.address()).await?;
+    let before = client.tiering_status_full(Some("replay")).await?;
+    let cold = consume_all(&client, "replay").await?;
+    let after = client.tiering_status_full(Some("replay")).await?;
+    let warm = consume_all(&client, "replay").await?;
+    let local = consume_all(&client, "local").await?;
+    let gets = (after.remote_get_requests - before.remote_get_requests) as f64;
+    let fetched = (after.remote_bytes_fetched - before.remote_bytes_fetched) as f64 / MIB;
+    let delivered = cold.bytes as f64 / MIB;
+    // Baseline: ranged GETs of the same objects, as many in flight as one reader uses.
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(s3.endpoint())
+            .with_bucket_name(S3_BUCKET)
+            .with_region("us-east-1")
+            .with_access_key_id(S3_KEY)
+            .with_secret_access_key(S3_SECRET)
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .build()?,
+    );
+    let objects: Vec<(object_store::path::Path, u64)> =
+        baseline::segment_files(&s3.root.path().join(S3_BUCKET))
+            .into_iter()
+            .filter_map(|p| {
+                let key = p
+                    .strip_prefix(s3.root.path().join(S3_BUCKET))
+                    .ok()?
+                    .to_str()?
+                    .to_string();
+                Some((
+                    object_store::path::Path::from(key),
+                    std::fs::metadata(&p).ok()?.len(),
+                ))
+            })
+            .collect();
+    let (raw_gets, _) = baseline::ranged_gets(store, objects, 4 << 20, 3).await?;
+    let stats = ProcessStats::sum(&[broker.stats(), s3.stats()]);
+    let metrics = |m: &[(&str, f64)]| numbers(m);
+    Ok(vec![
+        CaseResult {
+            scenario: "replay".into(),
+            params: params(&[
+                ("cache", "cold".into()),
+                (
+                    "remote_share",
+                    format!("{:.0}%", remote as f64 / bytes as f64 * 100.0),
+                ),
+            ]),
+            metrics: metrics(&[
+                ("mib_per_sec", cold.mib_per_sec()),
+                ("get_requests", gets),
+                ("gets_per_mib", gets / delivered.max(1e-9)),
+                ("mib_fetched_per_mib", fetched / delivered.max(1e-9)),
+            ]),
+            baselines: numbers(&[("ranged_get_mib_per_sec", raw_gets)]),
+            ratio: Some(Ratio::new(
+                "mib_per_sec / ranged_get",
+                cold.mib_per_sec() / raw_gets,
+                Some(0.5),
+            )),
+            broker: stats,
+        },
+        CaseResult {
+            scenario: "replay".into(),
+            params: params(&[("cache", "warm".into())]),
+            metrics: metrics(&[("mib_per_sec", warm.mib_per_sec())]),
+            baselines: numbers(&[("local_consume_mib_per_sec", local.mib_per_sec())]),
+            ratio: Some(Ratio::new(
+                "mib_per_sec / local_consume",
+                warm.mib_per_sec() / local.mib_per_sec(),
+                Some(0.7),
+            )),
+            broker: stats,
+        },
+        CaseResult {
+            scenario: "replay".into(),
+            params: params(&[
+                ("cache", "cold".into()),
+                ("measure", "object-store economy".into()),
+            ]),
+            metrics: metrics(&[("gets_per_mib", gets / delivered.max(1e-9))]),
+            baselines: numbers(&[("target_gets_per_mib", 0.25)]),
+            ratio: Some(Ratio::new(
+                "0.25 / gets_per_mib (≤ 1 GET per 4 MiB)",
+                0.25 / (gets / delivered).max(1e-9),
+                Some(1.0),
+            )),
+            broker: stats,
+        },
+    ])
+}

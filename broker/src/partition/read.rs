@@ -1,0 +1,100 @@
+//! The read side of a partition: its offsets at one instant, planning fetches and reads
+//! bounded by the high watermark, and ListOffsets on the local log.
+
+use bytes::Bytes;
+use shale_log::{PartitionLog, ReadPlan};
+
+use super::Partition;
+use crate::error::{Error, Result};
+
+/// Offsets and sizes of a partition at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// First offset readable, locally or from the object store.
+    pub log_start_offset: i64,
+    /// First offset in the local log.
+    pub local_log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub size_bytes: u64,
+    pub segments: usize,
+}
+
+impl Partition {
+    pub fn offsets(&self) -> PartitionOffsets {
+        self.offsets_of(&self.replica().log)
+    }
+
+    fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
+        let local = log.log_start_offset();
+        let remote = self.remote_state().start_offset();
+        PartitionOffsets {
+            log_start_offset: if remote >= 0 {
+                remote.min(local)
+            } else {
+                local
+            },
+            local_log_start_offset: local,
+            high_watermark: self.high_watermark(),
+            log_end_offset: log.log_end_offset(),
+            size_bytes: log.size_bytes(),
+            segments: log.segment_count(),
+        }
+    }
+
+    /// Where a fetch at `offset` reads: the local log (a planned read, bounded by the
+    /// high watermark) or, below the local log start, the object store. Decided under
+    /// the partition's lock, so local retention cannot move the local log start between
+    /// the decision and the plan.
+    pub fn plan_fetch(&self, offset: i64) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let offsets = self.offsets_of(&r.log);
+        if offset < r.log.log_start_offset() {
+            return Ok((None, offsets));
+        }
+        let plan = r.log.plan_read(offset, self.high_watermark())?;
+        Ok((Some(plan), offsets))
+    }
+
+    /// Plans a read from `offset` bounded by the high watermark.
+    pub fn plan_read(&self, offset: i64) -> Result<(ReadPlan, PartitionOffsets)> {
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let hw = self.high_watermark();
+        let plan = r.log.plan_read(offset, hw)?;
+        Ok((plan, self.offsets_of(&r.log)))
+    }
+
+    /// Reads whole batches from `offset`; see [`ReadPlan::read`].
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        whole_first: bool,
+    ) -> Result<(Bytes, PartitionOffsets)> {
+        let (plan, offsets) = self.plan_read(offset)?;
+        let bytes = plan.read(max_bytes, whole_first).map_err(Error::Storage)?;
+        Ok((bytes, offsets))
+    }
+
+    /// Kafka ListOffsets on the local log: -1 latest (HW), -2 earliest (remote
+    /// included), -4 earliest local, else the first local offset with timestamp >=
+    /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
+    pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let log = &r.log;
+        match timestamp {
+            -1 => Ok(Some((self.high_watermark(), -1))),
+            -2 => Ok(Some((self.offsets_of(log).log_start_offset, -1))),
+            -4 => Ok(Some((log.log_start_offset(), -1))),
+            ts if ts >= 0 => Ok(log
+                .offset_for_timestamp(ts)?
+                .filter(|(offset, _)| *offset < self.high_watermark())),
+            other => Err(Error::InvalidRequest(format!(
+                "unsupported ListOffsets timestamp {other}"
+            ))),
+        }
+    }
+}

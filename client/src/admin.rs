@@ -1,0 +1,162 @@
+//! Admin calls, answered by the bootstrap broker: cluster status, leader elections,
+//! topics and their configs, tiering status.
+
+use std::collections::BTreeMap;
+
+use shale_proto::v1::*;
+
+use crate::{Client, Error, Result, check, check_result};
+
+impl Client {
+    /// Live brokers and the controller.
+    pub async fn cluster_status(&self) -> Result<ClusterStatusResponse> {
+        let r = self
+            .admin
+            .clone()
+            .cluster_status(ClusterStatusRequest {})
+            .await?
+            .into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
+    }
+
+    /// Preferred leader election (see the `ElectLeaders` RPC): per partition, the
+    /// leader after it, or why not. An empty `topic` means every topic.
+    pub async fn elect_leaders(
+        &self,
+        topic: &str,
+        partitions: Vec<i32>,
+    ) -> Result<Vec<ElectLeadersResult>> {
+        let r = self
+            .admin
+            .clone()
+            .elect_leaders(ElectLeadersRequest {
+                topic: topic.into(),
+                partitions,
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.results)
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<String> {
+        let r = self
+            .admin
+            .clone()
+            .create_topic(CreateTopicRequest {
+                name: name.into(),
+                partitions,
+                replication_factor,
+                configs: configs.into_iter().collect(),
+                validate_only: false,
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.topic_id)
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let r = self
+            .admin
+            .clone()
+            .delete_topic(DeleteTopicRequest { name: name.into() })
+            .await?
+            .into_inner();
+        check_result(r.error)
+    }
+
+    pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
+        let r = self
+            .admin
+            .clone()
+            .list_topics(ListTopicsRequest {})
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.topics)
+    }
+
+    pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse> {
+        let r = self
+            .admin
+            .clone()
+            .describe_topic(DescribeTopicRequest { name: name.into() })
+            .await?
+            .into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
+    }
+
+    pub async fn alter_configs(
+        &self,
+        name: &str,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    ) -> Result<()> {
+        let req = AlterConfigsRequest {
+            name: name.into(),
+            set: set.into_iter().collect(),
+            delete,
+            validate_only: false,
+        };
+        check_result(
+            self.admin
+                .clone()
+                .alter_configs(req)
+                .await?
+                .into_inner()
+                .error,
+        )
+    }
+
+    pub async fn create_partitions(&self, name: &str, total_count: i32) -> Result<()> {
+        let req = CreatePartitionsRequest {
+            name: name.into(),
+            total_count,
+            validate_only: false,
+        };
+        check_result(
+            self.admin
+                .clone()
+                .create_partitions(req)
+                .await?
+                .into_inner()
+                .error,
+        )
+    }
+
+    /// Partition count of a topic (fails with UNKNOWN_TOPIC_OR_PARTITION if absent).
+    pub async fn partition_count(&self, topic: &str) -> Result<i32> {
+        let r = self.refresh_metadata(topic).await?;
+        let t = r
+            .topics
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Invalid("empty metadata response".into()))?;
+        check(t.error_code, &format!("topic '{topic}' does not exist"))?;
+        Ok(t.partitions.len() as i32)
+    }
+
+    /// Tier status per partition of `topic` (every topic if `None`).
+    pub async fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<PartitionTieringStatus>> {
+        Ok(self.tiering_status_full(topic).await?.partitions)
+    }
+
+    /// Tier status with the broker's remote-read counters.
+    pub async fn tiering_status_full(&self, topic: Option<&str>) -> Result<TieringStatusResponse> {
+        let req = TieringStatusRequest {
+            topic: topic.unwrap_or_default().to_string(),
+        };
+        let r = self.admin.clone().tiering_status(req).await?.into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
+    }
+}

@@ -1,0 +1,90 @@
+//! Group offsets and producer ids in SQL: committing, reading and deleting a group's
+//! offsets, and reserving producer ids.
+
+use uuid::Uuid;
+
+use crate::{CommittedOffset, Error, Result};
+
+/// The group offset and producer id methods of one backend (see `for_each_backend!`).
+macro_rules! groups_sql {
+    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal, $now:literal) => {
+        impl $ty {
+            pub(super) async fn allocate_producer_ids(&self, count: i64) -> Result<i64> {
+                let (first,): (i64,) = sqlx::query_as(
+                    "UPDATE producer_ids SET next_id = next_id + $1 WHERE id = 1 RETURNING next_id - $1",
+                )
+                .bind(count)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(first)
+            }
+
+            pub(super) async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                for o in offsets {
+                    sqlx::query(
+                        "INSERT INTO group_offsets (group_id, topic_id, partition_id, committed, metadata, commit_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (group_id, topic_id, partition_id) DO UPDATE SET \
+                         committed = excluded.committed, metadata = excluded.metadata, commit_ms = excluded.commit_ms",
+                    )
+                    .bind(group)
+                    .bind(o.topic_id)
+                    .bind(o.partition)
+                    .bind(o.offset)
+                    .bind(&o.metadata)
+                    .bind(o.commit_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| {
+                        if e.as_database_error().is_some_and(|d| d.is_foreign_key_violation()) {
+                            Error::UnknownTopicId(o.topic_id)
+                        } else {
+                            e.into()
+                        }
+                    })?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            pub(super) async fn committed_offsets(&self, group: &str) -> Result<Vec<CommittedOffset>> {
+                let rows: Vec<(Uuid, i32, i64, String, i64)> = sqlx::query_as(
+                    "SELECT topic_id, partition_id, committed, metadata, commit_ms FROM group_offsets \
+                     WHERE group_id = $1 ORDER BY topic_id, partition_id",
+                )
+                .bind(group)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(topic_id, partition, offset, metadata, commit_ms)| CommittedOffset {
+                        topic_id,
+                        partition,
+                        offset,
+                        metadata,
+                        commit_ms,
+                    })
+                    .collect())
+            }
+
+            pub(super) async fn offset_groups(&self) -> Result<Vec<String>> {
+                let rows: Vec<(String,)> =
+                    sqlx::query_as("SELECT DISTINCT group_id FROM group_offsets ORDER BY group_id")
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows.into_iter().map(|(g,)| g).collect())
+            }
+
+            pub(super) async fn delete_group_offsets(&self, group: &str) -> Result<u64> {
+                let r = sqlx::query("DELETE FROM group_offsets WHERE group_id = $1")
+                    .bind(group)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(r.rows_affected())
+            }
+        }
+    };
+}
+
+for_each_backend!(groups_sql);

@@ -1,0 +1,252 @@
+//! Remote segments in SQL: registering copies, moving them through their states (a
+//! compare-and-set), and reading a partition's or a topic's remote log.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::{is_unique_violation, now_ms};
+use crate::{Error, RemoteLog, RemoteSegment, RemoteSegmentState, Result};
+
+type RemoteSegmentRow = (Uuid, Uuid, i32, i64, i64, i64, i32, i64, String, i64, i64);
+
+const REMOTE_SEGMENT_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
+     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms";
+
+fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
+    let (
+        segment_id,
+        topic_id,
+        partition,
+        base_offset,
+        end_offset,
+        max_timestamp,
+        leader_epoch,
+        size_bytes,
+        state,
+        c,
+        u,
+    ) = row;
+    let state = RemoteSegmentState::parse(&state).ok_or_else(|| {
+        Error::CorruptRow(format!("remote segment {segment_id} has state '{state}'"))
+    })?;
+    Ok(RemoteSegment {
+        segment_id,
+        topic_id,
+        partition,
+        base_offset,
+        end_offset,
+        max_timestamp,
+        leader_epoch,
+        size_bytes,
+        state,
+        created_at_ms: c,
+        updated_at_ms: u,
+    })
+}
+
+/// The remote segment methods of one backend (see `for_each_backend!`).
+macro_rules! remote_sql {
+    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal, $now:literal) => {
+        impl $ty {
+            pub(super) async fn add_remote_segment(&self, s: &RemoteSegment) -> Result<()> {
+                if s.state != RemoteSegmentState::CopyStarted {
+                    return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyStarted, to: s.state });
+                }
+                sqlx::query(&format!(
+                    "INSERT INTO remote_segments ({REMOTE_SEGMENT_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                ))
+                .bind(s.segment_id)
+                .bind(s.topic_id)
+                .bind(s.partition)
+                .bind(s.base_offset)
+                .bind(s.end_offset)
+                .bind(s.max_timestamp)
+                .bind(s.leader_epoch)
+                .bind(s.size_bytes)
+                .bind(s.state.as_str())
+                .bind(s.created_at_ms)
+                .bind(s.updated_at_ms)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            pub(super) async fn transition_remote_segment(
+                &self,
+                segment_id: Uuid,
+                from: RemoteSegmentState,
+                to: RemoteSegmentState,
+            ) -> Result<RemoteSegment> {
+                if !from.can_become(to) {
+                    return Err(Error::IllegalTransition { from, to });
+                }
+                let mut tx = self.pool.begin().await?;
+                let select = format!("SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE segment_id = $1");
+                let row: Option<RemoteSegmentRow> =
+                    sqlx::query_as(&select).bind(segment_id).fetch_optional(&mut *tx).await?;
+                let mut seg = remote_segment(row.ok_or(Error::RemoteSegmentNotFound(segment_id))?)?;
+                if seg.state != from {
+                    return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: seg.state });
+                }
+                if to == RemoteSegmentState::CopyFinished {
+                    // Only a copy made under the partition's current leader epoch may
+                    // finish: a deposed leader's late copy would overlap the new one's.
+                    let epoch: Option<(i32,)> = sqlx::query_as(concat!(
+                        "SELECT leader_epoch FROM partition_state WHERE topic_id = $1 AND partition_id = $2",
+                        $for_update
+                    ))
+                    .bind(seg.topic_id)
+                    .bind(seg.partition)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some((current,)) = epoch
+                        && current > seg.leader_epoch
+                    {
+                        return Err(Error::StaleLeaderEpoch {
+                            topic_id: seg.topic_id,
+                            partition: seg.partition,
+                            copied: seg.leader_epoch,
+                            current,
+                        });
+                    }
+                    let other: Option<(Uuid,)> = sqlx::query_as(
+                        "SELECT segment_id FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
+                         AND state = 'COPY_FINISHED' AND base_offset <= $3 AND end_offset >= $4 LIMIT 1",
+                    )
+                    .bind(seg.topic_id)
+                    .bind(seg.partition)
+                    .bind(seg.end_offset)
+                    .bind(seg.base_offset)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some((other,)) = other {
+                        return Err(Error::RemoteSegmentOverlap { segment_id, other });
+                    }
+                }
+                let now = now_ms();
+                // `copied` remembers that this copy finished, whatever happens to it later.
+                let updated = sqlx::query(
+                    "UPDATE remote_segments SET state = $1, updated_at_ms = $2, \
+                       copied = CASE WHEN $1 = 'COPY_FINISHED' THEN 1 ELSE copied END \
+                     WHERE segment_id = $3 AND state = $4",
+                )
+                .bind(to.as_str())
+                .bind(now)
+                .bind(segment_id)
+                .bind(from.as_str())
+                .execute(&mut *tx)
+                .await;
+                let updated = match updated {
+                    // A concurrent finish of the same base offset won the unique index.
+                    Err(e) if is_unique_violation(&e) => {
+                        return Err(Error::RemoteSegmentOverlap { segment_id, other: Uuid::nil() });
+                    }
+                    other => other?,
+                };
+                if updated.rows_affected() != 1 {
+                    return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: to });
+                }
+                tx.commit().await?;
+                seg.state = to;
+                seg.updated_at_ms = now;
+                Ok(seg)
+            }
+
+            pub(super) async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>> {
+                let rows: Vec<(Uuid,)> = sqlx::query_as(
+                    "SELECT DISTINCT topic_id FROM remote_segments WHERE state <> 'DELETE_FINISHED'",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(|(id,)| id).collect())
+            }
+
+            pub(super) async fn undeleted_remote_segments(&self, topic_id: Uuid) -> Result<Vec<RemoteSegment>> {
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 \
+                     AND state <> 'DELETE_FINISHED' ORDER BY partition_id, base_offset"
+                );
+                let rows: Vec<RemoteSegmentRow> = sqlx::query_as(&sql).bind(topic_id).fetch_all(&self.pool).await?;
+                rows.into_iter().map(remote_segment).collect()
+            }
+
+            pub(super) async fn remote_log_end_offset(&self, topic_id: Uuid, partition: i32) -> Result<i64> {
+                let (end,): (Option<i64>,) = sqlx::query_as(
+                    "SELECT MAX(end_offset) FROM remote_segments \
+                     WHERE topic_id = $1 AND partition_id = $2 AND copied = 1",
+                )
+                .bind(topic_id)
+                .bind(partition)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(end.unwrap_or(-1))
+            }
+
+            pub(super) async fn remote_logs(&self, topic_id: Uuid) -> Result<BTreeMap<i32, RemoteLog>> {
+                let mut out: BTreeMap<i32, RemoteLog> = BTreeMap::new();
+                let ends: Vec<(i32, i64)> = sqlx::query_as(
+                    "SELECT partition_id, MAX(end_offset) FROM remote_segments \
+                     WHERE topic_id = $1 AND copied = 1 GROUP BY partition_id",
+                )
+                .bind(topic_id)
+                .fetch_all(&self.pool)
+                .await?;
+                for (partition, end) in ends {
+                    out.entry(partition).or_default().copied_end = end;
+                }
+                let unfinished: Vec<(i32,)> = sqlx::query_as(
+                    "SELECT DISTINCT partition_id FROM remote_segments \
+                     WHERE topic_id = $1 AND state IN ('COPY_STARTED', 'DELETE_STARTED')",
+                )
+                .bind(topic_id)
+                .fetch_all(&self.pool)
+                .await?;
+                for (partition,) in unfinished {
+                    out.entry(partition).or_default().unfinished = true;
+                }
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 \
+                     AND state = 'COPY_FINISHED' ORDER BY partition_id, base_offset"
+                );
+                let rows = sqlx::query_as::<_, RemoteSegmentRow>(&sql)
+                    .bind(topic_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                for row in rows {
+                    let seg = remote_segment(row)?;
+                    out.entry(seg.partition)
+                        .or_default()
+                        .finished
+                        .push(seg);
+                }
+                Ok(out)
+            }
+
+            pub(super) async fn list_remote_segments(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                states: &[RemoteSegmentState],
+            ) -> Result<Vec<RemoteSegment>> {
+                if states.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let placeholders: Vec<String> = (0..states.len()).map(|i| format!("${}", i + 3)).collect();
+                let sql = format!(
+                    "SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
+                     AND state IN ({}) ORDER BY base_offset, created_at_ms",
+                    placeholders.join(", ")
+                );
+                let mut query = sqlx::query_as::<_, RemoteSegmentRow>(&sql).bind(topic_id).bind(partition);
+                for s in states {
+                    query = query.bind(s.as_str());
+                }
+                query.fetch_all(&self.pool).await?.into_iter().map(remote_segment).collect()
+            }
+        }
+    };
+}
+
+for_each_backend!(remote_sql);

@@ -1,0 +1,268 @@
+//! Topics in SQL: creating (with each partition's initial state), reading, deleting,
+//! altering configs and adding partitions.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::cluster::PARTITION_STATE_COLUMNS;
+use super::{is_unique_violation, now_ms};
+use crate::cluster::encode_ids;
+use crate::{Error, NewTopic, PartitionState, Result, Topic};
+
+type TopicRow = (Uuid, String, i32, i32, i64);
+
+const SELECT_TOPIC: &str =
+    "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics WHERE name = $1";
+
+/// Checks that `assignments` gives `count` partitions `replication_factor` distinct
+/// replicas each.
+fn check_assignments(
+    assignments: &[Vec<i32>],
+    count: usize,
+    replication_factor: i32,
+) -> Result<()> {
+    if assignments.len() != count {
+        return Err(Error::InvalidAssignment(format!(
+            "{} replica assignments for {count} partitions",
+            assignments.len()
+        )));
+    }
+    for replicas in assignments {
+        let mut distinct = replicas.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if replicas.len() != replication_factor as usize || distinct.len() != replicas.len() {
+            return Err(Error::InvalidAssignment(format!(
+                "replicas {replicas:?} are not {replication_factor} distinct brokers"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The topic methods of one backend (see `for_each_backend!`).
+macro_rules! topics_sql {
+    ($ty:ty, $db:ty, $for_update:literal, $replicated:literal, $now:literal) => {
+        impl $ty {
+            async fn insert_partition_states<'e, E>(
+                exec: &mut E,
+                topic_id: Uuid,
+                first: i32,
+                assignments: &[Vec<i32>],
+            ) -> Result<()>
+            where
+                for<'c> &'c mut E: sqlx::Executor<'c, Database = $db>,
+            {
+                for (i, replicas) in assignments.iter().enumerate() {
+                    let s = PartitionState::initial(topic_id, first + i as i32, replicas.clone());
+                    sqlx::query(&format!(
+                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    ))
+                    .bind(s.topic_id)
+                    .bind(s.partition)
+                    .bind(encode_ids(&s.replicas))
+                    .bind(s.leader)
+                    .bind(s.leader_epoch)
+                    .bind(encode_ids(&s.isr))
+                    .bind(encode_ids(&s.elr))
+                    .bind(s.version)
+                    .execute(&mut *exec)
+                    .await?;
+                }
+                Ok(())
+            }
+
+            async fn load<'e, E>(exec: E, row: TopicRow) -> Result<Topic>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let (id, name, partitions, replication_factor, created_at_ms) = row;
+                let configs: Vec<(String, String)> =
+                    sqlx::query_as("SELECT key, value FROM topic_configs WHERE topic_id = $1")
+                        .bind(id)
+                        .fetch_all(exec)
+                        .await?;
+                Ok(Topic {
+                    id,
+                    name,
+                    partitions,
+                    replication_factor,
+                    configs: configs.into_iter().collect(),
+                    created_at_ms,
+                })
+            }
+
+            pub(super) async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
+                check_assignments(&t.assignments, t.partitions.max(0) as usize, t.replication_factor)?;
+                let id = Uuid::new_v4();
+                let created_at_ms = now_ms();
+                let mut tx = self.pool.begin().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO topics (id, name, partitions, replication_factor, created_at_ms) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(id)
+                .bind(&t.name)
+                .bind(t.partitions)
+                .bind(t.replication_factor)
+                .bind(created_at_ms)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Err(e) if is_unique_violation(&e) => return Err(Error::TopicAlreadyExists(t.name)),
+                    other => other?,
+                };
+                for (k, v) in &t.configs {
+                    sqlx::query("INSERT INTO topic_configs (topic_id, key, value) VALUES ($1, $2, $3)")
+                        .bind(id)
+                        .bind(k)
+                        .bind(v)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Self::insert_partition_states(&mut *tx, id, 0, &t.assignments).await?;
+                tx.commit().await?;
+                Ok(Topic {
+                    id,
+                    name: t.name,
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t.configs,
+                    created_at_ms,
+                })
+            }
+
+            pub(super) async fn get_topic(&self, name: &str) -> Result<Option<Topic>> {
+                let mut conn = self.pool.acquire().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *conn).await?;
+                match row {
+                    Some(row) => Ok(Some(Self::load(&mut *conn, row).await?)),
+                    None => Ok(None),
+                }
+            }
+
+            pub(super) async fn list_topics(&self) -> Result<Vec<Topic>> {
+                // Two queries whatever the topic count: brokers call this on every refresh.
+                let mut tx = self.pool.begin().await?;
+                let rows: Vec<TopicRow> = sqlx::query_as(
+                    "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics ORDER BY name",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                let configs: Vec<(Uuid, String, String)> =
+                    sqlx::query_as("SELECT topic_id, key, value FROM topic_configs").fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                let mut by_topic: std::collections::HashMap<Uuid, BTreeMap<String, String>> = Default::default();
+                for (id, k, v) in configs {
+                    by_topic.entry(id).or_default().insert(k, v);
+                }
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, name, partitions, replication_factor, created_at_ms)| Topic {
+                        id,
+                        name,
+                        partitions,
+                        replication_factor,
+                        configs: by_topic.remove(&id).unwrap_or_default(),
+                        created_at_ms,
+                    })
+                    .collect())
+            }
+
+            pub(super) async fn delete_topic(&self, name: &str) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                let topic = Self::load(&mut *tx, row).await?;
+                for table in ["topic_configs", "partition_state"] {
+                    sqlx::query(&format!("DELETE FROM {table} WHERE topic_id = $1"))
+                        .bind(topic.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query("DELETE FROM topics WHERE id = $1").bind(topic.id).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+
+            pub(super) async fn alter_topic_configs(
+                &self,
+                name: &str,
+                set: &BTreeMap<String, String>,
+                delete: &[String],
+            ) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                let id = row.0;
+                for k in delete {
+                    sqlx::query("DELETE FROM topic_configs WHERE topic_id = $1 AND key = $2")
+                        .bind(id)
+                        .bind(k)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                for (k, v) in set {
+                    sqlx::query(
+                        "INSERT INTO topic_configs (topic_id, key, value) VALUES ($1, $2, $3) \
+                         ON CONFLICT (topic_id, key) DO UPDATE SET value = excluded.value",
+                    )
+                    .bind(id)
+                    .bind(k)
+                    .bind(v)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let topic = Self::load(&mut *tx, row).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+
+            pub(super) async fn add_partitions(&self, name: &str, total: i32, assignments: &[Vec<i32>]) -> Result<Topic> {
+                let mut tx = self.pool.begin().await?;
+                // One conditional UPDATE: concurrent callers cannot lower the count.
+                let updated = sqlx::query("UPDATE topics SET partitions = $2 WHERE name = $1 AND partitions < $2")
+                    .bind(name)
+                    .bind(total)
+                    .execute(&mut *tx)
+                    .await?;
+                let row: Option<TopicRow> =
+                    sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
+                let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
+                if updated.rows_affected() == 0 {
+                    return Err(Error::PartitionCountNotIncreased {
+                        topic: name.to_string(),
+                        current: row.2,
+                        requested: total,
+                    });
+                }
+                let first = total - assignments.len() as i32;
+                // The UPDATE above locked the row, so the old count is still `first`.
+                let old: Option<(i64,)> = sqlx::query_as(
+                    "SELECT COUNT(*) FROM partition_state WHERE topic_id = $1",
+                )
+                .bind(row.0)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if old.map(|(n,)| n) != Some(i64::from(first)) {
+                    return Err(Error::InvalidAssignment(format!(
+                        "{} replica assignments do not match the {} new partitions",
+                        assignments.len(),
+                        total - old.map_or(0, |(n,)| n as i32)
+                    )));
+                }
+                check_assignments(assignments, assignments.len(), row.3)?;
+                Self::insert_partition_states(&mut *tx, row.0, first, assignments).await?;
+                let topic = Self::load(&mut *tx, row).await?;
+                tx.commit().await?;
+                Ok(topic)
+            }
+        }
+    };
+}
+
+for_each_backend!(topics_sql);

@@ -15,8 +15,12 @@
 //! listen = "127.0.0.1:9093"           # Default: 127.0.0.1:9093.
 //! advertised = "broker1:9093"         # What clients are told. Default: the listen address.
 //!
-//! [listeners.kafka]                   # the Kafka wire protocol. Default: off.
-//! listen = "127.0.0.1:9092"
+//! [listeners.kafka]                   # the Kafka wire protocol
+//! listen = "127.0.0.1:9092"           # Default: 127.0.0.1:9092.
+//! max_connections = 10000             # Default: 10000.
+//! max_request_bytes = 104857600       # socket.request.max.bytes. Default: 100 MiB.
+//! max_inflight_requests = 16          # per connection. Default: 16.
+//!                                     # (configuring any listener drops the defaults)
 //!
 //! [listeners.internal]                # any name, with a protocol
 //! protocol = "grpc"
@@ -132,6 +136,9 @@ struct ListenerSection {
     protocol: Option<String>,
     listen: Option<String>,
     advertised: Option<String>,
+    max_connections: Option<usize>,
+    max_request_bytes: Option<usize>,
+    max_inflight_requests: Option<usize>,
 }
 
 /// The wire protocol a listener speaks.
@@ -161,6 +168,13 @@ pub struct ListenerConfig {
     pub listen: SocketAddr,
     /// `host:port` clients of this listener reach the broker at.
     pub advertised: String,
+    /// Open connections at once (Kafka listeners). Default: 10000.
+    pub max_connections: usize,
+    /// Largest request (Kafka's `socket.request.max.bytes`). Default: 104857600.
+    pub max_request_bytes: usize,
+    /// Requests handled at once per connection (Kafka listeners); later ones wait.
+    /// Default: 16.
+    pub max_inflight_requests: usize,
 }
 
 /// The resolved, validated configuration.
@@ -393,14 +407,19 @@ impl BrokerConfig {
 
 /// `[listeners.*]` with the shorthands applied: `grpc_listen` (`--listen`,
 /// `[broker] listen`) and `grpc_advertised` (`[cluster] advertised_address`) set the
-/// `grpc` listener, `kafka_listen` the `kafka` one. Without any gRPC listener, a
-/// `grpc` one on 127.0.0.1:9093 (brokers replicate through it).
+/// `grpc` listener, `kafka_listen` the `kafka` one. With no listener configured at
+/// all, `kafka` on 127.0.0.1:9092 and `grpc` on 127.0.0.1:9093; without any gRPC
+/// listener, a `grpc` one on 127.0.0.1:9093 (brokers replicate through it).
 fn resolve_listeners(
     mut sections: BTreeMap<String, ListenerSection>,
     grpc_listen: Option<String>,
     kafka_listen: Option<String>,
     grpc_advertised: Option<String>,
 ) -> Result<Vec<ListenerConfig>, ConfigLoadError> {
+    if sections.is_empty() && grpc_listen.is_none() && grpc_advertised.is_none() {
+        // The embedded default: Kafka clients on 9092 beside gRPC on 9093.
+        sections.insert(KAFKA_LISTENER.into(), ListenerSection::default());
+    }
     let has_grpc = sections
         .iter()
         .any(|(name, s)| s.protocol.as_deref().unwrap_or(name) == GRPC_LISTENER);
@@ -454,11 +473,18 @@ fn resolve_listeners(
                 format!("{listen} is the address of listener '{}' too", other.name),
             ));
         }
+        let positive = |field: &str, v: Option<usize>, default: usize| match v {
+            Some(0) => Err(invalid(key(field), "must be > 0")),
+            v => Ok(v.unwrap_or(default)),
+        };
         out.push(ListenerConfig {
-            name,
             protocol,
             listen,
             advertised,
+            max_connections: positive("max_connections", s.max_connections, 10_000)?,
+            max_request_bytes: positive("max_request_bytes", s.max_request_bytes, 100 << 20)?,
+            max_inflight_requests: positive("max_inflight_requests", s.max_inflight_requests, 16)?,
+            name,
         });
     }
     Ok(out)

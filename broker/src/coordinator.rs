@@ -47,6 +47,9 @@ pub struct JoinRequest {
     pub rebalance_timeout_ms: i64,
     pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
+    /// A member without an id gets one and must join again with it
+    /// (`MEMBER_ID_REQUIRED`), as Kafka's JoinGroup v4+ asks.
+    pub require_known_member_id: bool,
 }
 
 /// What every member learns when a rebalance completes.
@@ -82,6 +85,9 @@ struct Group {
     protocol: String,
     leader: String,
     members: BTreeMap<String, Member>,
+    /// Member ids handed out by a first join that must be repeated with them, and
+    /// until when they stay valid.
+    pending: HashMap<String, Instant>,
     /// A rebalance completes once every member joined (not before `not_before`), or at
     /// `deadline` without those that did not.
     not_before: Instant,
@@ -97,6 +103,7 @@ impl Group {
             protocol: String::new(),
             leader: String::new(),
             members: BTreeMap::new(),
+            pending: HashMap::new(),
             not_before: now,
             deadline: now,
         }
@@ -260,6 +267,8 @@ pub struct MemberDescription {
     pub member_id: String,
     pub client_id: String,
     pub client_host: String,
+    /// The member's metadata for the group's protocol (its subscription).
+    pub metadata: Bytes,
     pub assignment: Bytes,
 }
 
@@ -351,7 +360,15 @@ impl Coordinator {
             }
         }
         let member_id = if req.member_id.is_empty() {
-            format!("{}-{}", req.client_id, uuid::Uuid::new_v4())
+            let id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
+            if req.require_known_member_id {
+                let session = Duration::from_millis(req.session_timeout_ms as u64);
+                group.pending.insert(id.clone(), now + session);
+                return Err(GroupError::MemberIdRequired(id));
+            }
+            id
+        } else if group.pending.remove(&req.member_id).is_some() {
+            req.member_id.clone()
         } else {
             group.member(&req.group, &req.member_id)?;
             req.member_id.clone()
@@ -500,18 +517,31 @@ impl Coordinator {
                     member_id: id.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
+                    metadata: m
+                        .protocols
+                        .iter()
+                        .find(|(name, _)| *name == g.protocol)
+                        .map(|(_, metadata)| metadata.clone())
+                        .unwrap_or_default(),
                     assignment: m.assignment.clone(),
                 })
                 .collect(),
         })
     }
 
-    /// Groups held in memory: id, state, member count.
-    pub fn list(&self) -> Vec<(String, GroupState, usize)> {
+    /// Groups held in memory: id, state, member count, protocol type.
+    pub fn list(&self) -> Vec<(String, GroupState, usize, String)> {
         let mut out: Vec<_> = self
             .groups()
             .iter()
-            .map(|(id, g)| (id.clone(), g.state, g.members.len()))
+            .map(|(id, g)| {
+                (
+                    id.clone(),
+                    g.state,
+                    g.members.len(),
+                    g.protocol_type.clone(),
+                )
+            })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
@@ -544,7 +574,8 @@ impl Coordinator {
             if !mine && !g.members.is_empty() {
                 tracing::info!(group = %id, "no longer the coordinator of the group; dropping it");
             }
-            mine && !g.members.is_empty()
+            g.pending.retain(|_, until| now < *until);
+            mine && !(g.members.is_empty() && g.pending.is_empty())
         });
         for (id, g) in groups.iter_mut() {
             let expired: Vec<String> = g

@@ -14,6 +14,10 @@ use shale_log::producers::ProducerError;
 pub enum Error {
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
+    #[error("no topic has id {0}")]
+    UnknownTopicId(uuid::Uuid),
+    #[error("transactions are not supported by Shale")]
+    TransactionsUnsupported,
     #[error("partition {partition} of topic '{topic}' does not exist")]
     UnknownPartition { topic: String, partition: i32 },
     #[error("invalid topic name '{name}': {reason}")]
@@ -74,6 +78,8 @@ pub enum Error {
     LeaseLapsed,
     #[error("leader epoch {sent} is older than the current epoch {current}")]
     FencedLeaderEpoch { sent: i32, current: i32 },
+    #[error("leader epoch {sent} is newer than this leader's epoch {current}; retry")]
+    UnknownLeaderEpoch { sent: i32, current: i32 },
     #[error("broker {0} is not a replica of this partition")]
     NotReplica(i32),
     #[error("the preferred replica, broker {0}, leads already")]
@@ -113,6 +119,9 @@ impl Error {
         use Error::*;
         match self {
             UnknownTopic(_) | UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+            UnknownTopicId(_) => ErrorCode::UnknownTopicId,
+            // Fatal for a transactional client, which reports it at once.
+            TransactionsUnsupported => ErrorCode::TransactionalIdAuthorizationFailed,
             InvalidTopic { .. } => ErrorCode::InvalidTopicException,
             TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             InvalidPartitions(_) => ErrorCode::InvalidPartitions,
@@ -120,6 +129,7 @@ impl Error {
             NotLeader { leader, .. } if *leader < 0 => ErrorCode::LeaderNotAvailable,
             NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
             FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
+            UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
             LeaseLapsed => ErrorCode::NotLeaderOrFollower,
             NotReplica(_) => ErrorCode::ReplicaNotAvailable,
             ElectionNotNeeded(_) => ErrorCode::ElectionNotNeeded,

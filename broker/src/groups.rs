@@ -20,6 +20,18 @@ pub struct OffsetCommit {
     pub metadata: String,
 }
 
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone)]
+pub struct GroupListing {
+    pub group: String,
+    pub state: &'static str,
+    pub members: usize,
+    /// The coordinator's broker id (-1: a group known only by its committed offsets).
+    pub coordinator: i32,
+    /// `consumer` for consumer groups (empty for a group known only by its offsets).
+    pub protocol_type: String,
+}
+
 /// A committed offset with its topic's name.
 pub struct Committed {
     pub topic: String,
@@ -155,7 +167,7 @@ impl Broker {
     /// of (high watermark less committed offset).
     pub async fn group_lags(&self) -> Vec<(String, Vec<(String, i32, i64)>)> {
         let mut out = Vec::new();
-        for (group, _, _) in self.groups.list() {
+        for (group, _, _, _) in self.groups.list() {
             let Ok(committed) = self.committed_offsets(&group).await else {
                 continue;
             };
@@ -198,15 +210,64 @@ impl Broker {
     }
 
     /// Groups this broker coordinates, and groups known by their committed offsets.
-    pub async fn list_groups(&self) -> Result<Vec<(String, &'static str, usize, i32)>> {
-        let mut out: BTreeMap<String, (&'static str, usize, i32)> = BTreeMap::new();
-        for g in self.metastore.offset_groups().await? {
-            out.insert(g, (GroupState::Empty.name(), 0, -1));
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let mut out: BTreeMap<String, GroupListing> = BTreeMap::new();
+        for group in self.metastore.offset_groups().await? {
+            let listing = GroupListing {
+                group: group.clone(),
+                state: GroupState::Empty.name(),
+                members: 0,
+                coordinator: -1,
+                protocol_type: String::new(),
+            };
+            out.insert(group, listing);
         }
-        for (g, state, members) in self.groups.list() {
-            out.insert(g, (state.name(), members, self.config.broker_id));
+        for (group, state, members, protocol_type) in self.groups.list() {
+            let listing = GroupListing {
+                group: group.clone(),
+                state: state.name(),
+                members,
+                coordinator: self.config.broker_id,
+                protocol_type,
+            };
+            out.insert(group, listing);
         }
-        Ok(out.into_iter().map(|(g, (s, m, c))| (g, s, m, c)).collect())
+        Ok(out.into_values().collect())
+    }
+
+    /// Deletes the committed offsets of some partitions of a group without members
+    /// (Kafka's OffsetDelete); each partition gets its own answer.
+    pub async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<Result<()>>> {
+        self.ensure_coordinator(group)?;
+        if self
+            .groups
+            .describe(group)
+            .is_some_and(|d| !d.members.is_empty())
+        {
+            return Err(GroupError::NonEmptyGroup(group.to_string()).into());
+        }
+        let mut rows = Vec::new();
+        let results = partitions
+            .into_iter()
+            .map(|(topic, partition)| {
+                let t = self.topic(&topic)?;
+                if !(0..t.meta.partitions).contains(&partition) {
+                    return Err(Error::UnknownPartition { topic, partition });
+                }
+                rows.push((t.meta.id, partition));
+                Ok(())
+            })
+            .collect();
+        if !rows.is_empty() {
+            self.metastore
+                .delete_committed_offsets(group, &rows)
+                .await?;
+        }
+        Ok(results)
     }
 
     /// Deletes a group without members and its committed offsets.

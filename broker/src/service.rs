@@ -21,12 +21,14 @@ use tracing::Instrument;
 
 use crate::broker::Broker;
 
+pub use crate::groups::GroupListing;
 pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,
     TieringReport, TopicMetadata,
 };
+pub use data::EpochQuery;
 pub use data::{FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
-pub use groups::{GroupListing, SyncRequest};
+pub use groups::{CoordinatorType, SyncRequest};
 
 use crate::error::Result;
 

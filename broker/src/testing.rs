@@ -190,6 +190,9 @@ impl Metastore for FaultyMetastore {
     async fn delete_group_offsets(&self, group: &str) -> R<u64> {
         self.inner.delete_group_offsets(group).await
     }
+    async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)]) -> R<()> {
+        self.inner.delete_committed_offsets(group, partitions).await
+    }
 }
 
 /// What a hooked object-store request is about to do.

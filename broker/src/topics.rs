@@ -79,8 +79,13 @@ impl Broker {
         validate_only: bool,
     ) -> Result<Topic> {
         validate_topic_name(name)?;
+        // -1: the broker's defaults, as in Kafka's CreateTopics.
+        let partitions = if partitions == -1 {
+            self.config.cluster.num_partitions
+        } else {
+            partitions
+        };
         Self::check_partitions(partitions)?;
-        // -1: the broker's default, as in Kafka's CreateTopics.
         let replication_factor = if replication_factor == -1 {
             self.config.cluster.default_replication_factor
         } else {

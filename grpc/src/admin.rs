@@ -205,7 +205,7 @@ impl Admin for Front {
         let wanted = request.into_inner().topics;
         let m = self
             .service
-            .metadata(&ctx, (!wanted.is_empty()).then_some(wanted))
+            .metadata(&ctx, (!wanted.is_empty()).then_some(wanted), false)
             .await;
         let brokers = m
             .brokers

@@ -22,6 +22,7 @@ impl Data for Front {
         let req = service::ProduceRequest {
             acks: req.acks,
             timeout: (req.timeout_ms > 0).then(|| Duration::from_millis(u64::from(req.timeout_ms))),
+            transactional_id: None,
             partitions: req
                 .partitions
                 .into_iter()
@@ -59,7 +60,7 @@ impl Data for Front {
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
         let ctx = self.context(&request);
-        let r = self.service.init_producer_id(&ctx).await;
+        let r = self.service.init_producer_id(&ctx, None).await;
         let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
         Ok(Response::new(InitProducerIdResponse {
             error: error_result(&r),

@@ -1,7 +1,7 @@
 //! gRPC `Groups` service: the consumer-group coordinator and committed offsets.
 
 use shale_broker::groups::{JoinRequest, OffsetCommit};
-use shale_broker::service::SyncRequest;
+use shale_broker::service::{CoordinatorType, SyncRequest};
 use shale_proto::v1::groups_server::Groups;
 use shale_proto::v1::*;
 use tonic::{Request, Response, Status};
@@ -16,7 +16,10 @@ impl Groups for Front {
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
         let ctx = self.context(&request);
         let group = request.into_inner().group_id;
-        let r = self.service.find_coordinator(&ctx, &group).await;
+        let r = self
+            .service
+            .find_coordinator(&ctx, &group, CoordinatorType::Group)
+            .await;
         let error = error_result(&r);
         let (broker_id, address) = r.map_or((-1, String::new()), |b| (b.broker_id, b.address));
         Ok(Response::new(FindCoordinatorResponse {
@@ -45,6 +48,7 @@ impl Groups for Front {
                 .into_iter()
                 .map(|p| (p.name, p.metadata))
                 .collect(),
+            require_known_member_id: false,
         };
         let joined = self.service.join_group(&ctx, join).await;
         let mut resp = JoinGroupResponse {

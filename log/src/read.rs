@@ -40,6 +40,15 @@ impl PartitionLog {
     /// The first offset whose record timestamp is >= `ts`, with that timestamp, or
     /// `None` if every record is older. Within a compressed batch it answers the
     /// batch's base offset (records are not decompressed on the broker).
+    /// The largest record timestamp in the log (-1: no record).
+    pub fn max_timestamp(&self) -> i64 {
+        self.segments
+            .values()
+            .map(|s| s.max_timestamp)
+            .max()
+            .unwrap_or(-1)
+    }
+
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
         let Some(seg) = self.segments.values().find(|s| s.max_timestamp >= ts) else {
             return Ok(None);

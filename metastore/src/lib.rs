@@ -250,6 +250,10 @@ pub trait Metastore: Send + Sync + 'static {
     async fn offset_groups(&self) -> Result<Vec<String>>;
     /// Removes a group's committed offsets; returns how many there were.
     async fn delete_group_offsets(&self, group: &str) -> Result<u64>;
+    /// Removes a group's committed offsets of these partitions (topic id, partition),
+    /// in one transaction.
+    async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)])
+    -> Result<()>;
 }
 
 /// Opens the metastore a URL names and brings its schema up to date.

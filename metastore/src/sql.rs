@@ -288,6 +288,14 @@ macro_rules! sql_metastore {
                 self.delete_group_offsets(group).await
             }
 
+            async fn delete_committed_offsets(
+                &self,
+                group: &str,
+                partitions: &[(Uuid, i32)],
+            ) -> Result<()> {
+                self.delete_committed_offsets(group, partitions).await
+            }
+
             async fn listen_for_changes(
                 &self,
                 notify: std::sync::Arc<tokio::sync::Notify>,

@@ -661,6 +661,20 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
         .unwrap_err();
     assert!(matches!(err, Error::UnknownTopicId(_)), "{err:?}");
     assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 2);
+    // Deleting some partitions' offsets leaves the others (and other groups').
+    m.delete_committed_offsets("g1", &[(t.id, 0), (t.id, 2)])
+        .await
+        .unwrap();
+    let left: Vec<_> = m
+        .committed_offsets("g1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.partition)
+        .collect();
+    assert_eq!(left, [1]);
+    assert_eq!(m.committed_offsets("g2").await.unwrap().len(), 1);
+    m.commit_offsets("g1", &[commit(0, 10)]).await.unwrap();
     assert_eq!(m.delete_group_offsets("g1").await.unwrap(), 2);
     assert!(m.committed_offsets("g1").await.unwrap().is_empty());
     // Deleting the topic drops its offsets.

@@ -21,6 +21,9 @@ pub struct Args {
     /// Listen address of the gRPC listener (`[listeners.grpc] listen`).
     #[arg(long, env = "SHALE_LISTEN")]
     pub listen: Option<String>,
+    /// Listen address of the Kafka listener (`[listeners.kafka] listen`).
+    #[arg(long, env = "SHALE_KAFKA_LISTEN")]
+    pub kafka_listen: Option<String>,
     /// postgres://… or sqlite://…
     #[arg(long, env = "SHALE_METASTORE_URL")]
     pub metastore_url: Option<String>,
@@ -41,7 +44,7 @@ impl From<Args> for Overrides {
             config: a.config,
             data_dir: a.data_dir,
             listen: a.listen,
-            kafka_listen: None,
+            kafka_listen: a.kafka_listen,
             metastore_url: a.metastore_url,
             object_store_url: a.object_store_url,
             broker_id: a.broker_id,

@@ -95,16 +95,14 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     use anyhow::Context;
     let cancel = CancellationToken::new();
     let mut grpc = Vec::new();
+    let mut kafka = Vec::new();
     for l in &config.listeners {
         let socket = tokio::net::TcpListener::bind(l.listen)
             .await
             .with_context(|| format!("cannot listen on {} (listener '{}')", l.listen, l.name))?;
         match l.protocol {
             Protocol::Grpc => grpc.push((l.name.clone(), socket)),
-            Protocol::Kafka => anyhow::bail!(
-                "listener '{}': the Kafka protocol is not served by this build",
-                l.name
-            ),
+            Protocol::Kafka => kafka.push((l.name.clone(), shale_kafka::Limits::from(l), socket)),
         }
     }
     let metrics = match config.metrics_listen {
@@ -124,6 +122,13 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
         let addr = socket.local_addr()?;
         service.tasks().spawn(http::serve(service.clone(), socket));
         tracing::info!(%addr, "metrics at /metrics");
+    }
+    for (name, limits, socket) in kafka {
+        let service = service.clone();
+        service
+            .tasks()
+            .clone()
+            .spawn(async move { shale_kafka::serve(service, &name, socket, limits).await });
     }
     for l in &broker.config.listeners {
         tracing::info!(listener = %l.name, listen = %l.listen, advertised = %l.advertised, "listening");

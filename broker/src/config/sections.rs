@@ -76,6 +76,12 @@ pub struct ClusterSection {
     pub replica_fetch_max_wait_ms: u64,
     /// Replication factor of topics created without one. Default: 1.
     pub default_replication_factor: i32,
+    /// Partitions of topics created without a count (Kafka's `num.partitions`).
+    /// Default: 1.
+    pub num_partitions: i32,
+    /// A Kafka client's Metadata request creates the topics it names that do not
+    /// exist (Kafka's `auto.create.topics.enable`). Default: true.
+    pub auto_create_topics_enable: bool,
     /// Partition replicas one broker may hold; creating more is refused with
     /// INVALID_PARTITIONS. Default: 100000.
     pub max_partitions_per_broker: i32,
@@ -99,6 +105,8 @@ impl Default for ClusterSection {
             replica_lag_time_max_ms: 10_000,
             replica_fetch_max_wait_ms: 500,
             default_replication_factor: 1,
+            num_partitions: 1,
+            auto_create_topics_enable: true,
             max_partitions_per_broker: 100_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,

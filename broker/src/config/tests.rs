@@ -14,6 +14,17 @@ fn with_file(text: &str) -> Result<BrokerConfig, ConfigLoadError> {
 fn no_configuration_is_the_embedded_default() {
     let c = BrokerConfig::load(Overrides::default()).unwrap();
     assert_eq!(grpc(&c).listen.to_string(), "127.0.0.1:9093");
+    assert_eq!(
+        c.listener(KAFKA_LISTENER).unwrap().listen.to_string(),
+        "127.0.0.1:9092"
+    );
+    assert_eq!(c.listeners.len(), 2);
+    // Configuring a listener replaces the defaults.
+    let c = BrokerConfig::load(Overrides {
+        listen: Some("127.0.0.1:19093".into()),
+        ..Overrides::default()
+    })
+    .unwrap();
     assert_eq!(c.listeners.len(), 1);
     assert_eq!(c.data_dir, PathBuf::from("./shale-data"));
     assert_eq!(c.metastore_url, "sqlite://./shale-data/metastore.db");

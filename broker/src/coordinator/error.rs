@@ -37,6 +37,9 @@ pub enum GroupError {
     GroupNotFound(String),
     #[error("offset metadata of {0} bytes is larger than 4096")]
     MetadataTooLarge(usize),
+    /// A new member's first join (Kafka's JoinGroup v4+): it joins again with this id.
+    #[error("join again with member id '{0}'")]
+    MemberIdRequired(String),
 }
 
 impl GroupError {
@@ -54,6 +57,7 @@ impl GroupError {
             NonEmptyGroup(_) => ErrorCode::NonEmptyGroup,
             GroupNotFound(_) => ErrorCode::GroupIdNotFound,
             MetadataTooLarge(_) => ErrorCode::OffsetMetadataTooLarge,
+            MemberIdRequired(_) => ErrorCode::MemberIdRequired,
         }
     }
 }

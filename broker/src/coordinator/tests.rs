@@ -1,4 +1,5 @@
 use super::*;
+use shale_records::ErrorCode;
 
 fn coordinator(delay_ms: u64) -> Coordinator {
     Coordinator::new(GroupsSection {
@@ -22,6 +23,7 @@ fn join(
         rebalance_timeout_ms: session_ms,
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        require_known_member_id: false,
     })
     .unwrap()
 }
@@ -126,6 +128,7 @@ fn bad_joins_are_refused() {
         rebalance_timeout_ms: 1000,
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::new())],
+        require_known_member_id: false,
     };
     assert!(matches!(
         c.join_now(&mut r),
@@ -156,6 +159,7 @@ impl Coordinator {
             rebalance_timeout_ms: r.rebalance_timeout_ms,
             protocol_type: r.protocol_type.clone(),
             protocols: r.protocols.clone(),
+            require_known_member_id: false,
         })
         .map(drop)
     }
@@ -178,4 +182,51 @@ fn coordinators_spread_and_move_little() {
     assert!(count.iter().all(|&n| n > 800), "{count:?}");
     assert_eq!(moved, 0, "groups of surviving brokers stay put");
     assert_eq!(coordinator_of("g", &[]), None);
+}
+
+/// Kafka's JoinGroup v4+: a member without an id is handed one and joins again with
+/// it; an id nobody handed out is unknown; a handed-out id not used in time expires.
+#[tokio::test]
+async fn a_new_member_joins_again_with_the_id_it_was_given() {
+    let c = coordinator(0);
+    let request = |member: &str| JoinRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        client_id: "rdkafka".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 30,
+        rebalance_timeout_ms: 30,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        require_known_member_id: true,
+    };
+    let id = match c.join(request("")) {
+        Err(GroupError::MemberIdRequired(id)) => id,
+        other => panic!("expected MEMBER_ID_REQUIRED, got {:?}", other.map(|_| ())),
+    };
+    assert!(id.starts_with("rdkafka-"), "{id}");
+    assert_eq!(
+        GroupError::MemberIdRequired(id.clone()).code(),
+        ErrorCode::MemberIdRequired
+    );
+    let joined = c.join(request(&id)).unwrap().await.unwrap().unwrap();
+    assert_eq!(
+        (joined.member_id.as_str(), joined.generation),
+        (id.as_str(), 1)
+    );
+    assert!(matches!(
+        c.join(request("never-handed-out")),
+        Err(GroupError::UnknownMember { .. })
+    ));
+    // An id handed out and not used within the session timeout is forgotten.
+    let late = match c.join(request("")) {
+        Err(GroupError::MemberIdRequired(id)) => id,
+        other => panic!("expected MEMBER_ID_REQUIRED, got {:?}", other.map(|_| ())),
+    };
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    c.tick(|_| true);
+    assert!(matches!(
+        c.join(request(&late)),
+        Err(GroupError::UnknownMember { .. })
+    ));
 }

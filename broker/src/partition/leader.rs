@@ -88,6 +88,32 @@ impl Partition {
         (isr.len() < r.role.isr.len()).then(|| (r.role.clone(), isr))
     }
 
+    /// Leader: the largest epoch <= `leader_epoch` and where it ends in this log (the
+    /// log end for the current epoch; (-1, -1) below the first known epoch), after
+    /// checking the client's `current_leader_epoch` (-1: unchecked).
+    pub fn epoch_end_offset(
+        &self,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, i64)> {
+        let r = self.replica();
+        self.ensure_leader(&r.role)?;
+        let current = r.role.leader_epoch;
+        if current_leader_epoch >= 0 && current_leader_epoch < current {
+            return Err(Error::FencedLeaderEpoch {
+                sent: current_leader_epoch,
+                current,
+            });
+        }
+        if current_leader_epoch > current {
+            return Err(Error::UnknownLeaderEpoch {
+                sent: current_leader_epoch,
+                current,
+            });
+        }
+        Ok(r.log.epoch_end_offset(leader_epoch).unwrap_or((-1, -1)))
+    }
+
     /// Leader: answers one partition of a follower's replica fetch: checks the
     /// follower's epoch and divergence, records its progress, reads from its offset.
     pub fn serve_replica(&self, f: &FollowerFetch, now_ms: i64) -> Result<LeaderRead> {

@@ -79,7 +79,8 @@ impl Partition {
     }
 
     /// Kafka ListOffsets on the local log: -1 latest (HW), -2 earliest (remote
-    /// included), -4 earliest local, else the first local offset with timestamp >=
+    /// included), -3 the record with the largest timestamp, -4 earliest local, else
+    /// the first local offset with timestamp >=
     /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
     pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
         let r = self.replica();
@@ -89,6 +90,13 @@ impl Partition {
             -1 => Ok(Some((self.high_watermark(), -1))),
             -2 => Ok(Some((self.offsets_of(log).log_start_offset, -1))),
             -4 => Ok(Some((log.log_start_offset(), -1))),
+            // The (first) record with the largest timestamp, among those committed.
+            -3 => match log.max_timestamp() {
+                ts if ts < 0 => Ok(None),
+                ts => Ok(log
+                    .offset_for_timestamp(ts)?
+                    .filter(|(offset, _)| *offset < self.high_watermark())),
+            },
             ts if ts >= 0 => Ok(log
                 .offset_for_timestamp(ts)?
                 .filter(|(offset, _)| *offset < self.high_watermark())),

@@ -98,33 +98,63 @@ pub struct ClusterStatus {
 impl Service {
     /// Brokers, and the topics asked for (`None`: every topic). A topic this broker
     /// does not know yet is looked up in the metastore once before it is reported
-    /// unknown (another broker may have just created it).
-    pub async fn metadata(&self, ctx: &RequestContext, topics: Option<Vec<String>>) -> Metadata {
+    /// unknown (another broker may have just created it); with `auto_create` and
+    /// `cluster.auto_create_topics_enable`, it is created with the broker's defaults
+    /// (Kafka's auto-creation).
+    pub async fn metadata(
+        &self,
+        ctx: &RequestContext,
+        topics: Option<Vec<String>>,
+        auto_create: bool,
+    ) -> Metadata {
         self.call(ctx, "Metadata", async {
             let mut states = self.broker.topics_snapshot();
-            let missing = |states: &[std::sync::Arc<TopicState>]| {
-                topics.as_ref().is_some_and(|wanted| {
+            let missing = |states: &[std::sync::Arc<TopicState>]| -> Vec<String> {
+                topics.as_ref().map_or_else(Vec::new, |wanted| {
                     wanted
                         .iter()
-                        .any(|name| !states.iter().any(|s| &s.meta.name == name))
+                        .filter(|name| !states.iter().any(|s| &s.meta.name == *name))
+                        .cloned()
+                        .collect()
                 })
             };
-            if missing(&states) && self.broker.reconcile().await.is_ok() {
+            if !missing(&states).is_empty() && self.broker.reconcile().await.is_ok() {
                 states = self.broker.topics_snapshot();
             }
-            let live: Vec<BrokerLease> = self.live_brokers();
-            let topics: Vec<TopicMetadata> = match topics {
-                None => states
-                    .iter()
-                    .map(|s| topic_metadata(&s.meta.name, Some(s), &live))
-                    .collect(),
-                Some(wanted) => wanted
-                    .iter()
-                    .map(|name| {
-                        let state = states.iter().find(|s| &s.meta.name == name);
-                        topic_metadata(name, state.map(|s| &**s), &live)
-                    })
-                    .collect(),
+            let mut refused = std::collections::HashMap::new();
+            if auto_create && self.broker.config.cluster.auto_create_topics_enable {
+                let absent = missing(&states);
+                for name in &absent {
+                    match self
+                        .broker
+                        .create_topic(name, -1, -1, BTreeMap::new(), false)
+                        .await
+                    {
+                        Ok(t) => tracing::info!(topic = %t.name, "auto-created topic"),
+                        Err(Error::TopicAlreadyExists(_)) => {}
+                        Err(e) => {
+                            refused.insert(name.clone(), e);
+                        }
+                    }
+                }
+                if !absent.is_empty() {
+                    states = self.broker.topics_snapshot();
+                }
+            }
+            let live = self.live_brokers();
+            let mut topic = |name: &str| {
+                if let Some(e) = refused.remove(name) {
+                    return TopicMetadata {
+                        name: name.to_string(),
+                        result: Err(e),
+                    };
+                }
+                let state = states.iter().find(|s| s.meta.name == name);
+                topic_metadata(name, state.map(|s| &**s), &live)
+            };
+            let topics: Vec<TopicMetadata> = match &topics {
+                None => states.iter().map(|s| topic(&s.meta.name)).collect(),
+                Some(wanted) => wanted.iter().map(|name| topic(name)).collect(),
             };
             for t in &topics {
                 if let Err(e) = &t.result {
@@ -230,6 +260,94 @@ impl Service {
             self.counted(r)
         })
         .await
+    }
+
+    /// Replaces a topic's config overrides with `configs` (Kafka's AlterConfigs:
+    /// a key left out goes back to its default).
+    pub async fn replace_configs(
+        &self,
+        ctx: &RequestContext,
+        topic: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<()> {
+        self.call(ctx, "AlterConfigs", async {
+            let r = async {
+                let current = self.broker.describe_topic(topic).await?;
+                let delete = current
+                    .topic
+                    .configs
+                    .keys()
+                    .filter(|k| !configs.contains_key(*k))
+                    .cloned()
+                    .collect();
+                self.broker
+                    .alter_configs(topic, configs, delete, validate_only)
+                    .await
+            }
+            .await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// This broker's settings, under Kafka's broker config names (`name`: this
+    /// broker's id, or empty).
+    pub fn describe_broker_configs(
+        &self,
+        _ctx: &RequestContext,
+        name: &str,
+    ) -> Result<Vec<ConfigEntry>> {
+        let c = &self.broker.config;
+        if !name.is_empty() && name != c.broker_id.to_string() {
+            return self.counted(Err(Error::InvalidRequest(format!(
+                "this is broker {}: ask broker {name} for its own configs",
+                c.broker_id
+            ))));
+        }
+        let fixed = [
+            ("broker.id", c.broker_id.to_string()),
+            ("num.partitions", c.cluster.num_partitions.to_string()),
+            (
+                "default.replication.factor",
+                c.cluster.default_replication_factor.to_string(),
+            ),
+            (
+                "auto.create.topics.enable",
+                c.cluster.auto_create_topics_enable.to_string(),
+            ),
+        ];
+        let mut out: Vec<ConfigEntry> = fixed
+            .into_iter()
+            .map(|(name, value)| ConfigEntry {
+                name: name.to_string(),
+                value,
+                source: ConfigSource::Broker,
+            })
+            .collect();
+        // Topic defaults, under the broker-level names Kafka gives them.
+        let defaults = &c.topic_defaults;
+        for (key, value, source) in defaults.entries(&BTreeMap::new(), defaults) {
+            let name = match key.as_str() {
+                "retention.ms" => "log.retention.ms".to_string(),
+                "retention.bytes" => "log.retention.bytes".to_string(),
+                "segment.bytes" => "log.segment.bytes".to_string(),
+                "segment.ms" => "log.roll.ms".to_string(),
+                "max.message.bytes" => "message.max.bytes".to_string(),
+                "cleanup.policy" => "log.cleanup.policy".to_string(),
+                "index.interval.bytes" => "log.index.interval.bytes".to_string(),
+                "flush.ms" => "log.flush.interval.ms".to_string(),
+                "flush.messages" => "log.flush.interval.messages".to_string(),
+                "message.timestamp.type" => "log.message.timestamp.type".to_string(),
+                _ => key,
+            };
+            out.push(ConfigEntry {
+                name,
+                value,
+                source,
+            });
+        }
+        Ok(out)
     }
 
     /// Raises a topic's partition count to `total`.

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use super::{Keyed, RequestContext, Service};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fetch::{FetchSpec, Fetched};
 use crate::partition::Appended;
 use crate::produce::ProduceData;
@@ -16,6 +18,8 @@ pub struct ProduceRequest {
     pub acks: i32,
     /// How long acks=all may wait for the ISR (`None`: 30 s).
     pub timeout: Option<Duration>,
+    /// A transactional producer's id: refused, transactions are not supported.
+    pub transactional_id: Option<String>,
     pub partitions: Vec<ProduceData>,
 }
 
@@ -32,6 +36,16 @@ pub struct OffsetQuery {
     pub topic: String,
     pub partition: i32,
     pub timestamp: i64,
+}
+
+/// One partition of an OffsetForLeaderEpoch request.
+pub struct EpochQuery {
+    pub topic: String,
+    pub partition: i32,
+    /// The epoch the client believes current (-1: not checked).
+    pub current_leader_epoch: i32,
+    /// The epoch whose end offset is asked for.
+    pub leader_epoch: i32,
 }
 
 /// An offset with the timestamp of its record (-1 for the log end and start).
@@ -53,7 +67,12 @@ impl Service {
                 .map(|p| (p.topic.clone(), p.partition))
                 .collect();
             let timeout = req.timeout.unwrap_or(DEFAULT_PRODUCE_TIMEOUT);
-            let results = self.broker.produce(req.acks, timeout, req.partitions).await;
+            let results = if req.transactional_id.is_some() {
+                let e = Arc::new(Error::TransactionsUnsupported);
+                keys.iter().map(|_| Err(Error::Shared(e.clone()))).collect()
+            } else {
+                self.broker.produce(req.acks, timeout, req.partitions).await
+            };
             self.keyed(keys, results)
         })
         .await
@@ -101,10 +120,44 @@ impl Service {
         .await
     }
 
-    /// A new idempotent producer's id (unique in the cluster) and epoch.
-    pub async fn init_producer_id(&self, ctx: &RequestContext) -> Result<(i64, i16)> {
+    /// A new idempotent producer's id (unique in the cluster) and epoch. A
+    /// transactional producer is refused.
+    pub async fn init_producer_id(
+        &self,
+        ctx: &RequestContext,
+        transactional_id: Option<String>,
+    ) -> Result<(i64, i16)> {
         self.call(ctx, "InitProducerId", async {
-            self.counted(self.broker.init_producer_id().await)
+            let r = match transactional_id {
+                Some(_) => Err(Error::TransactionsUnsupported),
+                None => self.broker.init_producer_id().await,
+            };
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// For each query, the largest epoch at most the one asked for and the offset
+    /// where it ends on the leader (its log end for the current epoch): a client
+    /// compares it with its position to detect a truncated log.
+    pub async fn offsets_for_leader_epochs(
+        &self,
+        ctx: &RequestContext,
+        queries: Vec<EpochQuery>,
+    ) -> Vec<Keyed<(i32, i64)>> {
+        self.call(ctx, "OffsetForLeaderEpoch", async {
+            let results = queries
+                .iter()
+                .map(|q| {
+                    let p = self.broker.leader_partition(&q.topic, q.partition)?;
+                    p.epoch_end_offset(q.current_leader_epoch, q.leader_epoch)
+                })
+                .collect();
+            let keys = queries
+                .into_iter()
+                .map(|q| (q.topic, q.partition))
+                .collect();
+            self.keyed(keys, results)
         })
         .await
     }

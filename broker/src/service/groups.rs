@@ -6,7 +6,8 @@ use bytes::Bytes;
 use super::{BrokerEndpoint, Keyed, RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::groups::{
-    Committed, GroupDescription, GroupError, GroupState, JoinRequest, JoinResult, OffsetCommit,
+    Committed, GroupDescription, GroupError, GroupListing, GroupState, JoinRequest, JoinResult,
+    OffsetCommit,
 };
 
 /// A SyncGroup: the leader brings every member's assignment, the others none.
@@ -17,14 +18,12 @@ pub struct SyncRequest {
     pub assignments: Vec<(String, Bytes)>,
 }
 
-/// A group as ListGroups shows it.
-#[derive(Debug, Clone)]
-pub struct GroupListing {
-    pub group: String,
-    pub state: &'static str,
-    pub members: usize,
-    /// The coordinator's broker id (-1: a group known only by its committed offsets).
-    pub coordinator: i32,
+/// What a FindCoordinator asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorType {
+    Group,
+    /// A transaction coordinator: refused, transactions are not supported.
+    Transaction,
 }
 
 /// A waiter the coordinator dropped (the group moved or the broker stopped).
@@ -38,8 +37,12 @@ impl Service {
         &self,
         ctx: &RequestContext,
         group: &str,
+        kind: CoordinatorType,
     ) -> Result<BrokerEndpoint> {
         self.call(ctx, "FindCoordinator", async {
+            if kind == CoordinatorType::Transaction {
+                return self.counted(Err(Error::TransactionsUnsupported));
+            }
             let r = self.broker.coordinator_for(group).and_then(|(id, _)| {
                 let lease = self
                     .live_brokers()
@@ -156,6 +159,22 @@ impl Service {
         .await
     }
 
+    /// Deletes the committed offsets of some partitions of a group without members.
+    /// The outer error refuses the whole request (not the coordinator, members).
+    pub async fn delete_offsets(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<Keyed<()>>> {
+        self.call(ctx, "OffsetDelete", async {
+            let keys = partitions.clone();
+            let results = self.broker.delete_offsets(group, partitions).await;
+            Ok(self.keyed(keys, self.counted(results)?))
+        })
+        .await
+    }
+
     /// A group's committed offsets (of topics that still exist).
     pub async fn fetch_offsets(&self, ctx: &RequestContext, group: &str) -> Result<Vec<Committed>> {
         self.call(ctx, "OffsetFetch", async {
@@ -167,16 +186,7 @@ impl Service {
     /// Groups this broker coordinates, and groups known by their committed offsets.
     pub async fn list_groups(&self, ctx: &RequestContext) -> Result<Vec<GroupListing>> {
         self.call(ctx, "ListGroups", async {
-            let groups = self.counted(self.broker.list_groups().await)?;
-            Ok(groups
-                .into_iter()
-                .map(|(group, state, members, coordinator)| GroupListing {
-                    group,
-                    state,
-                    members,
-                    coordinator,
-                })
-                .collect())
+            self.counted(self.broker.list_groups().await)
         })
         .await
     }

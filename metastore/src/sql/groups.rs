@@ -83,6 +83,26 @@ macro_rules! groups_sql {
                     .await?;
                 Ok(r.rows_affected())
             }
+
+            pub(super) async fn delete_committed_offsets(
+                &self,
+                group: &str,
+                partitions: &[(Uuid, i32)],
+            ) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                for (topic_id, partition) in partitions {
+                    sqlx::query(
+                        "DELETE FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition_id = $3",
+                    )
+                    .bind(group)
+                    .bind(topic_id)
+                    .bind(partition)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
         }
     };
 }

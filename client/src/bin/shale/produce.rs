@@ -95,6 +95,11 @@ pub async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> 
     if let Some(on) = args.idempotence {
         producer = producer.with_idempotence(on);
     }
+    if !args.idempotence.unwrap_or(matches!(args.acks, Acks::All)) {
+        // Without sequence numbers, a retried batch could land after a later one:
+        // one request in flight per partition keeps the lines in input order.
+        producer = producer.with_max_in_flight(1);
+    }
     // Lines come from a thread blocking on stdin, one at a time.
     let (lines_tx, mut lines) = mpsc::channel::<std::io::Result<Vec<u8>>>(1024);
     std::thread::spawn(move || {

@@ -1,0 +1,105 @@
+//! One client connection: frames in, responses out in request order.
+//!
+//! Requests are read as they arrive and handled concurrently, up to the listener's
+//! in-flight limit; their responses are written in the order the requests came
+//! (Kafka's rule), an acks=0 produce writing none. A frame larger than the limit, a
+//! frame too short for a header, an unknown API key, an unsupported version or a body
+//! that does not decode closes the connection, as Kafka does; only ApiVersions
+//! answers an unsupported version (with a v0 body listing what is supported).
+//!
+//! # Cancellation
+//!
+//! The connection ends when the client closes it, on a protocol violation, or when
+//! the node stops; requests in flight are dropped with it (a produce already handed
+//! to the log completes there).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use shale_broker::service::{RequestContext, Service};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::frame::{self, Frame};
+use crate::handlers::{self, Reply};
+use crate::limits::Limits;
+
+/// Serves one connection until it closes.
+pub async fn serve(
+    service: Service,
+    listener: Arc<str>,
+    limits: Limits,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.split();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut pending = FuturesOrdered::new();
+    let mut stopping = std::pin::pin!(service.stopping());
+    let base = RequestContext::new(listener).with_peer(Some(peer));
+    loop {
+        // Start every complete request in the buffer, up to the in-flight limit.
+        while pending.len() < limits.max_inflight_requests {
+            match frame::split(&mut buf, limits.max_request_bytes) {
+                Ok(Some(bytes)) => match frame::parse(bytes) {
+                    Ok(Frame::Request(req)) => {
+                        let ctx = base.clone().with_client_id(req.client_id.clone());
+                        pending.push_back(handlers::handle(service.clone(), ctx, req));
+                    }
+                    Ok(Frame::Answer(bytes)) => {
+                        pending.push_back(Box::pin(async move { Reply::Send(bytes) }));
+                    }
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "closing a Kafka connection");
+                        return flush(&mut wr, pending).await;
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "closing a Kafka connection");
+                    return flush(&mut wr, pending).await;
+                }
+            }
+        }
+        let room = pending.len() < limits.max_inflight_requests;
+        tokio::select! {
+            _ = &mut stopping => return,
+            Some(reply) = pending.next(), if !pending.is_empty() => match reply {
+                Reply::Send(bytes) => {
+                    if let Err(e) = wr.write_all(&bytes).await {
+                        tracing::debug!(%peer, error = %e, "Kafka connection write failed");
+                        return;
+                    }
+                }
+                Reply::Nothing => {}
+                Reply::Close => return,
+            },
+            read = rd.read_buf(&mut buf), if room => match read {
+                Ok(0) | Err(_) => return flush(&mut wr, pending).await,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
+/// Writes the answers of requests already taken before the connection closes.
+async fn flush(
+    wr: &mut tokio::net::tcp::WriteHalf<'_>,
+    mut pending: FuturesOrdered<handlers::Answer>,
+) {
+    while let Some(reply) = pending.next().await {
+        match reply {
+            Reply::Send(bytes) => {
+                if wr.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Reply::Nothing => {}
+            Reply::Close => return,
+        }
+    }
+}

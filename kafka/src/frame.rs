@@ -1,0 +1,136 @@
+//! Kafka framing: a 4-byte big-endian length, then the request header and body.
+//! Responses are the header (v0 or v1 by API and version), the body, and the
+//! length in front.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use shale_records::ErrorCode;
+
+use crate::versions;
+
+/// Why a connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes exceeds the limit of {1}")]
+    TooLarge(i64, usize),
+    #[error("frame of {0} bytes is too short for a request header")]
+    TooShort(usize),
+    #[error("unknown API key {0}")]
+    UnknownApi(i16),
+    #[error("{api:?} version {version} is not supported")]
+    UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error("malformed {api:?} v{version} request: {reason}")]
+    Malformed {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+}
+
+/// A decoded request.
+pub struct Request {
+    pub api: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+    pub body: Body,
+}
+
+pub enum Body {
+    Decoded(Box<RequestKind>),
+    /// Produce v0–2: advertised, answered UNSUPPORTED_VERSION (the codec reads 3+).
+    OldProduce(Bytes),
+}
+
+/// What a frame asks for: a request to handle, or an answer ready at once.
+pub enum Frame {
+    Request(Request),
+    Answer(Bytes),
+}
+
+/// Takes the next whole frame (without its length) off `buf`, if it has arrived.
+pub fn split(buf: &mut BytesMut, max: usize) -> Result<Option<Bytes>, FrameError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = i64::from((&buf[..4]).get_i32());
+    if len < 0 || len as u64 > max as u64 {
+        return Err(FrameError::TooLarge(len, max));
+    }
+    let len = len as usize;
+    if buf.len() < 4 + len {
+        buf.reserve(4 + len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(4);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
+/// Decodes a frame's header and body.
+pub fn parse(mut frame: Bytes) -> Result<Frame, FrameError> {
+    if frame.len() < 8 {
+        return Err(FrameError::TooShort(frame.len()));
+    }
+    let key = (&frame[0..2]).get_i16();
+    let version = (&frame[2..4]).get_i16();
+    let correlation_id = (&frame[4..8]).get_i32();
+    let api = ApiKey::try_from(key).map_err(|()| FrameError::UnknownApi(key))?;
+    let Some((lo, hi)) = versions::range(api) else {
+        return Err(FrameError::UnknownApi(key));
+    };
+    if !(lo..=hi).contains(&version) {
+        if api == ApiKey::ApiVersions {
+            // Don't read the body: answer v0 with the supported list (the client
+            // retries with a version from it).
+            let body = versions::api_versions(ErrorCode::UnsupportedVersion);
+            return encode(api, 0, correlation_id, &body)
+                .map(Frame::Answer)
+                .map_err(|e| malformed(api, version, e));
+        }
+        return Err(FrameError::UnsupportedVersion { api, version });
+    }
+    let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
+        .map_err(|e| malformed(api, version, e))?;
+    let client_id = header.client_id.map(|c| c.to_string());
+    let body = if api == ApiKey::Produce && version < versions::PRODUCE_DECODED_FROM {
+        Body::OldProduce(frame)
+    } else {
+        let kind = RequestKind::decode(api, &mut frame, version)
+            .map_err(|e| malformed(api, version, e))?;
+        Body::Decoded(Box::new(kind))
+    };
+    Ok(Frame::Request(Request {
+        api,
+        version,
+        correlation_id,
+        client_id,
+        body,
+    }))
+}
+
+fn malformed(api: ApiKey, version: i16, e: impl std::fmt::Display) -> FrameError {
+    FrameError::Malformed {
+        api,
+        version,
+        reason: e.to_string(),
+    }
+}
+
+/// A whole response frame: length, header, body.
+pub fn encode<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &M,
+) -> anyhow::Result<Bytes> {
+    let header_version = api.response_header_version(version);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    let size = header.compute_size(header_version)? + body.compute_size(version)?;
+    let mut out = BytesMut::with_capacity(4 + size);
+    out.put_i32(size as i32);
+    header.encode(&mut out, header_version)?;
+    body.encode(&mut out, version)?;
+    Ok(out.freeze())
+}

@@ -1,0 +1,135 @@
+//! One function per API: decode the request's fields into a [`Service`] call, and
+//! its answer into the response message. No domain logic lives here.
+
+mod admin;
+mod data;
+mod groups;
+mod metadata;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestKind};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use shale_broker::error::Error;
+use shale_broker::service::{RequestContext, Service};
+use shale_records::ErrorCode;
+
+use crate::frame::{self, Body, Request};
+
+/// What a request's handling leaves to write on the connection.
+pub enum Reply {
+    /// A whole response frame.
+    Send(Bytes),
+    /// Nothing (a produce with acks=0).
+    Nothing,
+    /// Close the connection (a response that cannot be encoded).
+    Close,
+}
+
+pub type Answer = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// Handles one request; the answer is encoded in the request's version.
+pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
+    Box::pin(async move {
+        let (api, version, id) = (req.api, req.version, req.correlation_id);
+        let kind = match req.body {
+            Body::OldProduce(body) => return reply(data::old_produce(version, id, body)),
+            Body::Decoded(kind) => *kind,
+        };
+        let s = &service;
+        let ctx = &ctx;
+        let v = version;
+        let encoded = match kind {
+            RequestKind::ApiVersions(_) => {
+                let body = crate::versions::api_versions(ErrorCode::None);
+                frame::encode(api, v, id, &body)
+            }
+            RequestKind::Metadata(r) => enc(api, v, id, metadata::metadata(s, ctx, r, v).await),
+            RequestKind::DescribeCluster(r) => {
+                enc(api, v, id, metadata::describe_cluster(s, ctx, r).await)
+            }
+            RequestKind::Produce(r) => match data::produce(s, ctx, r, v).await {
+                Some(resp) => enc(api, v, id, resp),
+                None => return Reply::Nothing,
+            },
+            RequestKind::Fetch(r) => enc(api, v, id, data::fetch(s, ctx, r, v).await),
+            RequestKind::ListOffsets(r) => enc(api, v, id, data::list_offsets(s, ctx, r).await),
+            RequestKind::OffsetForLeaderEpoch(r) => {
+                enc(api, v, id, data::offset_for_leader_epoch(s, ctx, r).await)
+            }
+            RequestKind::InitProducerId(r) => {
+                enc(api, v, id, data::init_producer_id(s, ctx, r).await)
+            }
+            RequestKind::FindCoordinator(r) => {
+                enc(api, v, id, groups::find_coordinator(s, ctx, r, v).await)
+            }
+            RequestKind::JoinGroup(r) => enc(api, v, id, groups::join(s, ctx, r, v).await),
+            RequestKind::SyncGroup(r) => enc(api, v, id, groups::sync(s, ctx, r).await),
+            RequestKind::Heartbeat(r) => enc(api, v, id, groups::heartbeat(s, ctx, r).await),
+            RequestKind::LeaveGroup(r) => enc(api, v, id, groups::leave(s, ctx, r, v).await),
+            RequestKind::OffsetCommit(r) => enc(api, v, id, groups::offset_commit(s, ctx, r).await),
+            RequestKind::OffsetFetch(r) => {
+                enc(api, v, id, groups::offset_fetch(s, ctx, r, v).await)
+            }
+            RequestKind::OffsetDelete(r) => enc(api, v, id, groups::offset_delete(s, ctx, r).await),
+            RequestKind::ListGroups(r) => enc(api, v, id, groups::list(s, ctx, r).await),
+            RequestKind::DescribeGroups(r) => enc(api, v, id, groups::describe(s, ctx, r).await),
+            RequestKind::DeleteGroups(r) => enc(api, v, id, groups::delete(s, ctx, r).await),
+            RequestKind::CreateTopics(r) => {
+                enc(api, v, id, admin::create_topics(s, ctx, r, v).await)
+            }
+            RequestKind::DeleteTopics(r) => enc(api, v, id, admin::delete_topics(s, ctx, r).await),
+            RequestKind::CreatePartitions(r) => {
+                enc(api, v, id, admin::create_partitions(s, ctx, r).await)
+            }
+            RequestKind::DescribeConfigs(r) => {
+                enc(api, v, id, admin::describe_configs(s, ctx, r).await)
+            }
+            RequestKind::AlterConfigs(r) => enc(api, v, id, admin::alter_configs(s, ctx, r).await),
+            RequestKind::IncrementalAlterConfigs(r) => enc(
+                api,
+                v,
+                id,
+                admin::incremental_alter_configs(s, ctx, r).await,
+            ),
+            // Not advertised: the frame parser closes the connection before.
+            _ => return Reply::Close,
+        };
+        reply(encoded)
+    })
+}
+
+fn enc<M: Encodable>(api: ApiKey, version: i16, id: i32, body: M) -> anyhow::Result<Bytes> {
+    frame::encode(api, version, id, &body)
+}
+
+fn reply(encoded: anyhow::Result<Bytes>) -> Reply {
+    match encoded {
+        Ok(bytes) => Reply::Send(bytes),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode a Kafka response; closing the connection");
+            Reply::Close
+        }
+    }
+}
+
+/// A result's Kafka error code (0 for success).
+fn code<T>(r: &Result<T, Error>) -> i16 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.code() as i16,
+    }
+}
+
+/// A result's error message, for the versions that carry one (`None` for success).
+fn message<T>(r: &Result<T, Error>) -> Option<StrBytes> {
+    r.as_ref()
+        .err()
+        .map(|e| StrBytes::from_string(e.to_string()))
+}
+
+fn str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}

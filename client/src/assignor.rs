@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub type TopicPartition = (String, i32);
 
 /// One member's subscription as the leader sees it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Subscription {
     pub topics: Vec<String>,
     /// What it owned in the previous generation (sticky keeps it where balanced).

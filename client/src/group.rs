@@ -7,6 +7,7 @@
 
 mod commit;
 mod config;
+pub mod protocol;
 mod rebalance;
 
 use std::collections::BTreeMap;

@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use shale_proto::v1::*;
 use shale_records::ErrorCode;
 
-use super::{GroupConsumer, OffsetReset};
+use super::{GroupConsumer, OffsetReset, protocol};
 use crate::assignor::{Assignor, Subscription, TopicPartition};
 use crate::consumer::Consumer;
 use crate::{Error, Result, check_result};
@@ -91,23 +90,18 @@ impl GroupConsumer {
 
     async fn join_and_sync(&mut self, owned: &[TopicPartition]) -> Result<Vec<TopicPartition>> {
         let mut coordinator = self.coordinator().await?;
-        let (member_id, generation) = {
-            let m = self.membership();
-            (m.member_id.clone(), m.generation)
-        };
-        let subscription = ConsumerSubscription {
+        let member_id = self.membership().member_id.clone();
+        let subscription = protocol::encode_subscription(&Subscription {
             topics: self.topics.clone(),
-            owned: to_topic_partitions(owned),
-            generation_id: generation,
-        }
-        .encode_to_vec();
+            owned: owned.to_vec(),
+        });
         let protocols = self
             .config
             .assignors
             .iter()
             .map(|a| GroupProtocol {
                 name: a.name().into(),
-                metadata: subscription.clone().into(),
+                metadata: subscription.clone(),
             })
             .collect();
         let mut req = tonic::Request::new(JoinGroupRequest {
@@ -149,17 +143,9 @@ impl GroupConsumer {
         req.set_timeout(self.config.max_poll_interval + Duration::from_secs(5));
         let synced = coordinator.sync_group(req).await?.into_inner();
         check_result(synced.error)?;
-        let a = ConsumerAssignment::decode(synced.assignment).map_err(|e| {
+        protocol::decode_assignment(synced.assignment).map_err(|e| {
             Error::Invalid(format!("undecodable assignment from the group leader: {e}"))
-        })?;
-        Ok(a.partitions
-            .into_iter()
-            .flat_map(|tp| {
-                tp.partitions
-                    .into_iter()
-                    .map(move |p| (tp.topic.clone(), p))
-            })
-            .collect())
+        })
     }
 
     /// Partition counts of the subscribed topics that exist.
@@ -187,25 +173,10 @@ impl GroupConsumer {
         })?;
         let mut members = BTreeMap::new();
         for m in &joined.members {
-            let s = ConsumerSubscription::decode(m.metadata.clone()).map_err(|e| {
+            let s = protocol::decode_subscription(m.metadata.clone()).map_err(|e| {
                 Error::Invalid(format!("undecodable subscription of {}: {e}", m.member_id))
             })?;
-            let owned = s
-                .owned
-                .into_iter()
-                .flat_map(|tp| {
-                    tp.partitions
-                        .into_iter()
-                        .map(move |p| (tp.topic.clone(), p))
-                })
-                .collect();
-            members.insert(
-                m.member_id.clone(),
-                Subscription {
-                    topics: s.topics,
-                    owned,
-                },
-            );
+            members.insert(m.member_id.clone(), s);
         }
         let mut counts = BTreeMap::new();
         for t in members.values().flat_map(|s| s.topics.iter()) {
@@ -226,11 +197,7 @@ impl GroupConsumer {
             .into_iter()
             .map(|(member_id, parts)| SyncGroupAssignment {
                 member_id,
-                assignment: ConsumerAssignment {
-                    partitions: to_topic_partitions(&parts),
-                }
-                .encode_to_vec()
-                .into(),
+                assignment: protocol::encode_assignment(&parts),
             })
             .collect())
     }
@@ -341,18 +308,4 @@ fn retriable_group_error(e: &Error) -> bool {
                 | ErrorCode::CoordinatorNotAvailable
         )
     ) || e.is_retriable()
-}
-
-pub(crate) fn to_topic_partitions(parts: &[TopicPartition]) -> Vec<TopicPartitions> {
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (t, p) in parts {
-        by_topic.entry(t).or_default().push(*p);
-    }
-    by_topic
-        .into_iter()
-        .map(|(topic, partitions)| TopicPartitions {
-            topic: topic.to_string(),
-            partitions,
-        })
-        .collect()
 }

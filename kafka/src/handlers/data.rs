@@ -53,7 +53,10 @@ pub async fn produce(
     let req = service::ProduceRequest {
         acks,
         timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms as u64)),
-        transactional_id: r.transactional_id.map(|t| t.0.to_string()),
+        transactional_id: r
+            .transactional_id
+            .map(|t| t.0.to_string())
+            .filter(|t| !t.is_empty()),
         partitions,
     };
     let answers = s.produce(ctx, req).await;
@@ -280,7 +283,11 @@ pub async fn init_producer_id(
     r: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
-    let transactional_id = r.transactional_id.map(|t| t.0.to_string());
+    // An empty id is no transaction (as a null one).
+    let transactional_id = r
+        .transactional_id
+        .map(|t| t.0.to_string())
+        .filter(|t| !t.is_empty());
     let result = s.init_producer_id(ctx, transactional_id).await;
     resp.error_code = code(&result);
     let (id, epoch) = result.unwrap_or((-1, -1));

@@ -302,7 +302,6 @@ fn parse_duration_ms(s: &str) -> anyhow::Result<i64> {
 }
 
 async fn describe(client: &Client, group: &str, output: OutputFormat) -> anyhow::Result<()> {
-    use prost::Message;
     let d = client.describe_group(group).await?;
     let committed = client.committed_offsets(group).await?;
     if d.members.is_empty() && committed.is_empty() {
@@ -313,17 +312,15 @@ async fn describe(client: &Client, group: &str, output: OutputFormat) -> anyhow:
     // Who holds each partition.
     let mut owner: BTreeMap<(String, i32), (String, String, String)> = BTreeMap::new();
     for m in &d.members {
-        let a =
-            shale_proto::v1::ConsumerAssignment::decode(m.assignment.clone()).unwrap_or_default();
-        for tp in a.partitions {
-            for p in tp.partitions {
-                let holder = (
-                    m.member_id.clone(),
-                    m.client_id.clone(),
-                    m.client_host.clone(),
-                );
-                owner.insert((tp.topic.clone(), p), holder);
-            }
+        let parts = shale_client::group::protocol::decode_assignment(m.assignment.clone())
+            .unwrap_or_default();
+        for (topic, p) in parts {
+            let holder = (
+                m.member_id.clone(),
+                m.client_id.clone(),
+                m.client_host.clone(),
+            );
+            owner.insert((topic, p), holder);
         }
     }
     let mut keys: BTreeSet<(String, i32)> = committed.keys().cloned().collect();

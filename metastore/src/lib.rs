@@ -107,7 +107,7 @@ pub enum Error {
     UnsupportedUrl(String),
     #[error("cannot reach PostgreSQL at {host}: {reason}")]
     Unreachable { host: String, reason: String },
-    #[error("metastore database error")]
+    #[error("metastore database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("metastore migration failed")]
     Migration(#[from] sqlx::migrate::MigrateError),

@@ -96,6 +96,11 @@ impl PostgresMetastore {
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;
         Ok(Self { pool })
     }
+
+    /// A transaction that reads, then writes (`FOR UPDATE` guards its rows).
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
 }
 
 pub struct SqliteMetastore {
@@ -117,6 +122,14 @@ impl SqliteMetastore {
             .await?;
         sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
         Ok(Self { pool })
+    }
+
+    /// A transaction that reads, then writes. It takes SQLite's write lock at the
+    /// start: a deferred transaction that reads and then writes fails at once with
+    /// SQLITE_BUSY when another connection wrote meanwhile (the busy timeout does not
+    /// apply to that upgrade), which concurrent clients hit.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 

@@ -683,6 +683,32 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
     assert!(m.offset_groups().await.unwrap().is_empty());
 }
 
+/// Transactions that read and then write, from many tasks at once, all succeed (SQLite
+/// refuses a deferred transaction's upgrade to a writer at once, whatever its busy
+/// timeout, when another connection wrote meanwhile).
+async fn concurrent_writers_all_succeed(m: &dyn Metastore) {
+    let t = m.create_topic(new_topic("busy", 4)).await.unwrap();
+    let tasks = (0..16).map(|i: i64| async move {
+        for round in 0..10 {
+            let set = BTreeMap::from([("retention.ms".to_string(), format!("{}", 1000 + round))]);
+            m.alter_topic_configs("busy", &set, &[]).await?;
+            let commit = shale_metastore::CommittedOffset {
+                topic_id: t.id,
+                partition: (i % 4) as i32,
+                offset: round,
+                metadata: String::new(),
+                commit_ms: 1,
+            };
+            m.commit_offsets(&format!("g{i}"), &[commit]).await?;
+        }
+        Ok::<_, Error>(())
+    });
+    for result in futures::future::join_all(tasks).await {
+        result.unwrap();
+    }
+    assert_eq!(m.offset_groups().await.unwrap().len(), 16);
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -705,6 +731,7 @@ macro_rules! metastore_suite {
             case!(remote_segments_follow_the_state_machine);
             case!(cluster_leases_and_partition_state);
             case!(producer_ids_and_group_offsets);
+            case!(concurrent_writers_all_succeed);
         }
     };
 }

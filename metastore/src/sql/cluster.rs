@@ -173,7 +173,7 @@ macro_rules! cluster_sql {
                 s: &PartitionState,
                 guard: StateGuard,
             ) -> Result<PartitionState> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let lease_of = concat!(
                     "SELECT lease_expires_ms - ", $now, ", broker_epoch FROM brokers WHERE broker_id = $1",
                     $for_update

@@ -20,7 +20,7 @@ macro_rules! groups_sql {
             }
 
             pub(super) async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 for o in offsets {
                     sqlx::query(
                         "INSERT INTO group_offsets (group_id, topic_id, partition_id, committed, metadata, commit_ms) \
@@ -89,7 +89,7 @@ macro_rules! groups_sql {
                 group: &str,
                 partitions: &[(Uuid, i32)],
             ) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 for (topic_id, partition) in partitions {
                     sqlx::query(
                         "DELETE FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition_id = $3",

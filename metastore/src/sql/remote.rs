@@ -82,7 +82,7 @@ macro_rules! remote_sql {
                 if !from.can_become(to) {
                     return Err(Error::IllegalTransition { from, to });
                 }
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let select = format!("SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE segment_id = $1");
                 let row: Option<RemoteSegmentRow> =
                     sqlx::query_as(&select).bind(segment_id).fetch_optional(&mut *tx).await?;

@@ -97,7 +97,7 @@ macro_rules! topics_sql {
                 check_assignments(&t.assignments, t.partitions.max(0) as usize, t.replication_factor)?;
                 let id = Uuid::new_v4();
                 let created_at_ms = now_ms();
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query(
                     "INSERT INTO topics (id, name, partitions, replication_factor, created_at_ms) \
                      VALUES ($1, $2, $3, $4, $5)",
@@ -145,7 +145,7 @@ macro_rules! topics_sql {
 
             pub(super) async fn list_topics(&self) -> Result<Vec<Topic>> {
                 // Two queries whatever the topic count: brokers call this on every refresh.
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let rows: Vec<TopicRow> = sqlx::query_as(
                     "SELECT id, name, partitions, replication_factor, created_at_ms FROM topics ORDER BY name",
                 )
@@ -172,7 +172,7 @@ macro_rules! topics_sql {
             }
 
             pub(super) async fn delete_topic(&self, name: &str) -> Result<Topic> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let row: Option<TopicRow> =
                     sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
                 let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
@@ -194,7 +194,7 @@ macro_rules! topics_sql {
                 set: &BTreeMap<String, String>,
                 delete: &[String],
             ) -> Result<Topic> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 let row: Option<TopicRow> =
                     sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
                 let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
@@ -223,7 +223,7 @@ macro_rules! topics_sql {
             }
 
             pub(super) async fn add_partitions(&self, name: &str, total: i32, assignments: &[Vec<i32>]) -> Result<Topic> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 // One conditional UPDATE: concurrent callers cannot lower the count.
                 let updated = sqlx::query("UPDATE topics SET partitions = $2 WHERE name = $1 AND partitions < $2")
                     .bind(name)

@@ -1,8 +1,12 @@
 //! One client connection: frames in, responses out in request order.
 //!
-//! Requests are read as they arrive and handled concurrently, up to the listener's
-//! in-flight limit; their responses are written in the order the requests came
-//! (Kafka's rule), an acks=0 produce writing none. A frame larger than the limit, a
+//! Requests are read as they arrive, up to the listener's in-flight limit, and their
+//! responses are written in the order the requests came (Kafka's rule), an acks=0
+//! produce writing none. Every request but Fetch starts only when the one before it
+//! (Fetch aside) has finished, as Kafka processes a connection's requests one at a
+//! time: pipelined produces append in the order they were sent, and pipelined offset
+//! commits apply in order. A Fetch, which may wait for data, runs beside them, so a
+//! long poll does not hold up a commit or a heartbeat on the same connection. A frame larger than the limit, a
 //! frame too short for a header, an unknown API key, an unsupported version or a body
 //! that does not decode closes the connection, as Kafka does; only ApiVersions
 //! answers an unsupported version (with a v0 body listing what is supported).
@@ -19,9 +23,11 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+use kafka_protocol::messages::ApiKey;
 use shale_broker::service::{RequestContext, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 
 use crate::frame::{self, Frame};
 use crate::handlers::{self, Reply};
@@ -41,6 +47,8 @@ pub async fn serve(
     let mut pending = FuturesOrdered::new();
     let mut stopping = std::pin::pin!(service.stopping());
     let base = RequestContext::new(listener).with_peer(Some(peer));
+    // Signalled when the last request of the serial chain finishes.
+    let mut chain: Option<oneshot::Receiver<()>> = None;
     loop {
         // Start every complete request in the buffer, up to the in-flight limit.
         while pending.len() < limits.max_inflight_requests {
@@ -48,7 +56,9 @@ pub async fn serve(
                 Ok(Some(bytes)) => match frame::parse(bytes) {
                     Ok(Frame::Request(req)) => {
                         let ctx = base.clone().with_client_id(req.client_id.clone());
-                        pending.push_back(handlers::handle(service.clone(), ctx, req));
+                        let api = req.api;
+                        let answer = handlers::handle(service.clone(), ctx, req);
+                        pending.push_back(in_order(answer, api, &mut chain));
                     }
                     Ok(Frame::Answer(bytes)) => {
                         pending.push_back(Box::pin(async move { Reply::Send(bytes) }));
@@ -84,6 +94,29 @@ pub async fn serve(
             },
         }
     }
+}
+
+/// Chains every request but Fetch behind the one before it: it starts when that one
+/// has finished (or was dropped).
+fn in_order(
+    answer: handlers::Answer,
+    api: ApiKey,
+    chain: &mut Option<oneshot::Receiver<()>>,
+) -> handlers::Answer {
+    if api == ApiKey::Fetch {
+        return answer;
+    }
+    let before = chain.take();
+    let (done, next) = oneshot::channel();
+    *chain = Some(next);
+    Box::pin(async move {
+        if let Some(before) = before {
+            let _ = before.await;
+        }
+        let reply = answer.await;
+        let _ = done.send(());
+        reply
+    })
 }
 
 /// Writes the answers of requests already taken before the connection closes.

@@ -412,6 +412,24 @@ async fn pipelining_acks_zero_old_produce_and_mid_batch_fetch() {
             "timestamp {timestamp}"
         );
     }
+
+    // Pipelined produces to one partition append in the order they were sent.
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let value = format!("seq-{i}");
+        let request = produce_request("p", 1, batch(&[value.as_str()], 10_000 + i));
+        ids.push(c.send(ApiKey::Produce, 9, &request).await);
+    }
+    for (i, sent) in ids.into_iter().enumerate() {
+        let (id, r): (i32, ProduceResponse) = c.response(ApiKey::Produce, 9).await;
+        assert_eq!(id, sent);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(
+            (p.error_code, p.base_offset),
+            (0, 6 + i as i64),
+            "request {i}"
+        );
+    }
 }
 
 /// Metadata's topic-list rules (v0: empty is every topic; v1+: null is every topic,

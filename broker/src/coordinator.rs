@@ -187,30 +187,38 @@ impl Group {
             self.leader = self.members.keys().next().cloned().unwrap_or_default();
         }
         self.state = GroupState::CompletingRebalance;
-        let members: Vec<(String, Bytes)> = self
-            .members
-            .iter()
-            .map(|(id, m)| (id.clone(), metadata_for(m, &self.protocol)))
-            .collect();
-        for (id, m) in self.members.iter_mut() {
-            m.assignment = Bytes::new();
-            m.last_heartbeat = now;
-            if let Some(w) = m.join_waiter.take() {
-                let _ = w.send(Ok(JoinResult {
-                    generation: self.generation,
-                    protocol: self.protocol.clone(),
-                    leader: self.leader.clone(),
-                    member_id: id.clone(),
-                    members: if *id == self.leader {
-                        members.clone()
-                    } else {
-                        Vec::new()
-                    },
-                }));
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let answer = self.current_join(&id);
+            if let Some(m) = self.members.get_mut(&id) {
+                m.assignment = Bytes::new();
+                m.last_heartbeat = now;
+                if let Some(w) = m.join_waiter.take() {
+                    let _ = w.send(Ok(answer));
+                }
             }
         }
         tracing::info!(group, generation = self.generation, protocol = %self.protocol,
             leader = %self.leader, members = self.members.len(), "rebalance: members joined");
+    }
+
+    /// The current generation as a JoinGroup answers it to `member_id` (the leader
+    /// also gets every member's metadata).
+    fn current_join(&self, member_id: &str) -> JoinResult {
+        JoinResult {
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            member_id: member_id.to_string(),
+            members: if member_id == self.leader {
+                self.members
+                    .iter()
+                    .map(|(id, m)| (id.clone(), metadata_for(m, &self.protocol)))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
     }
 
     /// The first protocol of the leader's (or first member's) list that every member
@@ -375,6 +383,26 @@ impl Coordinator {
         };
         group.protocol_type = req.protocol_type;
         let (tx, rx) = oneshot::channel();
+        // A member joining again with what it joined with: while the group completes
+        // its rebalance, or is stable and the member follows, it gets the current
+        // generation again instead of a new rebalance (as Kafka does; clients resend
+        // JoinGroup after a timeout of their own).
+        let unchanged = group
+            .members
+            .get(&member_id)
+            .is_some_and(|m| m.protocols == req.protocols);
+        let settled = match group.state {
+            GroupState::CompletingRebalance => true,
+            GroupState::Stable => group.leader != member_id,
+            _ => false,
+        };
+        if unchanged && settled {
+            if let Some(m) = group.members.get_mut(&member_id) {
+                m.last_heartbeat = now;
+            }
+            let _ = tx.send(Ok(group.current_join(&member_id)));
+            return Ok(rx);
+        }
         let member = group
             .members
             .entry(member_id.clone())

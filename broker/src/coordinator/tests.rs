@@ -230,3 +230,50 @@ async fn a_new_member_joins_again_with_the_id_it_was_given() {
         Err(GroupError::UnknownMember { .. })
     ));
 }
+
+/// A follower that sends JoinGroup again with what it joined with (clients do, after
+/// a timeout of their own) gets the current generation back: no new rebalance. The
+/// leader joining again, or a member with new metadata, does start one.
+#[tokio::test]
+async fn joining_again_unchanged_keeps_the_generation() {
+    let c = coordinator(0);
+    let first = join(&c, "", 1000).await.unwrap().unwrap();
+    let b = join(&c, "", 1000);
+    let a = join(&c, &first.member_id, 1000);
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    assert_eq!((a.generation, b.generation), (2, 2));
+    let (leader, follower) = if a.leader == a.member_id {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let assignments = vec![
+        (leader.member_id.clone(), Bytes::from_static(b"L")),
+        (follower.member_id.clone(), Bytes::from_static(b"F")),
+    ];
+    let f_sync = c.sync("g", 2, &follower.member_id, Vec::new()).unwrap();
+    // While the rebalance completes, the follower joining again is answered at once.
+    let early = join(&c, &follower.member_id, 1000).await.unwrap().unwrap();
+    assert_eq!(early.generation, 2);
+    c.sync("g", 2, &leader.member_id, assignments)
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&f_sync.await.unwrap().unwrap()[..], b"F");
+    // The follower again, unchanged: same generation at once, group still stable.
+    let again = join(&c, &follower.member_id, 1000).await.unwrap().unwrap();
+    assert_eq!(
+        (again.generation, again.leader.as_str()),
+        (2, leader.member_id.as_str())
+    );
+    c.heartbeat("g", 2, &leader.member_id).unwrap();
+    let synced = c.sync("g", 2, &follower.member_id, Vec::new()).unwrap();
+    assert_eq!(&synced.await.unwrap().unwrap()[..], b"F");
+    // The leader joining again starts a rebalance.
+    let _rejoin = join(&c, &leader.member_id, 1000);
+    assert!(matches!(
+        c.heartbeat("g", 2, &follower.member_id),
+        Err(GroupError::RebalanceInProgress(_))
+    ));
+}

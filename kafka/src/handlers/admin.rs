@@ -172,7 +172,8 @@ pub async fn describe_configs(
         out.error_message = message(&entries);
         out.resource_type = res.resource_type;
         out.resource_name = res.resource_name;
-        let keys = res.configuration_keys;
+        // Null or empty: every config (as Kafka answers both).
+        let keys = res.configuration_keys.filter(|k| !k.is_empty());
         out.configs = entries
             .unwrap_or_default()
             .into_iter()

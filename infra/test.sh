@@ -15,3 +15,6 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 cargo nextest run --workspace --locked --profile ci
+
+# Kafka clients (kcat, librdkafka, kafka-python, kafkajs) against real brokers; installs them.
+infra/kafka-compat.sh

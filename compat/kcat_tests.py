@@ -1,0 +1,96 @@
+"""kcat (Debian's, on librdkafka 2.0.2): listing, produce and consume with every
+codec, keyed records on Kafka's partitions, and a group shared with `shale consume`."""
+
+import json
+import subprocess
+import time
+
+from harness import CLI_BIN, eventually, kafka_partition, run, shale
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def kcat(cluster, *args, input=None, timeout=60):
+    return run(["kcat", "-b", cluster.bootstrap, *args], input=input, timeout=timeout)
+
+
+def listing(cluster, replicas=1):
+    topic = f"kcat-list-{replicas}"
+    shale(cluster, "topic", "create", topic, "--partitions", "3",
+          "--replication-factor", str(replicas))
+
+    def listed():
+        meta = json.loads(kcat(cluster, "-L", "-J").stdout)
+        t = next((t for t in meta["topics"] if t["topic"] == topic), None)
+        ok = (t and len(t["partitions"]) == 3
+              and all(p["leader"] >= 0 and len(p["isrs"]) == replicas for p in t["partitions"]))
+        return meta if ok else None
+    meta = eventually(listed, what="kcat -L showing leaders and full ISRs")
+    assert len(meta["brokers"]) == len(cluster.brokers), meta["brokers"]
+    assert meta["controllerid"] in [b["id"] for b in meta["brokers"]], meta
+    text = kcat(cluster, "-L").stdout.decode()
+    assert "(controller)" in text and f'topic "{topic}" with 3 partitions' in text, text
+
+
+def codecs(cluster, replicas=1):
+    for codec in CODECS:
+        topic = f"kcat-{codec}-{replicas}"
+        shale(cluster, "topic", "create", topic, "--replication-factor", str(replicas))
+        lines = "".join(f"{codec}-{i}\n" for i in range(500)).encode()
+        kcat(cluster, "-P", "-t", topic, "-z", codec, "-X", "acks=all", input=lines)
+        got = kcat(cluster, "-C", "-t", topic, "-e", "-q", "-f", "%s\n").stdout
+        assert got == lines, f"{codec}: {len(got.splitlines())} of 500 lines back"
+
+
+def keyed(cluster):
+    """Keyed records land where Kafka's default partitioner (murmur2) puts them, for
+    kcat and for Shale's own client alike."""
+    topic = "kcat-keyed"
+    shale(cluster, "topic", "create", topic, "--partitions", "6")
+    keys = [f"key-{i}" for i in range(200)]
+    records = "".join(f"{k}:v\n" for k in keys).encode()
+    kcat(cluster, "-P", "-t", topic, "-K", ":", "-X", "partitioner=murmur2_random",
+         input=records)
+    shale(cluster, "produce", topic, "-K", ":", input=records)
+    got = kcat(cluster, "-C", "-t", topic, "-e", "-q", "-f", "%k %p\n").stdout.decode()
+    placed = {}
+    for line in got.splitlines():
+        k, p = line.split()
+        placed.setdefault(k, set()).add(int(p))
+    assert len(placed) == len(keys)
+    for k in keys:
+        assert placed[k] == {kafka_partition(k.encode(), 6)}, (k, placed[k])
+
+
+def shared_group(cluster):
+    """A kcat member and a `shale consume --group` member split one topic."""
+    topic, group = "kcat-shared", "kcat-and-shale"
+    shale(cluster, "topic", "create", topic, "--partitions", "4")
+    kc = subprocess.Popen(["kcat", "-b", cluster.bootstrap, "-G", group, "-q",
+                           "-X", "auto.offset.reset=earliest", "-f", "%p %s\n", topic],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    sc = subprocess.Popen([CLI_BIN, "--bootstrap", cluster.grpc, "consume", topic,
+                           "--group", group, "--from-beginning", "-f", "%p %s\\n"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        def two_members():
+            out = shale(cluster, "group", "describe", group, "-o", "json")
+            return len({m["member_id"] for m in json.loads(out).get("members", [])}) == 2
+        eventually(two_members, what="two members in the group")
+        time.sleep(3)  # the rebalance completes
+        values = "".join(f"m{i}\n" for i in range(400)).encode()
+        kcat(cluster, "-P", "-t", topic, "-X", "partitioner=random", input=values)
+        time.sleep(6)
+    finally:
+        for p in (kc, sc):
+            p.terminate()
+    out_k = kc.communicate(timeout=30)[0].decode().splitlines()
+    out_s = sc.communicate(timeout=30)[0].decode().splitlines()
+    got_k = {line.split()[1] for line in out_k}
+    got_s = {line.split()[1] for line in out_s}
+    assert got_k and got_s, f"kcat got {len(got_k)}, shale got {len(got_s)}: not one group"
+    assert not (got_k & got_s), "a record went to both members"
+    assert len(got_k | got_s) == 400, f"{len(got_k | got_s)} of 400 records consumed"
+    parts_k = {line.split()[0] for line in out_k}
+    parts_s = {line.split()[0] for line in out_s}
+    assert not (parts_k & parts_s), f"a partition went to both: {parts_k} {parts_s}"

@@ -40,6 +40,10 @@ struct Cli {
     /// (no broker RSS/CPU then).
     #[arg(long, env = "SHALE_BOOTSTRAP")]
     bootstrap: Option<String>,
+    /// The `kafka` scenario's broker: any Kafka-protocol broker (Shale's Kafka
+    /// listener, or a peer's) instead of a Shale broker started for it.
+    #[arg(long)]
+    kafka_bootstrap: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,6 +54,9 @@ enum Scenario {
     Replay,
     Partitions,
     Recovery,
+    /// Produce, consume, e2e and partition count through librdkafka (needs the
+    /// `kafka` feature); not part of `all`.
+    Kafka,
     All,
 }
 
@@ -67,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         base,
         postgres: cli.postgres.clone(),
         bootstrap: cli.bootstrap.clone(),
+        kafka_bootstrap: cli.kafka_bootstrap.clone(),
     };
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut results: Vec<CaseResult> = Vec::new();
@@ -88,6 +96,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if all || cli.scenario == Scenario::Recovery {
         results.extend(scenarios::recovery(&ctx).await?);
+    }
+    if cli.scenario == Scenario::Kafka {
+        results.extend(scenarios::kafka(&ctx).await?);
     }
     let run = Run {
         schema: report::SCHEMA,

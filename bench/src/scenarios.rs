@@ -1,5 +1,7 @@
 //! The scenarios. Each starts what it needs, drives load through the real client
 //! library, measures its physical baseline in the same run, and returns its cases.
+#[cfg(feature = "kafka")]
+mod kafka;
 mod latency;
 mod load;
 mod recovery;
@@ -11,6 +13,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(not(feature = "kafka"))]
+use crate::report;
+
+#[cfg(feature = "kafka")]
+pub use kafka::kafka;
 pub use latency::e2e;
 pub use recovery::recovery;
 pub use replay::replay;
@@ -25,6 +32,20 @@ pub struct Ctx {
     pub postgres: String,
     /// Use this broker instead of starting one (single-broker scenarios only).
     pub bootstrap: Option<String>,
+    /// The `kafka` scenario's broker (any Kafka-protocol broker) instead of a Shale
+    /// broker started for it.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub kafka_bootstrap: Option<String>,
+}
+
+/// Without the `kafka` feature there is no librdkafka to drive the Kafka scenario.
+#[cfg(not(feature = "kafka"))]
+pub async fn kafka(_: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+    anyhow::bail!(
+        "shale-bench was built without the `kafka` feature: build it with \
+         `cargo build --release -p shale-bench --features kafka` (needs librdkafka-dev \
+         and pkg-config, see bench/kafka.sh)"
+    )
 }
 
 impl Ctx {

@@ -1,0 +1,372 @@
+//! The Kafka-client scenarios: produce, consume, end-to-end latency and partition
+//! count through librdkafka (the `rdkafka` crate) against a Kafka-protocol listener:
+//! a Shale broker started here, or any broker `--kafka-bootstrap` names, so peers can
+//! be measured side by side on one machine with the same baselines.
+//!
+//! librdkafka runs its own threads; every blocking call here runs on a blocking task.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use hdrhistogram::Histogram;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::{FromClientConfig, FromClientConfigAndContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::{Ctx, MIB, Sent, now_nanos};
+use crate::baseline;
+use crate::harness::{BrokerProcess, ProcessStats, free_port};
+use crate::report::{CaseResult, Ratio, numbers, params};
+
+/// A Kafka-protocol broker: one this run started, or `--kafka-bootstrap`.
+struct KafkaTarget {
+    broker: Option<BrokerProcess>,
+    bootstrap: String,
+    data_dir: std::path::PathBuf,
+}
+
+impl KafkaTarget {
+    async fn new(ctx: &Ctx) -> anyhow::Result<Self> {
+        if let Some(bootstrap) = &ctx.kafka_bootstrap {
+            return Ok(Self {
+                broker: None,
+                bootstrap: bootstrap.clone(),
+                data_dir: ctx.base.clone(),
+            });
+        }
+        let kafka = format!("127.0.0.1:{}", free_port());
+        let args = ["--kafka-listen".to_string(), kafka.clone()];
+        let b = BrokerProcess::start("", &args, &ctx.base).await?;
+        Ok(Self {
+            data_dir: b.data_dir(),
+            broker: Some(b),
+            bootstrap: kafka,
+        })
+    }
+
+    fn stats(&self) -> ProcessStats {
+        self.broker
+            .as_ref()
+            .map(BrokerProcess::stats)
+            .unwrap_or_default()
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c
+    }
+
+    async fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+        let admin: AdminClient<DefaultClientContext> = self.config().create()?;
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
+        for result in admin.create_topics([&topic], &options).await? {
+            if let Err((topic, code)) = result {
+                bail!("creating {topic}: {code}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts delivery failures.
+#[derive(Default)]
+struct Deliveries {
+    failed: AtomicU64,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends `bytes` of `record`-byte values round-robin over `partitions` with acks=1.
+fn produce(
+    config: ClientConfig,
+    topic: &str,
+    partitions: i32,
+    bytes: u64,
+    record: usize,
+) -> anyhow::Result<Sent> {
+    let mut config = config;
+    config
+        .set("acks", "1")
+        .set("linger.ms", "5")
+        .set("batch.size", "1048576")
+        .set("queue.buffering.max.kbytes", "262144");
+    let producer: ThreadedProducer<Deliveries> =
+        ThreadedProducer::from_config_and_context(&config, Deliveries::default())?;
+    let value = vec![b'x'; record];
+    let count = bytes / record as u64;
+    let start = Instant::now();
+    for i in 0..count {
+        let partition = (i % partitions as u64) as i32;
+        let mut rec = BaseRecord::<(), [u8]>::to(topic)
+            .payload(&value)
+            .partition(partition);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    let secs = start.elapsed().as_secs_f64();
+    let failed = producer.context().failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        bail!("{failed} of {count} records were not delivered");
+    }
+    Ok(Sent {
+        records: count,
+        bytes: count * record as u64,
+        secs,
+    })
+}
+
+/// Reads `count` records of `topic` from offset 0 (every partition).
+fn consume(config: ClientConfig, topic: &str, partitions: i32, count: u64) -> anyhow::Result<Sent> {
+    let mut config = config;
+    config
+        .set("group.id", "shale-bench-kafka")
+        .set("enable.auto.commit", "false")
+        .set("fetch.max.bytes", "52428800")
+        .set("max.partition.fetch.bytes", "10485760");
+    let consumer: BaseConsumer = BaseConsumer::from_config(&config)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    while records < count {
+        if start.elapsed() > Duration::from_secs(300) {
+            bail!("consumed {records} of {count} records in 300 s");
+        }
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m?;
+            records += 1;
+            bytes += m.payload_len() as u64;
+        }
+    }
+    Ok(Sent {
+        records,
+        bytes,
+        secs: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Produce and consume MiB/s (acks=1, 1 KiB records, 8 partitions), end-to-end
+/// latency at fixed rates, and produce MiB/s at 1 and 1,000 partitions.
+pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    let target = KafkaTarget::new(ctx).await?;
+    let bytes = ctx.size(256, 16);
+    let mut out = Vec::new();
+
+    // Produce, then consume what was produced.
+    target.create_topic("kafka-produce", 8).await?;
+    let config = target.config();
+    let sent =
+        tokio::task::spawn_blocking(move || produce(config, "kafka-produce", 8, bytes, 1024))
+            .await??;
+    let disk_write = baseline::disk_write(&target.data_dir, bytes)?;
+    let loopback = baseline::loopback_copy(bytes).await?;
+    out.push(CaseResult {
+        scenario: "kafka-produce".into(),
+        params: client_params(&[("record_bytes", "1024"), ("partitions", "8")]),
+        metrics: rates(&sent),
+        baselines: numbers(&[
+            ("disk_write_mib_per_sec", disk_write),
+            ("loopback_tcp_mib_per_sec", loopback),
+        ]),
+        ratio: Some(Ratio::new(
+            "mib_per_sec / min(disk_write, loopback_tcp)",
+            sent.mib_per_sec() / disk_write.min(loopback),
+            Some(0.5),
+        )),
+        broker: target.stats(),
+    });
+    let config = target.config();
+    let count = sent.records;
+    let read =
+        tokio::task::spawn_blocking(move || consume(config, "kafka-produce", 8, count)).await??;
+    out.push(CaseResult {
+        scenario: "kafka-consume".into(),
+        params: client_params(&[("record_bytes", "1024"), ("partitions", "8")]),
+        metrics: rates(&read),
+        baselines: numbers(&[("loopback_tcp_mib_per_sec", loopback)]),
+        ratio: Some(Ratio::new(
+            "mib_per_sec / loopback_tcp",
+            read.mib_per_sec() / loopback,
+            Some(0.5),
+        )),
+        broker: target.stats(),
+    });
+
+    // End-to-end latency at fixed offered rates.
+    target.create_topic("kafka-e2e", 1).await?;
+    let rtt = baseline::tcp_round_trips(if ctx.quick { 2_000 } else { 20_000 }).await?;
+    let rtt_p99_ms = rtt.value_at_quantile(0.99) as f64 / 1000.0;
+    let run_for = Duration::from_millis(if ctx.quick { 1_000 } else { 5_000 });
+    for rate in [1_000.0, 10_000.0] {
+        let config = target.config();
+        let hist = tokio::task::spawn_blocking(move || latency(config, rate, run_for)).await??;
+        let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;
+        out.push(CaseResult {
+            scenario: "kafka-e2e".into(),
+            params: client_params(&[("rate_per_sec", &format!("{rate:.0}"))]),
+            metrics: numbers(&[
+                ("p50_ms", q(0.5)),
+                ("p99_ms", q(0.99)),
+                ("p999_ms", q(0.999)),
+                ("samples", hist.len() as f64),
+            ]),
+            baselines: numbers(&[("loopback_rtt_p99_ms", rtt_p99_ms)]),
+            ratio: Some(Ratio::new(
+                "loopback_rtt_p99 / p99 (target: p99 within 20x the round trip)",
+                rtt_p99_ms / q(0.99).max(1e-6),
+                Some(0.05),
+            )),
+            broker: target.stats(),
+        });
+    }
+
+    // Partition count: the same bytes over 1 and 1,000 partitions.
+    let bytes = ctx.size(128, 16);
+    let mut one = 0.0;
+    for partitions in [1, 1_000] {
+        let topic = format!("kafka-partitions-{partitions}");
+        target.create_topic(&topic, partitions).await?;
+        let config = target.config();
+        let sent =
+            tokio::task::spawn_blocking(move || produce(config, &topic, partitions, bytes, 1024))
+                .await??;
+        if partitions == 1 {
+            one = sent.mib_per_sec();
+        }
+        out.push(CaseResult {
+            scenario: "kafka-partitions".into(),
+            params: client_params(&[("partitions", &partitions.to_string())]),
+            metrics: rates(&sent),
+            baselines: numbers(&[("one_partition_mib_per_sec", one)]),
+            ratio: Some(Ratio::new(
+                "mib_per_sec / one partition's",
+                sent.mib_per_sec() / one.max(1e-9),
+                (partitions == 1_000).then_some(0.7),
+            )),
+            broker: target.stats(),
+        });
+    }
+    Ok(out)
+}
+
+fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    let mut all: Vec<(&str, String)> = vec![("client", "librdkafka".into()), ("acks", "1".into())];
+    all.extend(pairs.iter().map(|(k, v)| (*k, v.to_string())));
+    params(&all)
+}
+
+fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {
+    numbers(&[
+        ("records_per_sec", sent.records_per_sec()),
+        ("mib_per_sec", sent.mib_per_sec()),
+        ("mib", sent.bytes as f64 / MIB),
+    ])
+}
+
+/// Sends 100-byte records stamped with their send time at `rate` for `run_for`
+/// (acks=1, no linger) while a consumer records each one's latency (µs).
+fn latency(config: ClientConfig, rate: f64, run_for: Duration) -> anyhow::Result<Histogram<u64>> {
+    let mut consumer_config = config.clone();
+    consumer_config
+        .set("group.id", "shale-bench-kafka-e2e")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100");
+    let consumer: BaseConsumer = BaseConsumer::from_config(&consumer_config)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("kafka-e2e", 0, Offset::End)?;
+    consumer.assign(&tpl)?;
+    // Wait until the consumer has its position, so the first records are not missed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer
+        .position()?
+        .elements()
+        .first()
+        .is_none_or(|e| e.offset() == Offset::Invalid || e.offset() == Offset::End)
+    {
+        consumer.poll(Duration::from_millis(50));
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> anyhow::Result<Histogram<u64>> {
+            let mut hist = Histogram::<u64>::new(3)?;
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(m) = consumer.poll(Duration::from_millis(50)) {
+                    let m = m?;
+                    let sent = m.payload().map_or(0, |v| {
+                        u64::from_be_bytes(v[..8].try_into().unwrap_or_default())
+                    });
+                    let _ = hist.record(now_nanos().saturating_sub(sent) / 1_000);
+                }
+            }
+            Ok(hist)
+        })
+    };
+    let mut config = config;
+    config.set("acks", "1").set("linger.ms", "0");
+    let producer: ThreadedProducer<Deliveries> =
+        ThreadedProducer::from_config_and_context(&config, Deliveries::default())?;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now();
+    let mut next = start;
+    while start.elapsed() < run_for {
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        let mut value = now_nanos().to_be_bytes().to_vec();
+        value.resize(100, b'x');
+        producer
+            .send(
+                BaseRecord::<(), [u8]>::to("kafka-e2e")
+                    .payload(&value)
+                    .partition(0),
+            )
+            .map_err(|(e, _)| e)?;
+        next += interval;
+    }
+    producer.flush(Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let hist = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the latency reader panicked"))??;
+    if hist.is_empty() {
+        bail!("kafka-e2e: no record reached the consumer");
+    }
+    Ok(hist)
+}

@@ -6,7 +6,7 @@
 //! Protocol metadata and assignments are opaque bytes: the group leader's client
 //! computes the assignment (range, round-robin, sticky).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,11 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 mod error;
+mod group;
 
 use crate::config::GroupsSection;
 pub use error::*;
+use group::{Group, Member};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
@@ -61,212 +63,6 @@ pub struct JoinResult {
     pub member_id: String,
     /// The leader's copy only: every member and its metadata for the chosen protocol.
     pub members: Vec<(String, Bytes)>,
-}
-
-type JoinReply = oneshot::Sender<Result<JoinResult, GroupError>>;
-type SyncReply = oneshot::Sender<Result<Bytes, GroupError>>;
-
-struct Member {
-    client_id: String,
-    client_host: String,
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
-    protocols: Vec<(String, Bytes)>,
-    assignment: Bytes,
-    last_heartbeat: Instant,
-    join_waiter: Option<JoinReply>,
-    sync_waiter: Option<SyncReply>,
-}
-
-struct Group {
-    state: GroupState,
-    generation: i32,
-    protocol_type: String,
-    protocol: String,
-    leader: String,
-    members: BTreeMap<String, Member>,
-    /// Member ids handed out by a first join that must be repeated with them, and
-    /// until when they stay valid.
-    pending: HashMap<String, Instant>,
-    /// A rebalance completes once every member joined (not before `not_before`), or at
-    /// `deadline` without those that did not.
-    not_before: Instant,
-    deadline: Instant,
-}
-
-impl Group {
-    fn new(now: Instant) -> Self {
-        Self {
-            state: GroupState::Empty,
-            generation: 0,
-            protocol_type: String::new(),
-            protocol: String::new(),
-            leader: String::new(),
-            members: BTreeMap::new(),
-            pending: HashMap::new(),
-            not_before: now,
-            deadline: now,
-        }
-    }
-
-    fn member(&mut self, group: &str, id: &str) -> Result<&mut Member, GroupError> {
-        self.members
-            .get_mut(id)
-            .ok_or_else(|| GroupError::UnknownMember {
-                group: group.to_string(),
-                member: id.to_string(),
-                hint: "; join again",
-            })
-    }
-
-    fn check_generation(&self, group: &str, generation: i32) -> Result<(), GroupError> {
-        if generation != self.generation {
-            return Err(GroupError::IllegalGeneration {
-                group: group.to_string(),
-                sent: generation,
-                current: self.generation,
-            });
-        }
-        Ok(())
-    }
-
-    /// Starts a rebalance: every member must join again.
-    fn prepare_rebalance(&mut self, group: &str, now: Instant, initial_delay: Duration) {
-        if self.state == GroupState::PreparingRebalance {
-            return;
-        }
-        let was_empty = self.state == GroupState::Empty;
-        for m in self.members.values_mut() {
-            if let Some(w) = m.sync_waiter.take() {
-                let _ = w.send(Err(GroupError::RebalanceInProgress(group.to_string())));
-            }
-        }
-        let longest = self
-            .members
-            .values()
-            .map(|m| m.rebalance_timeout)
-            .max()
-            .unwrap_or_default();
-        self.state = GroupState::PreparingRebalance;
-        self.not_before = if was_empty { now + initial_delay } else { now };
-        self.deadline = now + longest.max(initial_delay);
-        tracing::info!(
-            group,
-            generation = self.generation,
-            members = self.members.len(),
-            "rebalance started"
-        );
-    }
-
-    /// Completes the join phase if it can: every member joined (and the initial delay
-    /// passed), or the deadline passed (members that did not join are dropped).
-    fn maybe_complete_join(&mut self, group: &str, now: Instant) {
-        if self.state != GroupState::PreparingRebalance {
-            return;
-        }
-        let all_joined = self.members.values().all(|m| m.join_waiter.is_some());
-        if !(all_joined && now >= self.not_before || now >= self.deadline) {
-            return;
-        }
-        self.members.retain(|id, m| {
-            let keep = m.join_waiter.is_some();
-            if !keep {
-                tracing::info!(group, member = %id, "member did not join in time; removed");
-            }
-            keep
-        });
-        self.generation += 1;
-        if self.members.is_empty() {
-            self.state = GroupState::Empty;
-            self.protocol.clear();
-            self.leader.clear();
-            return;
-        }
-        self.protocol = self.common_protocol().unwrap_or_default();
-        if !self.members.contains_key(&self.leader) {
-            self.leader = self.members.keys().next().cloned().unwrap_or_default();
-        }
-        self.state = GroupState::CompletingRebalance;
-        let ids: Vec<String> = self.members.keys().cloned().collect();
-        for id in ids {
-            let answer = self.current_join(&id);
-            if let Some(m) = self.members.get_mut(&id) {
-                m.assignment = Bytes::new();
-                m.last_heartbeat = now;
-                if let Some(w) = m.join_waiter.take() {
-                    let _ = w.send(Ok(answer));
-                }
-            }
-        }
-        tracing::info!(group, generation = self.generation, protocol = %self.protocol,
-            leader = %self.leader, members = self.members.len(), "rebalance: members joined");
-    }
-
-    /// The current generation as a JoinGroup answers it to `member_id` (the leader
-    /// also gets every member's metadata).
-    fn current_join(&self, member_id: &str) -> JoinResult {
-        JoinResult {
-            generation: self.generation,
-            protocol: self.protocol.clone(),
-            leader: self.leader.clone(),
-            member_id: member_id.to_string(),
-            members: if member_id == self.leader {
-                self.members
-                    .iter()
-                    .map(|(id, m)| (id.clone(), metadata_for(m, &self.protocol)))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
-    /// The first protocol of the leader's (or first member's) list that every member
-    /// supports.
-    fn common_protocol(&self) -> Option<String> {
-        let first = self
-            .members
-            .get(&self.leader)
-            .or_else(|| self.members.values().next())?;
-        first
-            .protocols
-            .iter()
-            .map(|(n, _)| n)
-            .find(|n| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(o, _)| o == *n))
-            })
-            .cloned()
-    }
-
-    fn remove_member(&mut self, group: &str, id: &str, now: Instant, delay: Duration) {
-        if let Some(m) = self.members.remove(id) {
-            if let Some(w) = m.join_waiter {
-                let _ = w.send(Err(GroupError::UnknownMember {
-                    group: group.to_string(),
-                    member: id.to_string(),
-                    hint: " any more",
-                }));
-            }
-            if self.members.is_empty() && self.state != GroupState::PreparingRebalance {
-                self.state = GroupState::Empty;
-                self.generation += 1;
-                self.leader.clear();
-                return;
-            }
-            self.prepare_rebalance(group, now, delay);
-            self.maybe_complete_join(group, now);
-        }
-    }
-}
-
-fn metadata_for(m: &Member, protocol: &str) -> Bytes {
-    m.protocols
-        .iter()
-        .find(|(n, _)| n == protocol)
-        .map(|(_, b)| b.clone())
-        .unwrap_or_default()
 }
 
 /// A member as `describe` shows it.

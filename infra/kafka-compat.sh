@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Kafka client compatibility suite: installs the clients a fresh machine lacks, then runs
-# compat/run.py against the debug binaries (build them first: cargo build --workspace --bins).
+# Kafka client compatibility suite: installs the clients a fresh machine lacks, runs the
+# bench's librdkafka scenario small, then compat/run.py against the debug binaries (build
+# them first: cargo build --workspace --bins).
 #
 # Clients: kcat and kafka-python 2.0.2 from Debian; confluent-kafka (librdkafka) and
 # kafka-python 3 from PyPI in a virtualenv; kafkajs from npm. Everything goes under
@@ -20,6 +21,8 @@ command -v kcat >/dev/null 2>&1 || apt_missing+=(kcat)
 /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_missing+=(python3-venv)
 command -v node >/dev/null 2>&1 || apt_missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_missing+=(npm)
+# The bench's librdkafka scenario links the system's librdkafka.
+pkg-config --exists 'rdkafka >= 1.9.2' 2>/dev/null || apt_missing+=(librdkafka-dev pkg-config)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   log "installing with apt-get: ${apt_missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -42,5 +45,12 @@ fi
 
 export SHALE_TEST_POSTGRES_URL="${SHALE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 [ "${1:-}" = "--install-only" ] && exit 0
+
+# The bench's Kafka-client scenario (librdkafka through the `kafka` feature): lint it and
+# run it small, so it keeps working; it fails on any undelivered or unread record.
+cargo clippy -p shale-bench --features kafka --all-targets --locked -- -D warnings
+cargo run -q -p shale-bench --features kafka --locked -- kafka --quick \
+  --out target/bench-kafka-quick >/dev/null
+
 exec "$VENV/bin/python" compat/run.py --kafka-python-old /usr/bin/python3 \
   --node-path "$NODE/node_modules" --postgres "$SHALE_TEST_POSTGRES_URL"

@@ -134,3 +134,60 @@ pub fn encode<M: Encodable>(
     body.encode(&mut out, version)?;
     Ok(out.freeze())
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::versions::SUPPORTED;
+
+    fn frame(key: i16, version: i16, body: &[u8]) -> Bytes {
+        let mut f = BytesMut::new();
+        f.put_i16(key);
+        f.put_i16(version);
+        f.put_i32(7);
+        f.put_slice(body);
+        f.freeze()
+    }
+
+    /// A 14-byte Metadata v0 request claiming 2^31 - 1 topics is refused as
+    /// malformed; the decoder's up-front allocation for them does not abort.
+    #[test]
+    fn an_array_count_far_beyond_the_frame_is_malformed() {
+        let mut body = BytesMut::new();
+        body.put_i16(-1); // no client id
+        body.put_i32(i32::MAX);
+        let f = frame(ApiKey::Metadata as i16, 0, &body);
+        assert!(matches!(parse(f), Err(FrameError::Malformed { .. })));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        /// Any body after a well-formed header, for every served API and version,
+        /// decodes or is refused; never a panic or an abort.
+        #[test]
+        fn arbitrary_bodies_decode_or_are_refused(
+            api in 0..SUPPORTED.len(),
+            pick in any::<u16>(),
+            body in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let (key, lo, hi) = SUPPORTED[api];
+            let version = lo + (pick % (hi - lo + 1) as u16) as i16;
+            let _ = parse(frame(key as i16, version, &body));
+        }
+
+        /// Whole frames of arbitrary bytes are split and parsed without a panic.
+        #[test]
+        fn arbitrary_frames_are_split_and_parsed(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            while let Ok(Some(f)) = split(&mut buf, 1 << 20) {
+                let _ = parse(f);
+            }
+        }
+    }
+}

@@ -5,8 +5,10 @@
 //! log and from the log to the socket.
 //!
 //! See `versions` for the APIs and versions served, `conn` for framing, pipelining
-//! and limits.
+//! and limits. A process serving this listener must use [`alloc::Allocator`] as its
+//! global allocator (see there why).
 
+pub mod alloc;
 mod conn;
 mod frame;
 mod handlers;
@@ -22,6 +24,11 @@ use tokio::sync::Semaphore;
 
 pub use limits::Limits;
 pub use versions::SUPPORTED;
+
+// The tests decode hostile frames too.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
 /// Accepts Kafka connections on `listener` (the listener named `name`) until the
 /// node stops. Beyond `limits.max_connections` open connections, new ones are closed

@@ -20,6 +20,10 @@ use shale_broker::service::Service;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+// Kafka frames size some allocations from counts on the wire (see the allocator).
+#[global_allocator]
+static ALLOCATOR: shale_kafka::alloc::Allocator = shale_kafka::alloc::Allocator;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| {

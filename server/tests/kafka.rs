@@ -283,6 +283,16 @@ async fn bad_frames_close_the_connection_and_lose_nothing() {
         }),
         ("undecodable body", garbage_body.to_vec()),
         ("frame shorter than a header", vec![0, 3, 0]),
+        // 14 bytes whose topic count would size a 154 GB allocation in the decoder.
+        ("an array count far beyond the frame", {
+            let mut f = BytesMut::new();
+            f.put_i16(ApiKey::Metadata as i16);
+            f.put_i16(0);
+            f.put_i32(1);
+            f.put_i16(-1);
+            f.put_i32(i32::MAX);
+            f.to_vec()
+        }),
     ];
     for (what, frame) in cases {
         let mut bad = Conn::connect(&addr).await;

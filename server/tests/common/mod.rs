@@ -66,7 +66,7 @@ impl Broker {
             fd_limit: None,
             child: None,
         };
-        b.spawn().await;
+        b.spawn_first().await;
         b
     }
 
@@ -81,7 +81,7 @@ impl Broker {
             fd_limit: Some(fd_limit),
             child: None,
         };
-        b.spawn().await;
+        b.spawn_first().await;
         b
     }
 
@@ -97,7 +97,32 @@ impl Broker {
         self.dir.path().join("broker.log")
     }
 
+    /// The first start: a port that another process took between `free_port` and the
+    /// bind (an ephemeral port handed to some connection) is replaced by a new one.
+    async fn spawn_first(&mut self) {
+        for _ in 0..3 {
+            match self.try_spawn().await {
+                Ok(()) => return,
+                Err(log) if log.contains("in use") => self.port = free_port(),
+                Err(log) => panic!("shale-broker exited; log:\n{log}"),
+            }
+        }
+        panic!(
+            "shale-broker found its port taken three times; log:\n{}",
+            self.log()
+        );
+    }
+
     async fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn().await {
+            panic!("shale-broker exited; log:\n{log}");
+        }
+    }
+
+    /// Starts the process and waits until it is ready; `Err` with this start's log if
+    /// it exited first.
+    async fn try_spawn(&mut self) -> Result<(), String> {
+        let since = std::fs::metadata(self.log_path()).map_or(0, |m| m.len() as usize);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -126,19 +151,23 @@ impl Broker {
             .spawn()
             .expect("cannot start shale-broker");
         self.child = Some(child);
-        self.wait_ready().await;
+        self.wait_ready(since).await
     }
 
-    async fn wait_ready(&mut self) {
+    /// Ready: this start logged that it is ready (so the broker answering on the port
+    /// is this one, not a process that took the port), and it answers.
+    async fn wait_ready(&mut self, since: usize) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(c) = Client::connect(&self.address()).await
+            let started = self.log().get(since..).unwrap_or("").to_string();
+            if started.contains("shale-broker ready")
+                && let Ok(c) = Client::connect(&self.address()).await
                 && c.list_topics().await.is_ok()
             {
-                return;
+                return Ok(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("shale-broker exited with {status}; log:\n{}", self.log());
+                return Err(format!("(exited with {status})\n{started}"));
             }
             assert!(
                 Instant::now() < deadline,

@@ -9,7 +9,8 @@
 #   infra/cluster.sh start-broker N # start broker N again
 #   infra/cluster.sh stop           # stop everything (state is kept)
 #
-# Ports: brokers 127.0.0.1:9093, :9193, :9293; S3 127.0.0.1:8015; PostgreSQL :5432.
+# Ports: brokers 127.0.0.1:9093, :9193, :9293 (gRPC) and :9092, :9192, :9292 (Kafka);
+# S3 127.0.0.1:8015; PostgreSQL :5432.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ ACCESS_KEY=shale-cluster
 SECRET_KEY=shale-cluster-secret
 DB=shale_cluster
 BOOTSTRAP=127.0.0.1:9093,127.0.0.1:9193,127.0.0.1:9293
+KAFKA_BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292
 
 port_of() { echo $((9093 + 100 * ($1 - 1))); }
 
@@ -38,7 +40,7 @@ start_broker() {
   touch "$log"
   from=$(($(wc -c <"$log") + 1))
   ./target/release/shale-broker --config "$DIR/shale.toml" --broker-id "$id" \
-    --listen "127.0.0.1:$port" --data-dir "$DIR/broker-$id" >>"$log" 2>&1 &
+    --listen "127.0.0.1:$port" --kafka-listen "127.0.0.1:$((port - 1))" --data-dir "$DIR/broker-$id" >>"$log" 2>&1 &
   echo $! >"$DIR/broker-$id.pid"
   pid=$(cat "$DIR/broker-$id.pid")
   # Ready when *this* process says so in its log: another process answering on the
@@ -54,7 +56,7 @@ start_broker() {
     rm -f "$DIR/broker-$id.pid"
     exit 1
   fi
-  echo "broker $id on 127.0.0.1:$port (pid $(cat "$DIR/broker-$id.pid"))"
+  echo "broker $id on 127.0.0.1:$port, Kafka on 127.0.0.1:$((port - 1)) (pid $(cat "$DIR/broker-$id.pid"))"
 }
 
 stop_pid() {
@@ -97,6 +99,7 @@ TOML
   for id in 1 2 3; do start_broker "$id"; done
   echo "cluster up: --bootstrap $BOOTSTRAP (S3 http://127.0.0.1:$S3_PORT, metastore postgres://postgres@127.0.0.1:5432/$DB)"
   echo "try: ./target/release/shale --bootstrap $BOOTSTRAP topic create demo --partitions 3"
+  echo "Kafka clients: bootstrap.servers=$KAFKA_BOOTSTRAP (e.g. kcat -L -b $KAFKA_BOOTSTRAP)"
 }
 
 stop() {

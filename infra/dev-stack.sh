@@ -5,13 +5,15 @@
 #   infra/dev-stack.sh start    # build, start everything, print how to reach it
 #   infra/dev-stack.sh stop
 #
-# Ports: broker gRPC 127.0.0.1:9093, S3 127.0.0.1:8014, PostgreSQL 127.0.0.1:5432.
+# Ports: broker gRPC 127.0.0.1:9093 and Kafka 127.0.0.1:9092, S3 127.0.0.1:8014,
+# PostgreSQL 127.0.0.1:5432.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEV=./shale-dev
 S3_PORT=${SHALE_DEV_S3_PORT:-8014}
 BROKER=${SHALE_DEV_LISTEN:-127.0.0.1:9093}
+KAFKA=${SHALE_DEV_KAFKA_LISTEN:-127.0.0.1:9092}
 ACCESS_KEY=shale-dev
 SECRET_KEY=shale-dev-secret
 
@@ -58,6 +60,9 @@ path_style = true
 allow_http = true
 access_key_id = "$ACCESS_KEY"
 secret_access_key = "$SECRET_KEY"
+
+[listeners.kafka]
+listen = "$KAFKA"
 TOML
   ./target/release/shale-broker --config "$DEV/shale.toml" >"$DEV/broker.log" 2>&1 &
   echo $! >"$DEV/broker.pid"
@@ -76,7 +81,7 @@ TOML
     rm -f "$DEV/broker.pid"
     exit 1
   fi
-  echo "dev stack up: broker $BROKER, S3 http://127.0.0.1:$S3_PORT (bucket 'shale'), metastore postgres://postgres@127.0.0.1:5432/shale"
+  echo "dev stack up: broker $BROKER (Kafka clients: $KAFKA), S3 http://127.0.0.1:$S3_PORT (bucket 'shale'), metastore postgres://postgres@127.0.0.1:5432/shale"
   echo "logs in $DEV/*.log; try: ./target/release/shale topic create demo --partitions 3"
 }
 

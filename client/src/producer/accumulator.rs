@@ -54,6 +54,9 @@ pub(super) struct PartitionQueue {
     pub(super) acked_seq: i32,
     /// A batch failed: resend one at a time, in order, until the failed ones are through.
     pub(super) retrying: bool,
+    /// The last error that was not a sequence gap: why a later batch, refused only
+    /// because an earlier one is missing, did not land (reported in its place).
+    pub(super) last_cause: Option<Arc<Error>>,
 }
 
 pub(super) struct Accumulator {

@@ -67,6 +67,7 @@ impl Sender {
             q.next_seq = 0;
             q.acked_seq = 0;
             q.retrying = false;
+            q.last_cause = None;
             for b in &mut q.queued {
                 b.seq = None;
             }

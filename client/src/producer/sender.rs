@@ -170,7 +170,8 @@ impl Sender {
         }
         for b in expired {
             let stamped = b.seq.is_some();
-            let error = b.last_error.clone().unwrap_or_else(|| {
+            let q = &acc.partitions[b.partition as usize];
+            let error = b.last_error.clone().map(|e| explained(q, e)).unwrap_or_else(|| {
                 Arc::new(Error::Timeout(format!(
                     "a batch of {} records for partition {} was not sent within the delivery timeout of {:?}",
                     b.records, b.partition, self.config.delivery_timeout
@@ -309,6 +310,7 @@ impl Sender {
                 }
                 if q.retrying && q.queued.iter().all(|x| x.attempts == 0) {
                     q.retrying = false;
+                    q.last_cause = None;
                 }
                 if b.attempts > 1 {
                     acc.retries.success();
@@ -323,6 +325,10 @@ impl Sender {
                 );
                 let q = &mut acc.partitions[p];
                 let head = b.seq.is_some_and(|(seq, _)| seq == q.acked_seq);
+                let e = Arc::new(e);
+                if !gap {
+                    q.last_cause = Some(e.clone());
+                }
                 if gap && head {
                     // Nothing before it is missing on our side: the leader lost the
                     // sequence. Renumber under a new epoch.
@@ -332,7 +338,7 @@ impl Sender {
                 } else if (gap || e.is_retriable())
                     && Instant::now() < b.created + self.config.delivery_timeout
                 {
-                    if e.is_leadership() || matches!(e, Error::Rpc(_) | Error::Connect { .. }) {
+                    if e.is_leadership() || matches!(*e, Error::Rpc(_) | Error::Connect { .. }) {
                         self.client.invalidate(&self.topic);
                     }
                     tracing::debug!(partition = p, error = %e, attempts = b.attempts, "retrying batch");
@@ -343,18 +349,33 @@ impl Sender {
                         .saturating_mul(1 << b.attempts.min(5))
                         .min(Duration::from_secs(1));
                     q.retrying = true;
-                    b.last_error = Some(Arc::new(e));
+                    b.last_error = Some(e);
                     requeue(q, b, Instant::now() + backoff);
                 } else {
                     // A verdict (or out of time): this sequence never lands, so the
                     // batches after it need new numbers.
                     acc.bump_epoch |= b.seq.is_some();
-                    self.finish(acc, b, Err(Arc::new(e)));
+                    let e = explained(q, e);
+                    self.finish(acc, b, Err(e));
                 }
             }
         }
         drop(guard);
         self.shared.wake.notify_one();
+    }
+}
+
+/// What a failed batch reports. A sequence gap is usually only the consequence of an
+/// earlier batch of the partition failing first (the leader refused this one because
+/// that one is missing): the earlier failure is the cause, and is reported instead.
+fn explained(q: &PartitionQueue, e: Arc<Error>) -> Arc<Error> {
+    let gap = matches!(
+        e.code(),
+        Some(ErrorCode::OutOfOrderSequenceNumber | ErrorCode::UnknownProducerId)
+    );
+    match &q.last_cause {
+        Some(cause) if gap => cause.clone(),
+        _ => e,
     }
 }
 

@@ -178,6 +178,30 @@ def admin_ops(cluster):
     eventually(lambda: topic not in a.list_topics(timeout=10).topics, what="topic deleted")
 
 
+def delete_records(cluster):
+    """DeleteRecords moves the low watermark; a consumer from the beginning starts there."""
+    topic = "ck-delete-records"
+    create(cluster, topic, 1)
+    produce(cluster.bootstrap, topic, [b"d%d" % i for i in range(100)])
+    a = admin(cluster)
+    fs = a.delete_records([TopicPartition(topic, 0, 40)])
+    deleted = fs[TopicPartition(topic, 0, 40)].result(30)
+    assert deleted.low_watermark == 40, deleted
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "ck-dr-probe"})
+    low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    c.close()
+    assert (low, high) == (40, 100), (low, high)
+    got = consume_all(cluster.bootstrap, topic, 60)
+    assert [m.offset() for m in got] == list(range(40, 100)), [m.offset() for m in got][:5]
+    # Past the high watermark: refused, nothing changes.
+    fs = a.delete_records([TopicPartition(topic, 0, 500)])
+    try:
+        fs[TopicPartition(topic, 0, 500)].result(30)
+        raise AssertionError("DeleteRecords past the high watermark succeeded")
+    except KafkaException as e:
+        assert "OFFSET_OUT_OF_RANGE" in str(e) or "out of range" in str(e).lower(), e
+
+
 def idempotent(cluster):
     topic = "ck-idempotent"
     create(cluster, topic, 2)

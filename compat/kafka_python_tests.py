@@ -217,8 +217,30 @@ def admin_ops():
     a.close()
 
 
+def delete_records():
+    """DeleteRecords (kafka-python 3: KafkaAdminClient.delete_records)."""
+    a = admin()
+    topic = f"{TAG}-delete-records"
+    a.create_topics([NewTopic(topic, 1, 1)])
+    p = KafkaProducer(bootstrap_servers=BOOTSTRAP)
+    for i in range(50):
+        p.send(topic, b"d%d" % i, partition=0)
+    p.flush(30)
+    tp = TopicPartition(topic, 0)
+    result = a.delete_records({tp: 20})
+    assert result[tp]["low_watermark"] == 20, result
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, consumer_timeout_ms=10000)
+    assert c.beginning_offsets([tp])[tp] == 20
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    offsets = [m.offset for m in c]
+    assert offsets == list(range(20, 50)), offsets[:5]
+    c.close()
+    a.close()
+
+
 TESTS = {f.__name__: f for f in [codecs, keyed, group_rebalance, commit_phase, resume_phase,
-                                  offsets_for_times, admin_ops]}
+                                  offsets_for_times, admin_ops, delete_records]}
 
 if __name__ == "__main__":
     started = time.time()

@@ -57,6 +57,9 @@ def main():
         r.check("confluent-kafka", "offsets for times", ck.offsets_for_times, one)
         r.check("confluent-kafka", "admin: create, configs, partitions, groups, delete", ck.admin_ops, one)
         r.check("confluent-kafka", "idempotent producer", ck.idempotent, one)
+        r.check("confluent-kafka", "DeleteRecords moves the low watermark", ck.delete_records, one)
+        r.check("kafka-python 3", "DeleteRecords moves the low watermark",
+                script([sys.executable, kp_script, b, "delete_records"]))
         r.check("confluent-kafka", "transactions refused with a clear error", ck.transactional_refused, one)
         r.check("confluent-kafka", "mostly-remote topic read from offset 0", ck.remote_replay, one)
         for name, python in pythons:

@@ -97,14 +97,23 @@ impl Broker {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>> {
         let p = self.leader_partition(topic, partition)?;
-        if timestamp >= 0
-            && let Some(found) = self.remote_offset_for_timestamp(&p, timestamp).await?
-        {
-            return Ok(Some(found));
-        }
-        tokio::task::spawn_blocking(move || p.list_offset(timestamp))
-            .await
-            .map_err(Error::from)?
+        let found = match timestamp {
+            ts if ts >= 0 => self.remote_offset_for_timestamp(&p, ts).await?,
+            _ => None,
+        };
+        let found = match found {
+            Some(found) => Some(found),
+            None => {
+                let p = p.clone();
+                tokio::task::spawn_blocking(move || p.list_offset(timestamp))
+                    .await
+                    .map_err(Error::from)??
+            }
+        };
+        // A segment may still hold records below the log start (DeleteRecords moved
+        // it inside the segment): they are gone, the answer is the log start.
+        let log_start = p.offsets().log_start_offset;
+        Ok(found.map(|(offset, ts)| (offset.max(log_start), ts)))
     }
 
     /// Reads each partition in turn within the response's byte budget: from the

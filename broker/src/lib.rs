@@ -13,6 +13,7 @@ pub mod config;
 pub mod controller;
 pub mod coordinator;
 mod datadir;
+pub mod delete_records;
 mod elections;
 pub mod error;
 pub mod fetch;

@@ -425,6 +425,17 @@ impl Partition {
         Ok(self.replica().log.apply_retention(now_ms, tier)?)
     }
 
+    /// Deletes the local records below `offset` (DeleteRecords, already stored in the
+    /// metastore); see [`PartitionLog::delete_records_below`].
+    pub fn delete_records_below(&self, offset: i64) -> Result<RetentionOutcome> {
+        Ok(self.replica().log.delete_records_below(offset)?)
+    }
+
+    /// The offset records were deleted below (0: none).
+    pub fn deleted_below(&self) -> i64 {
+        self.replica().log.deleted_below()
+    }
+
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
         self.replica().log.sealed_segments_after(after)
     }

@@ -21,6 +21,14 @@ impl Broker {
         let _guard = self.reconcile_lock.lock().await;
         let wanted = self.metastore.list_topics().await?;
         let all_states = self.metastore.list_partition_states().await?;
+        // Where DeleteRecords moved partitions' log starts: applied with their roles.
+        let log_starts: HashMap<(uuid::Uuid, i32), i64> = self
+            .metastore
+            .log_start_offsets()
+            .await?
+            .into_iter()
+            .map(|(id, p, offset)| ((id, p), offset))
+            .collect();
         let brokers = self.metastore.list_brokers().await?;
         *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
         let mut current = self
@@ -143,6 +151,12 @@ impl Broker {
             for (p, s) in to_apply {
                 if let Err(e) = p.apply_state(&s, now) {
                     tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot apply the partition's role");
+                }
+                if let Some(&offset) = log_starts.get(&(s.topic_id, s.partition))
+                    && let Err(e) = p.delete_records_below(offset)
+                {
+                    tracing::error!(topic = %p.topic, partition = p.index, offset, error = %e,
+                        "cannot delete records below the partition's log start");
                 }
             }
         })

@@ -26,7 +26,7 @@ pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,
     TieringReport, TopicMetadata,
 };
-pub use data::EpochQuery;
+pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, SyncRequest};
 

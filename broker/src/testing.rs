@@ -134,6 +134,14 @@ impl Metastore for FaultyMetastore {
     ) -> R<PartitionState> {
         self.inner.update_partition_state(state, guard).await
     }
+    async fn advance_log_start(&self, topic_id: Uuid, partition: i32, offset: i64) -> R<i64> {
+        self.inner
+            .advance_log_start(topic_id, partition, offset)
+            .await
+    }
+    async fn log_start_offsets(&self) -> R<Vec<(Uuid, i32, i64)>> {
+        self.inner.log_start_offsets().await
+    }
     fn supports_replication(&self) -> bool {
         self.inner.supports_replication()
     }

@@ -312,13 +312,16 @@ impl Broker {
         Ok(())
     }
 
-    async fn remote_retention(&self, p: &Partition, now: i64) -> Result<()> {
+    /// Remote retention of one partition (the leader's): by time, by size, and every
+    /// segment holding only records below the offset records were deleted below.
+    pub(crate) async fn remote_retention(&self, p: &Partition, now: i64) -> Result<()> {
         let _tier = p.tier_lock.lock().await;
         let config = p.config();
         let state = p.remote_state();
+        let deleted_below = p.deleted_below();
         if !state.loaded
             || state.segments.is_empty()
-            || (config.retention_ms < 0 && config.retention_bytes < 0)
+            || (config.retention_ms < 0 && config.retention_bytes < 0 && deleted_below == 0)
         {
             return Ok(());
         }
@@ -327,7 +330,8 @@ impl Broker {
             let by_time = config.retention_ms >= 0 && seg.max_timestamp < now - config.retention_ms;
             let by_size = config.retention_bytes >= 0
                 && total.saturating_sub(seg.size_bytes as u64) >= config.retention_bytes as u64;
-            if !(by_time || by_size) {
+            let deleted = seg.end_offset < deleted_below;
+            if !(by_time || by_size || deleted) {
                 break;
             }
             // Retire it from the read index first, so no fetch starts on it while it goes.

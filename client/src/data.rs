@@ -41,6 +41,31 @@ impl Client {
         .await
     }
 
+    /// Kafka DeleteRecords: deletes the partition's records below `offset` (-1: below
+    /// the high watermark); returns its log start offset afterwards.
+    pub async fn delete_records(&self, topic: &str, partition: i32, offset: i64) -> Result<i64> {
+        let timeout = self.request_timeout;
+        self.with_leader(topic, partition, |mut data| async move {
+            let mut req = tonic::Request::new(DeleteRecordsRequest {
+                partitions: vec![DeleteRecordsPartition {
+                    topic: topic.into(),
+                    partition,
+                    offset,
+                }],
+            });
+            req.set_timeout(timeout);
+            let r = data.delete_records(req).await?.into_inner();
+            let p = r
+                .partitions
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Invalid("empty delete records response".into()))?;
+            check(p.error_code, &p.error_message)?;
+            Ok(p.low_watermark)
+        })
+        .await
+    }
+
     /// One fetch of one partition, returned as the broker answered it (error code
     /// included), for tools and tests that look at raw batches.
     pub async fn fetch_partition(

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use shale_broker::fetch::FetchSpec;
 use shale_broker::produce::ProduceData;
-use shale_broker::service::{self, OffsetQuery};
+use shale_broker::service::{self, DeleteRecordsQuery, OffsetQuery};
 use shale_proto::v1::data_server::Data;
 use shale_proto::v1::*;
 use tonic::{Request, Response, Status};
@@ -53,6 +53,40 @@ impl Data for Front {
             })
             .collect();
         Ok(Response::new(ProduceResponse { partitions }))
+    }
+
+    async fn delete_records(
+        &self,
+        request: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        let ctx = self.context(&request);
+        let queries = request
+            .into_inner()
+            .partitions
+            .into_iter()
+            .map(|p| DeleteRecordsQuery {
+                topic: p.topic,
+                partition: p.partition,
+                offset: p.offset,
+            })
+            .collect();
+        let partitions = self
+            .service
+            .delete_records(&ctx, queries)
+            .await
+            .into_iter()
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
+                DeleteRecordsPartitionResult {
+                    topic: k.topic,
+                    partition: k.partition,
+                    error_code,
+                    error_message,
+                    low_watermark: k.result.unwrap_or(-1),
+                }
+            })
+            .collect();
+        Ok(Response::new(DeleteRecordsResponse { partitions }))
     }
 
     async fn init_producer_id(

@@ -59,6 +59,7 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
             RequestKind::OffsetForLeaderEpoch(r) => {
                 enc(api, v, id, data::offset_for_leader_epoch(s, ctx, r).await)
             }
+            RequestKind::DeleteRecords(r) => enc(api, v, id, data::delete_records(s, ctx, r).await),
             RequestKind::InitProducerId(r) => {
                 enc(api, v, id, data::init_producer_id(s, ctx, r).await)
             }

@@ -108,6 +108,10 @@ pub struct PartitionLog {
     producers: ProducerStates,
     /// The producer state covers every batch below this offset.
     producers_through: i64,
+    /// Records below this offset were deleted (Kafka's DeleteRecords): the log starts
+    /// here even where a segment holding them remains. Kept by the caller (the
+    /// metastore), and set again after every open.
+    deleted_below: i64,
     unflushed_messages: u64,
     last_flush_ms: i64,
 }
@@ -175,6 +179,7 @@ impl PartitionLog {
             epochs,
             producers: ProducerStates::default(),
             producers_through: 0,
+            deleted_below: 0,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
         };
@@ -206,8 +211,12 @@ impl PartitionLog {
         self.config = config;
     }
 
+    /// The first offset the log holds: its first segment's base, or the offset records
+    /// were deleted below if that is higher (never past the log end: a log reset below
+    /// that offset starts where it was reset).
     pub fn log_start_offset(&self) -> i64 {
-        self.segments.first_key_value().map_or(0, |(b, _)| *b)
+        let base = self.segments.first_key_value().map_or(0, |(b, _)| *b);
+        base.max(self.deleted_below.min(self.log_end_offset()))
     }
 
     pub fn log_end_offset(&self) -> i64 {

@@ -87,7 +87,8 @@ impl PartitionLog {
     /// never the active segment; an expired active segment is rolled first so that
     /// time retention can empty an idle log). For a tiered partition, `tier` limits
     /// this to segments already in the object store, and also removes segments the
-    /// remote tier has retired (below the partition's log start offset).
+    /// remote tier has retired (below the partition's log start offset). Segments
+    /// wholly below the offset records were deleted below go in any case.
     pub fn apply_retention(
         &mut self,
         now_ms: i64,
@@ -108,7 +109,8 @@ impl PartitionLog {
             let last_offset = self.segments.keys().nth(1).copied().expect("len > 1") - 1;
             let uploaded = tier.is_none_or(|t| last_offset <= t.uploaded_through);
             let retired = tier.is_some_and(|t| last_offset < t.retained_from);
-            if !((by_time || by_size) && uploaded || retired) {
+            let deleted = last_offset < self.deleted_below;
+            if !((by_time || by_size) && uploaded || retired || deleted) {
                 break;
             }
             let (_, seg) = self.segments.pop_first().expect("len > 1");
@@ -123,6 +125,41 @@ impl PartitionLog {
                 log_start_offset = self.log_start_offset(), "retention deleted segments");
         }
         Ok(out)
+    }
+
+    /// Deletes the records below `offset` (Kafka's DeleteRecords, once the caller has
+    /// made the new log start durable): the log starts there from now on, and sealed
+    /// segments holding only records below it are removed at once, uploaded or not. A
+    /// log that ends below `offset` (a follower behind) starts at its end until it
+    /// grows past `offset`. Never moves the start back. Returns what was removed.
+    pub fn delete_records_below(&mut self, offset: i64) -> Result<RetentionOutcome, LogError> {
+        let mut out = RetentionOutcome::default();
+        if offset <= self.deleted_below {
+            return Ok(out);
+        }
+        self.deleted_below = offset;
+        while self.segments.len() > 1 {
+            let next_base = self.segments.keys().nth(1).copied().expect("len > 1");
+            if next_base > self.deleted_below {
+                break;
+            }
+            let (_, seg) = self.segments.pop_first().expect("len > 1");
+            out.segments += 1;
+            out.bytes += seg.size();
+            seg.delete()?;
+        }
+        if out.segments > 0 {
+            sync_dir(&self.dir)?;
+        }
+        tracing::info!(dir = %self.dir.display(), deleted_below = self.deleted_below,
+            segments = out.segments, log_start_offset = self.log_start_offset(),
+            "records deleted");
+        Ok(out)
+    }
+
+    /// The offset records were deleted below (0: none deleted).
+    pub fn deleted_below(&self) -> i64 {
+        self.deleted_below
     }
 }
 

@@ -803,3 +803,66 @@ fn a_failed_reset_leaves_a_usable_log() {
     let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), base + 3);
 }
+
+#[test]
+fn deleting_records_moves_the_log_start_inside_a_segment_and_drops_whole_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    for i in 0..100u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    let segments = log.segment_count();
+    let second = log.segments.keys().nth(1).copied().unwrap();
+    let third = log.segments.keys().nth(2).copied().unwrap();
+    // Inside the second segment: the first goes, the second stays but reads start at
+    // the new log start.
+    let cut = second + 1;
+    let out = log.delete_records_below(cut).unwrap();
+    assert_eq!(out.segments, 1);
+    assert_eq!(log.segment_count(), segments - 1);
+    assert_eq!(log.log_start_offset(), cut);
+    assert!(matches!(
+        log.plan_read(cut - 1, i64::MAX),
+        Err(LogError::OffsetOutOfRange { log_start, .. }) if log_start == cut
+    ));
+    let records = read_all(&log, cut, 4096);
+    assert_eq!(records.len() as i64, 300 - cut);
+    assert_eq!(records[0].offset, cut);
+    // Never backwards; a second call at or below changes nothing.
+    assert_eq!(log.delete_records_below(5).unwrap().segments, 0);
+    assert_eq!(log.log_start_offset(), cut);
+    // Exactly at the next segment's base: the segment below goes.
+    assert_eq!(log.delete_records_below(third).unwrap().segments, 1);
+    assert_eq!(log.log_start_offset(), third);
+    // Up to the log end: only the active segment remains, and the log is empty.
+    let end = log.log_end_offset();
+    log.delete_records_below(end).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (end, end));
+    // Appends go on at the end.
+    assert_eq!(append(&mut log, batch(0, 2, 1000, 10), 0).first_offset, end);
+    assert_eq!(read_all(&log, end, 4096).len(), 2);
+}
+
+#[test]
+fn a_log_that_ends_below_the_deleted_offset_starts_at_its_end_and_retention_drops_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    for i in 0..10u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    // A follower 30 records long learns that records below 200 are deleted.
+    log.delete_records_below(200).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (30, 30));
+    // It catches up past 200: sealed segments wholly below 200 go at retention.
+    for i in 10..100u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    // Reads start at 200 at once; the files go at the next retention pass.
+    assert_eq!(log.log_start_offset(), 200);
+    assert!(log.segments.keys().nth(1).copied().unwrap() <= 200);
+    assert!(log.apply_retention(0, None).unwrap().segments > 0);
+    assert_eq!(log.log_start_offset(), 200);
+    assert!(log.segments.keys().nth(1).copied().unwrap() > 200);
+    assert!(*log.segments.keys().next().unwrap() <= 200);
+}

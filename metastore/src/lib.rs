@@ -199,6 +199,13 @@ pub trait Metastore: Send + Sync + 'static {
         state: &PartitionState,
         guard: StateGuard,
     ) -> Result<PartitionState>;
+    /// Raises the offset a partition's records were deleted below (DeleteRecords) to
+    /// `offset`, never lowering it; returns the stored value. Fails with
+    /// `PartitionStateNotFound` for an unknown partition.
+    async fn advance_log_start(&self, topic_id: Uuid, partition: i32, offset: i64) -> Result<i64>;
+    /// Every partition whose records were deleted below some offset: (topic id,
+    /// partition, offset), by topic id and partition.
+    async fn log_start_offsets(&self) -> Result<Vec<(Uuid, i32, i64)>>;
     /// Waits for change notifications and signals `notify` for each; returns only on
     /// error. Metastores without notifications return `Ok(())` at once (callers poll).
     async fn listen_for_changes(&self, notify: Arc<tokio::sync::Notify>) -> Result<()> {

@@ -277,6 +277,19 @@ macro_rules! sql_metastore {
                 self.update_partition_state(s, guard).await
             }
 
+            async fn advance_log_start(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                offset: i64,
+            ) -> Result<i64> {
+                self.advance_log_start(topic_id, partition, offset).await
+            }
+
+            async fn log_start_offsets(&self) -> Result<Vec<(Uuid, i32, i64)>> {
+                self.log_start_offsets().await
+            }
+
             fn supports_replication(&self) -> bool {
                 self.supports_replication()
             }

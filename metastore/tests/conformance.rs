@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shale_metastore::{Error, Metastore, NewTopic, RemoteSegment, RemoteSegmentState, StateGuard};
+use shale_metastore::{
+    Error, Metastore, NewTopic, PartitionState, RemoteSegment, RemoteSegmentState, StateGuard,
+};
 
 /// A metastore under test plus whatever must be cleaned up after it.
 struct Fixture {
@@ -709,6 +711,39 @@ async fn concurrent_writers_all_succeed(m: &dyn Metastore) {
     assert_eq!(m.offset_groups().await.unwrap().len(), 16);
 }
 
+async fn log_start_offsets_only_move_up(m: &dyn Metastore) {
+    let t = m.create_topic(new_topic("trimmed", 2)).await.unwrap();
+    assert!(m.log_start_offsets().await.unwrap().is_empty());
+    assert_eq!(m.advance_log_start(t.id, 1, 40).await.unwrap(), 40);
+    // Never lowered: the stored value is answered.
+    assert_eq!(m.advance_log_start(t.id, 1, 10).await.unwrap(), 40);
+    assert_eq!(m.advance_log_start(t.id, 1, 41).await.unwrap(), 41);
+    assert_eq!(m.log_start_offsets().await.unwrap(), vec![(t.id, 1, 41)]);
+    // A partition-state change leaves it alone.
+    let state = m
+        .list_partition_states()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.topic_id == t.id && s.partition == 1)
+        .unwrap();
+    let next = PartitionState {
+        leader_epoch: state.leader_epoch + 1,
+        ..state
+    };
+    m.update_partition_state(&next, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(m.log_start_offsets().await.unwrap(), vec![(t.id, 1, 41)]);
+    assert!(matches!(
+        m.advance_log_start(t.id, 2, 5).await,
+        Err(Error::PartitionStateNotFound { partition: 2, .. })
+    ));
+    // Gone with the topic.
+    m.delete_topic("trimmed").await.unwrap();
+    assert!(m.log_start_offsets().await.unwrap().is_empty());
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -732,6 +767,7 @@ macro_rules! metastore_suite {
             case!(cluster_leases_and_partition_state);
             case!(producer_ids_and_group_offsets);
             case!(concurrent_writers_all_succeed);
+            case!(log_start_offsets_only_move_up);
         }
     };
 }

@@ -1076,3 +1076,90 @@ async fn a_restarted_broker_takes_back_its_preferred_leaderships() {
     let read = check(cluster.client().await, &acked).await;
     report("leader rebalance", &acked, failed, read);
 }
+
+/// DeleteRecords on a replicated partition: every replica starts its log at the new
+/// offset, so a new leader after the old one is killed serves nothing below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleted_records_stay_deleted_across_a_failover() {
+    let mut cluster = Cluster::start(3, None).await;
+    cluster
+        .create_topic_with(&[("segment.bytes", "4096")])
+        .await;
+    let c = cluster.client().await;
+    let mut p = Producer::new(c.clone(), TOPIC, Acks::All).await.unwrap();
+    let records = (0..600)
+        .map(|i| ProducerRecord {
+            value: Some(format!("r-{i}-{}", "x".repeat(40)).into()),
+            partition: Some(0),
+            ..Default::default()
+        })
+        .collect();
+    p.send_all(records).await.unwrap();
+    assert_eq!(c.delete_records(TOPIC, 0, 250).await.unwrap(), 250);
+    let leader = cluster.partitions(1).await[0].0;
+    // Followers drop their whole segments below the cut too (they learn of it from
+    // the metastore, not from the leader).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for follower in (1..=3).filter(|&b| b != leader) {
+        let dir = cluster
+            .broker(follower)
+            .data_dir()
+            .join(format!("{TOPIC}-0"));
+        loop {
+            let mut bases: Vec<i64> = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| {
+                    let name = e.unwrap().file_name().into_string().unwrap();
+                    name.strip_suffix(".log")?.parse().ok()
+                })
+                .collect();
+            bases.sort();
+            // No segment ends below the cut: the second segment (if any) starts above it.
+            if bases.get(1).is_none_or(|&b| b > 250) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker {follower} kept {bases:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    cluster.broker(leader).kill();
+    let others: Vec<i32> = (1..=3).filter(|&b| b != leader).collect();
+    cluster
+        .wait_until(others[0], "a new leader of partition 0", |ps| {
+            ps[0].0 > 0 && ps[0].0 != leader
+        })
+        .await;
+    let client = Client::connect(&format!(
+        "{},{}",
+        cluster.broker(others[0]).address(),
+        cluster.broker(others[1]).address()
+    ))
+    .await
+    .unwrap()
+    .with_request_timeout(Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let earliest = loop {
+        match client.list_offset(TOPIC, 0, -2).await {
+            Ok(o) => break o,
+            Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(earliest, Some(250));
+    let mut consumer = Consumer::new(client.clone(), TOPIC, Some(vec![0]), StartFrom::Earliest)
+        .await
+        .unwrap();
+    let mut offsets = Vec::new();
+    while offsets.len() < 350 {
+        let got = consumer.poll(Duration::from_secs(2)).await.unwrap();
+        assert!(!got.is_empty(), "read stalled at {} records", offsets.len());
+        offsets.extend(got.iter().map(|r| r.offset));
+    }
+    assert_eq!(offsets.first(), Some(&250));
+    assert_eq!(offsets, (250..600).collect::<Vec<_>>());
+}

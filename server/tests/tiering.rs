@@ -870,3 +870,119 @@ async fn local_retention_follows_each_upload() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// DeleteRecords on a mostly-remote log: the log start moves inside a remote segment,
+/// the records below it are gone for every reader, remote segments holding only
+/// them are deleted from the store, and the start holds across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_in_both_tiers_for_good() {
+    let s3 = S3Server::start("shale");
+    let (mut broker, _cfg) = start_tiered(&s3, REPLAY_TOML).await;
+    let c = broker.client().await;
+    let configs = topic_configs(&[
+        ("segment.bytes", "16384"),
+        ("local.retention.bytes", "20000"),
+    ]);
+    c.create_topic("trim", 1, 1, configs).await.unwrap();
+    produce(&c, "trim", 1, 3000).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = c.tiering_status(Some("trim")).await.unwrap().remove(0);
+        if st.upload_lag_segments == 0 && st.local_log_start_offset > 2000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not tiered: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = metas(&s3, 0);
+    // Inside the third remote segment: the first two hold only deleted records.
+    let cut = before[2].base_offset + 5;
+    assert!(cut < before[2].end_offset);
+
+    let out = broker.cli_ok(
+        &[
+            "topic",
+            "delete-records",
+            "trim",
+            "--offset",
+            &cut.to_string(),
+        ],
+        None,
+    );
+    assert!(out.contains(&format!("trim\t0\t{cut}")), "{out}");
+    assert_eq!(c.list_offset("trim", 0, -2).await.unwrap(), Some(cut));
+    // Below the new start: out of range (a consumer resets, never reads them).
+    let r = c
+        .fetch_partition("trim", 0, cut - 1, 1 << 20, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error_code,
+        shale_records::ErrorCode::OffsetOutOfRange as i32,
+        "{}",
+        r.error_message
+    );
+    // A read from the beginning starts exactly at the cut (the rest of its batch is
+    // skipped by the consumer) and sees everything after it.
+    let lines = consume_all(&broker, "trim");
+    assert_eq!(lines.len() as i64, 3000 - cut);
+    assert!(lines[0].starts_with(&format!("{cut} ")), "{}", lines[0]);
+    // A time lookup before the cut answers the cut.
+    assert_eq!(c.list_offset("trim", 0, 0).await.unwrap(), Some(cut));
+    // The remote segments below the cut leave the store; the one holding it stays.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = metas(&s3, 0);
+        if now
+            .first()
+            .is_some_and(|m| m.base_offset == before[2].base_offset)
+        {
+            assert_eq!(now.len(), before.len() - 2);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "remote segments not deleted: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = c.tiering_status(Some("trim")).await.unwrap().remove(0);
+    assert_eq!(st.log_start_offset, cut, "{st:?}");
+
+    // Bad offsets: past the high watermark, or negative other than -1.
+    let r = c.delete_records("trim", 0, 3001).await.unwrap_err();
+    assert_eq!(
+        r.code(),
+        Some(shale_records::ErrorCode::OffsetOutOfRange),
+        "{r}"
+    );
+    let raw = broker.cli(&["topic", "delete-records", "trim", "--offset", "-5"], None);
+    assert!(!raw.status.success());
+    let r = c.delete_records("nope", 0, 1).await.unwrap_err();
+    assert_eq!(
+        r.code(),
+        Some(shale_records::ErrorCode::UnknownTopicOrPartition),
+        "{r}"
+    );
+    // Lower than the start: nothing changes, the start is answered.
+    assert_eq!(c.delete_records("trim", 0, 10).await.unwrap(), cut);
+
+    // After a SIGKILL and restart the start is where it was.
+    broker.kill();
+    broker.start_again().await;
+    let c = broker.client().await;
+    assert_eq!(c.list_offset("trim", 0, -2).await.unwrap(), Some(cut));
+    assert_eq!(consume_all(&broker, "trim").len() as i64, 3000 - cut);
+
+    // Everything: the log is empty, and appends go on at its end.
+    let out = broker.cli_ok(
+        &["topic", "delete-records", "trim", "--offset", "end"],
+        None,
+    );
+    assert!(out.contains("trim\t0\t3000"), "{out}");
+    assert!(consume_all(&broker, "trim").is_empty());
+    produce(&c, "trim", 1, 10).await;
+    let lines = consume_all(&broker, "trim");
+    assert_eq!(lines.len(), 10);
+    assert!(lines[0].starts_with("3000 "), "{}", lines[0]);
+}

@@ -28,12 +28,14 @@ impl Partition {
     fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
         let local = log.log_start_offset();
         let remote = self.remote_state().start_offset();
+        let start = if remote >= 0 {
+            remote.min(local)
+        } else {
+            local
+        };
         PartitionOffsets {
-            log_start_offset: if remote >= 0 {
-                remote.min(local)
-            } else {
-                local
-            },
+            // Records deleted below an offset (DeleteRecords) are gone from both tiers.
+            log_start_offset: start.max(log.deleted_below()).min(local),
             local_log_start_offset: local,
             high_watermark: self.high_watermark(),
             log_end_offset: log.log_end_offset(),
@@ -43,13 +45,21 @@ impl Partition {
     }
 
     /// Where a fetch at `offset` reads: the local log (a planned read, bounded by the
-    /// high watermark) or, below the local log start, the object store. Decided under
+    /// high watermark) or, below the local log start, the object store; below the
+    /// offset records were deleted below, nowhere (out of range). Decided under
     /// the partition's lock, so local retention cannot move the local log start between
     /// the decision and the plan.
     pub fn plan_fetch(&self, offset: i64) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
         let r = self.replica();
         self.ensure_leader(&r.role)?;
         let offsets = self.offsets_of(&r.log);
+        if offset < r.log.deleted_below() {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start: offsets.log_start_offset,
+                log_end: offsets.log_end_offset,
+            });
+        }
         if offset < r.log.log_start_offset() {
             return Ok((None, offsets));
         }

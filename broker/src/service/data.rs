@@ -48,6 +48,14 @@ pub struct EpochQuery {
     pub leader_epoch: i32,
 }
 
+/// One partition of a DeleteRecords request: delete the records below `offset` (-1:
+/// the high watermark).
+pub struct DeleteRecordsQuery {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 /// An offset with the timestamp of its record (-1 for the log end and start).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffsetAndTimestamp {
@@ -153,6 +161,30 @@ impl Service {
                     p.epoch_end_offset(q.current_leader_epoch, q.leader_epoch)
                 })
                 .collect();
+            let keys = queries
+                .into_iter()
+                .map(|q| (q.topic, q.partition))
+                .collect();
+            self.keyed(keys, results)
+        })
+        .await
+    }
+
+    /// Deletes each partition's records below its offset; answers the partition's log
+    /// start afterwards (Kafka's low watermark). The new start is in the metastore
+    /// when this answers: no replica, and no later leader, serves the deleted records.
+    pub async fn delete_records(
+        &self,
+        ctx: &RequestContext,
+        queries: Vec<DeleteRecordsQuery>,
+    ) -> Vec<Keyed<i64>> {
+        self.call(ctx, "DeleteRecords", async {
+            let results = futures::future::join_all(
+                queries
+                    .iter()
+                    .map(|q| self.broker.delete_records(&q.topic, q.partition, q.offset)),
+            )
+            .await;
             let keys = queries
                 .into_iter()
                 .map(|q| (q.topic, q.partition))

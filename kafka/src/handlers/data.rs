@@ -3,6 +3,9 @@
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -14,7 +17,9 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use shale_broker::fetch::FetchSpec;
 use shale_broker::produce::ProduceData;
-use shale_broker::service::{self, EpochQuery, Keyed, OffsetQuery, RequestContext, Service};
+use shale_broker::service::{
+    self, DeleteRecordsQuery, EpochQuery, Keyed, OffsetQuery, RequestContext, Service,
+};
 use shale_records::ErrorCode;
 
 use super::{code, message};
@@ -270,6 +275,39 @@ pub async fn offset_for_leader_epoch(
             let (epoch, end) = k.result.unwrap_or((-1, -1));
             p.leader_epoch = epoch;
             p.end_offset = end;
+            t.partitions.push(p);
+        }
+        resp.topics.push(t);
+    }
+    resp
+}
+
+pub async fn delete_records(
+    s: &Service,
+    ctx: &RequestContext,
+    r: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    let queries = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| DeleteRecordsQuery {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                offset: p.offset,
+            })
+        })
+        .collect();
+    let answers = s.delete_records(ctx, queries).await;
+    let mut resp = DeleteRecordsResponse::default();
+    for (topic, parts) in by_topic(answers) {
+        let mut t = DeleteRecordsTopicResult::default();
+        t.name = super::str(&topic).into();
+        for k in parts {
+            let mut p = DeleteRecordsPartitionResult::default();
+            p.partition_index = k.partition;
+            p.error_code = code(&k.result);
+            p.low_watermark = k.result.unwrap_or(-1);
             t.partitions.push(p);
         }
         resp.topics.push(t);

@@ -229,6 +229,35 @@ macro_rules! cluster_sql {
                 Ok(current)
             }
 
+            pub(super) async fn advance_log_start(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                offset: i64,
+            ) -> Result<i64> {
+                let row: Option<(i64,)> = sqlx::query_as(
+                    "UPDATE partition_state SET log_start_offset = \
+                       CASE WHEN log_start_offset < $3 THEN $3 ELSE log_start_offset END \
+                     WHERE topic_id = $1 AND partition_id = $2 RETURNING log_start_offset",
+                )
+                .bind(topic_id)
+                .bind(partition)
+                .bind(offset)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|(o,)| o)
+                    .ok_or(Error::PartitionStateNotFound { topic_id, partition })
+            }
+
+            pub(super) async fn log_start_offsets(&self) -> Result<Vec<(Uuid, i32, i64)>> {
+                Ok(sqlx::query_as(
+                    "SELECT topic_id, partition_id, log_start_offset FROM partition_state \
+                     WHERE log_start_offset > 0 ORDER BY topic_id, partition_id",
+                )
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             pub(super) fn supports_replication(&self) -> bool {
                 $replicated
             }

@@ -64,6 +64,29 @@ pub enum TopicCommand {
         /// The topic.
         name: String,
     },
+    /// Delete the records below an offset (Kafka's DeleteRecords): the partition's log
+    /// start moves there, locally and in the object store, for good.
+    DeleteRecords {
+        /// The topic.
+        name: String,
+        /// Records below this offset go; `end`: every committed record (below the high
+        /// watermark).
+        #[arg(long, value_parser = parse_delete_offset)]
+        offset: i64,
+        /// Only this partition (repeatable; default: every partition).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
+    },
+}
+
+fn parse_delete_offset(s: &str) -> Result<i64, String> {
+    match s {
+        "end" | "latest" => Ok(-1),
+        n => match n.parse::<i64>() {
+            Ok(o) if o >= 0 => Ok(o),
+            _ => Err(format!("'{s}' is neither an offset (>= 0) nor 'end'")),
+        },
+    }
 }
 
 pub async fn run(client: Client, cmd: TopicCommand, output: OutputFormat) -> anyhow::Result<()> {
@@ -173,6 +196,35 @@ pub async fn run(client: Client, cmd: TopicCommand, output: OutputFormat) -> any
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;
             out::print(&format!("deleted topic {name}\n"))?;
+        }
+        TopicCommand::DeleteRecords {
+            name,
+            offset,
+            partitions,
+        } => {
+            let partitions = if partitions.is_empty() {
+                (0..client.partition_count(&name).await?).collect()
+            } else {
+                partitions
+            };
+            let mut rows = Vec::new();
+            for p in partitions {
+                rows.push((p, client.delete_records(&name, p, offset).await?));
+            }
+            match output {
+                OutputFormat::Json => out::json(&json!(
+                    rows.iter()
+                        .map(|(p, low)| json!({"topic": name, "partition": p, "log_start_offset": low}))
+                        .collect::<Vec<_>>()
+                ))?,
+                OutputFormat::Text => {
+                    let mut text = String::from("TOPIC\tPARTITION\tLOG-START-OFFSET\n");
+                    for (p, low) in rows {
+                        text.push_str(&format!("{name}\t{p}\t{low}\n"));
+                    }
+                    out::print(&text)?;
+                }
+            }
         }
     }
     Ok(())

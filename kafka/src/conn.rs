@@ -78,16 +78,12 @@ pub async fn serve(
         let room = pending.len() < limits.max_inflight_requests;
         tokio::select! {
             _ = &mut stopping => return,
-            Some(reply) = pending.next(), if !pending.is_empty() => match reply {
-                Reply::Send(bytes) => {
-                    if let Err(e) = wr.write_all(&bytes).await {
-                        tracing::debug!(%peer, error = %e, "Kafka connection write failed");
-                        return;
-                    }
+            Some(reply) = pending.next(), if !pending.is_empty() => {
+                if let Err(e) = write(&mut wr, reply).await {
+                    tracing::debug!(%peer, error = %e, "Kafka connection ended");
+                    return;
                 }
-                Reply::Nothing => {}
-                Reply::Close => return,
-            },
+            }
             read = rd.read_buf(&mut buf), if room => match read {
                 Ok(0) | Err(_) => return flush(&mut wr, pending).await,
                 Ok(_) => {}
@@ -125,14 +121,49 @@ async fn flush(
     mut pending: FuturesOrdered<handlers::Answer>,
 ) {
     while let Some(reply) = pending.next().await {
-        match reply {
-            Reply::Send(bytes) => {
-                if wr.write_all(&bytes).await.is_err() {
-                    return;
-                }
-            }
-            Reply::Nothing => {}
-            Reply::Close => return,
+        if write(wr, reply).await.is_err() {
+            return;
         }
     }
+}
+
+/// Writes one reply; an error ends the connection (`Reply::Close` included).
+async fn write(wr: &mut tokio::net::tcp::WriteHalf<'_>, reply: Reply) -> std::io::Result<()> {
+    match reply {
+        Reply::Send(bytes) => wr.write_all(&bytes).await,
+        Reply::Chunks(chunks) => write_chunks(wr, chunks).await,
+        Reply::Nothing => Ok(()),
+        Reply::Close => Err(std::io::Error::other("closing the connection")),
+    }
+}
+
+/// Writes every chunk with vectored writes (up to 64 chunks a call).
+async fn write_chunks(
+    wr: &mut tokio::net::tcp::WriteHalf<'_>,
+    chunks: Vec<bytes::Bytes>,
+) -> std::io::Result<()> {
+    let mut chunks: std::collections::VecDeque<bytes::Bytes> = chunks.into();
+    while !chunks.is_empty() {
+        let slices: Vec<std::io::IoSlice<'_>> = chunks
+            .iter()
+            .take(64)
+            .map(|c| std::io::IoSlice::new(c))
+            .collect();
+        let mut written = wr.write_vectored(&slices).await?;
+        drop(slices);
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let front = chunks.front_mut().expect("written bytes came from a chunk");
+            if written >= front.len() {
+                written -= front.len();
+                chunks.pop_front();
+            } else {
+                bytes::Buf::advance(front, written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }

@@ -22,6 +22,9 @@ use crate::frame::{self, Body, Request};
 pub enum Reply {
     /// A whole response frame.
     Send(Bytes),
+    /// A whole response frame in pieces, written with one vectored write (a Fetch
+    /// response: its record bytes are the log's, never copied).
+    Chunks(Vec<Bytes>),
     /// Nothing (a produce with acks=0).
     Nothing,
     /// Close the connection (a response that cannot be encoded).
@@ -54,7 +57,10 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
                 Some(resp) => enc(api, v, id, resp),
                 None => return Reply::Nothing,
             },
-            RequestKind::Fetch(r) => enc(api, v, id, data::fetch(s, ctx, r, v).await),
+            RequestKind::Fetch(r) => {
+                let answer = data::fetch(s, ctx, r, v).await;
+                return Reply::Chunks(crate::fetch_response::encode(v, id, &answer));
+            }
             RequestKind::ListOffsets(r) => enc(api, v, id, data::list_offsets(s, ctx, r).await),
             RequestKind::OffsetForLeaderEpoch(r) => {
                 enc(api, v, id, data::offset_for_leader_epoch(s, ctx, r).await)

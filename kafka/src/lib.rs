@@ -10,6 +10,7 @@
 
 pub mod alloc;
 mod conn;
+mod fetch_response;
 mod frame;
 mod handlers;
 mod limits;

@@ -6,7 +6,6 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -23,6 +22,7 @@ use shale_broker::service::{
 use shale_records::ErrorCode;
 
 use super::{code, message};
+use crate::fetch_response::{FetchAnswer, PartitionAnswer, TopicAnswer};
 
 /// Groups per-partition answers back under their topics, in request order.
 fn by_topic<T>(answers: Vec<Keyed<T>>) -> Vec<(String, Vec<Keyed<T>>)> {
@@ -158,7 +158,7 @@ pub async fn fetch(
     ctx: &RequestContext,
     r: FetchRequest,
     version: i16,
-) -> FetchResponse {
+) -> FetchAnswer {
     let partitions: Vec<FetchSpec> = r
         .topics
         .iter()
@@ -178,36 +178,40 @@ pub async fn fetch(
         max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },
     };
     let answers = s.fetch(ctx, req).await;
-    let mut resp = FetchResponse::default();
     // Sessionless: every answer is whole, and the client sends whole requests.
-    resp.session_id = 0;
+    let mut out = FetchAnswer::default();
     for (topic, parts) in by_topic(answers) {
-        let mut t = FetchableTopicResponse::default();
-        t.topic = super::str(&topic).into();
-        for k in parts {
-            let mut p = PartitionData::default();
-            p.partition_index = k.partition;
-            p.error_code = code(&k.result);
-            match k.result {
-                Ok(f) => {
-                    p.high_watermark = f.offsets.high_watermark;
-                    // No transactions: everything below the high watermark is stable.
-                    p.last_stable_offset = f.offsets.high_watermark;
-                    p.log_start_offset = f.offsets.log_start_offset;
-                    p.records = Some(f.records);
+        let partitions = parts
+            .into_iter()
+            .map(|k| {
+                let error_code = code(&k.result);
+                match k.result {
+                    Ok(f) => PartitionAnswer {
+                        index: k.partition,
+                        error_code,
+                        high_watermark: f.offsets.high_watermark,
+                        // No transactions: everything below the high watermark is stable.
+                        last_stable_offset: f.offsets.high_watermark,
+                        log_start_offset: f.offsets.log_start_offset,
+                        records: f.records,
+                    },
+                    Err(_) => PartitionAnswer {
+                        index: k.partition,
+                        error_code,
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                        records: Bytes::new(),
+                    },
                 }
-                Err(_) => {
-                    p.high_watermark = -1;
-                    p.last_stable_offset = -1;
-                    p.log_start_offset = -1;
-                    p.records = Some(Bytes::new());
-                }
-            }
-            t.partitions.push(p);
-        }
-        resp.responses.push(t);
+            })
+            .collect();
+        out.topics.push(TopicAnswer {
+            name: topic,
+            partitions,
+        });
     }
-    resp
+    out
 }
 
 pub async fn list_offsets(

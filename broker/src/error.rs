@@ -28,6 +28,8 @@ pub enum Error {
     InvalidPartitions(String),
     #[error("{0}")]
     InvalidReplicationFactor(String),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error(transparent)]
     InvalidConfig(#[from] ConfigError),
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
@@ -126,6 +128,7 @@ impl Error {
             TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             InvalidPartitions(_) => ErrorCode::InvalidPartitions,
             InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
+            InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment,
             NotLeader { leader, .. } if *leader < 0 => ErrorCode::LeaderNotAvailable,
             NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
             FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::topic_config::{TimestampType, TopicConfig};
+use crate::topic_config::{CompressionType, TimestampType, TopicConfig};
 use shale_log::{FileCache, PartitionLog, RetentionOutcome, SealedSegmentInfo, TierBounds};
 
 mod follower;
@@ -320,7 +320,16 @@ impl Partition {
     pub fn append(&self, records: &[u8], min_isr: Option<usize>, now_ms: i64) -> Result<Appended> {
         let config = self.config();
         let mut headers = validate_batches(records, config.max_message_bytes)?;
-        let mut buf = BytesMut::from(records);
+        let mut buf = match config.compression_type {
+            CompressionType::Codec(codec)
+                if headers.iter().any(|h| h.compression().ok() != Some(codec)) =>
+            {
+                let recompressed = recompress_batches(records, &headers, codec)?;
+                headers = validate_batches(&recompressed, config.max_message_bytes)?;
+                BytesMut::from(&recompressed[..])
+            }
+            _ => BytesMut::from(records),
+        };
         let log_append_time_ms = match config.message_timestamp_type {
             TimestampType::LogAppendTime => {
                 let mut pos = 0;
@@ -481,6 +490,27 @@ impl Partition {
     pub fn dir(&self) -> PathBuf {
         self.replica().log.dir().to_path_buf()
     }
+}
+
+/// The batches of `records` (with their `headers`) with every batch not in `codec`
+/// recompressed to it (`compression.type`).
+fn recompress_batches(
+    records: &[u8],
+    headers: &[BatchHeader],
+    codec: shale_records::batch::Compression,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(records.len());
+    let mut pos = 0;
+    for h in headers {
+        let batch = &records[pos..pos + h.total_size()];
+        if h.compression()? == codec {
+            out.extend_from_slice(batch);
+        } else {
+            out.extend_from_slice(&batch::recompress(batch, codec)?);
+        }
+        pos += h.total_size();
+    }
+    Ok(out)
 }
 
 /// Checks every batch a producer sent: framing, size limit, CRC, format. Returns the

@@ -37,6 +37,14 @@ impl ConfigSource {
     }
 }
 
+/// `compression.type`: keep each batch's codec as the producer sent it, or store
+/// every batch in one codec (recompressing those that differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompressionType {
+    Producer,
+    Codec(shale_records::batch::Compression),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampType {
     CreateTime,
@@ -64,6 +72,9 @@ pub struct TopicConfig {
     pub unclean_leader_election_enable: bool,
     pub flush_messages: i64,
     pub flush_ms: i64,
+    pub compression_type: CompressionType,
+    /// Accepted for Kafka tools and ignored: batches are always RecordBatch v2.
+    pub message_format_version: String,
 }
 
 impl Default for TopicConfig {
@@ -85,6 +96,8 @@ impl Default for TopicConfig {
             unclean_leader_election_enable: false,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
+            compression_type: CompressionType::Producer,
+            message_format_version: "3.0-IV1".to_string(),
         }
     }
 }
@@ -92,12 +105,14 @@ impl Default for TopicConfig {
 /// Every supported key, for listings.
 pub const KEYS: &[&str] = &[
     "cleanup.policy",
+    "compression.type",
     "flush.messages",
     "flush.ms",
     "index.interval.bytes",
     "local.retention.bytes",
     "local.retention.ms",
     "max.message.bytes",
+    "message.format.version",
     "message.timestamp.type",
     "min.insync.replicas",
     "remote.storage.enable",
@@ -194,6 +209,42 @@ impl TopicConfig {
             }
             "flush.messages" => self.flush_messages = long(key, value, 1, MAX)?,
             "flush.ms" => self.flush_ms = long(key, value, 0, MAX)?,
+            "compression.type" => {
+                use shale_records::batch::Compression;
+                self.compression_type = match value.trim() {
+                    "producer" => CompressionType::Producer,
+                    "uncompressed" => CompressionType::Codec(Compression::None),
+                    "gzip" => CompressionType::Codec(Compression::Gzip),
+                    "snappy" => CompressionType::Codec(Compression::Snappy),
+                    "lz4" => CompressionType::Codec(Compression::Lz4),
+                    "zstd" => CompressionType::Codec(Compression::Zstd),
+                    _ => {
+                        return Err(ConfigError {
+                            key: key.into(),
+                            value: value.into(),
+                            reason: "must be producer, uncompressed, gzip, snappy, lz4 or zstd"
+                                .into(),
+                        });
+                    }
+                }
+            }
+            "message.format.version" => {
+                // Kafka's versions: 0.8.0 … 3.0-IV1 and later; any is accepted.
+                let v = value.trim();
+                let valid = v.split(['.', '-']).next().is_some_and(|major| {
+                    !major.is_empty() && major.chars().all(|c| c.is_ascii_digit())
+                }) && v.contains('.');
+                if !valid {
+                    return Err(ConfigError {
+                        key: key.into(),
+                        value: value.into(),
+                        reason: "must be a Kafka version such as 3.0-IV1 (it is ignored: \
+                                 batches are always RecordBatch v2)"
+                            .into(),
+                    });
+                }
+                self.message_format_version = v.to_string();
+            }
             _ => {
                 return Err(unknown_key(key, value));
             }
@@ -243,6 +294,14 @@ impl TopicConfig {
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),
+            "compression.type" => match self.compression_type {
+                CompressionType::Producer => "producer".into(),
+                CompressionType::Codec(c) => match c {
+                    shale_records::batch::Compression::None => "uncompressed".into(),
+                    other => format!("{other:?}").to_lowercase(),
+                },
+            },
+            "message.format.version" => self.message_format_version.clone(),
             _ => return None,
         })
     }
@@ -325,6 +384,8 @@ mod tests {
             ("message.timestamp.type", "Now"),
             ("cleanup.policy", "compact"),
             ("remote.storage.enable", "yes"),
+            ("compression.type", "brotli"),
+            ("message.format.version", "latest"),
             ("no.such.key", "1"),
         ] {
             let e = c.set(k, v).unwrap_err();

@@ -94,6 +94,36 @@ impl Broker {
         let assignments = self
             .assign_replicas(name, 0, partitions, replication_factor)
             .await?;
+        self.create_assigned_topic(name, assignments, configs, validate_only)
+            .await
+    }
+
+    /// Creates a topic whose replicas the caller chose: `assignments` lists each
+    /// partition's replicas, preferred leader first (Kafka's manual replica
+    /// assignment). Every partition needs the same number of distinct live brokers.
+    pub async fn create_topic_with_assignments(
+        &self,
+        name: &str,
+        assignments: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Topic> {
+        validate_topic_name(name)?;
+        Self::check_partitions(assignments.len() as i32)?;
+        self.check_assignments(&assignments, None).await?;
+        self.create_assigned_topic(name, assignments, configs, validate_only)
+            .await
+    }
+
+    async fn create_assigned_topic(
+        &self,
+        name: &str,
+        assignments: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Topic> {
+        let partitions = assignments.len() as i32;
+        let replication_factor = assignments.first().map_or(0, |r| r.len() as i32);
         self.check_broker_capacity(&assignments).await?;
         self.check_topic_config(&self.resolve_config(&configs)?, replication_factor)?;
         let new = NewTopic {
@@ -132,6 +162,45 @@ impl Broker {
             return Err(e);
         }
         Ok(topic)
+    }
+
+    /// Checks replica assignments a caller chose: each partition has the same number
+    /// (`replication_factor`, if given) of distinct brokers, all of them live.
+    async fn check_assignments(
+        &self,
+        assignments: &[Vec<i32>],
+        replication_factor: Option<i32>,
+    ) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidReplicaAssignment(reason));
+        let rf =
+            replication_factor.unwrap_or_else(|| assignments.first().map_or(0, |r| r.len() as i32));
+        if rf < 1 {
+            return bad("a partition needs at least one replica".into());
+        }
+        if rf > 1 && !self.metastore.supports_replication() {
+            return Err(Error::InvalidReplicationFactor(
+                "replicas on several brokers need a cluster (a postgres:// metastore)".into(),
+            ));
+        }
+        let live = self.live_brokers().await?;
+        for (p, replicas) in assignments.iter().enumerate() {
+            if replicas.len() as i32 != rf {
+                return bad(format!(
+                    "partition {p} has {} replicas, the others {rf}",
+                    replicas.len()
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for b in replicas {
+                if !seen.insert(b) {
+                    return bad(format!("partition {p} names broker {b} twice"));
+                }
+                if !live.contains(b) {
+                    return bad(format!("broker {b} of partition {p} is not a live broker"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Refuses replica assignments that would leave a broker with more partition
@@ -267,10 +336,13 @@ impl Broker {
         self.reconcile().await
     }
 
+    /// Raises `name`'s partition count to `total`; `assignments` (the replicas of each
+    /// new partition, preferred leader first) or spread over the live brokers.
     pub async fn create_partitions(
         &self,
         name: &str,
         total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<()> {
         Self::check_partitions(total)?;
@@ -285,17 +357,32 @@ impl Broker {
                 topic.partitions
             )));
         }
+        let assignments = match assignments {
+            Some(given) => {
+                if given.len() as i32 != total - topic.partitions {
+                    return Err(Error::InvalidReplicaAssignment(format!(
+                        "{} assignments for {} new partitions",
+                        given.len(),
+                        total - topic.partitions
+                    )));
+                }
+                self.check_assignments(&given, Some(topic.replication_factor))
+                    .await?;
+                given
+            }
+            None => {
+                self.assign_replicas(
+                    name,
+                    topic.partitions,
+                    total - topic.partitions,
+                    topic.replication_factor,
+                )
+                .await?
+            }
+        };
         if validate_only {
             return Ok(());
         }
-        let assignments = self
-            .assign_replicas(
-                name,
-                topic.partitions,
-                total - topic.partitions,
-                topic.replication_factor,
-            )
-            .await?;
         self.check_broker_capacity(&assignments).await?;
         self.metastore
             .add_partitions(name, total, &assignments)

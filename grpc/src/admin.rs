@@ -35,6 +35,7 @@ impl Admin for Front {
             name: r.name,
             partitions: r.partitions,
             replication_factor: r.replication_factor,
+            assignments: None,
             configs: r.configs.into_iter().collect(),
             validate_only: r.validate_only,
         };
@@ -151,7 +152,7 @@ impl Admin for Front {
         let r = request.into_inner();
         let result = self
             .service
-            .create_partitions(&ctx, &r.name, r.total_count, r.validate_only)
+            .create_partitions(&ctx, &r.name, r.total_count, None, r.validate_only)
             .await;
         Ok(Response::new(CreatePartitionsResponse {
             error: error_result(&result),

@@ -249,6 +249,28 @@ pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The batch `batch` (exactly one, already validated) with its records section in
+/// `codec` instead of its own: the records are decompressed and compressed again, the
+/// attributes name the new codec, and length and CRC are recomputed. Every other field
+/// (offsets, timestamps, producer id, epoch and sequence) stays. A topic whose
+/// `compression.type` names a codec stores its batches so.
+pub fn recompress(batch: &[u8], codec: Compression) -> Result<Vec<u8>, BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    let records = crate::compression::decompress(h.compression()?, &batch[HEADER_LEN..])?;
+    let records = crate::compression::compress(codec, &records);
+    let mut out = Vec::with_capacity(HEADER_LEN + records.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    out.extend_from_slice(&records);
+    let length = i32::try_from(out.len() - LOG_OVERHEAD)
+        .map_err(|_| BatchError::Invalid("recompressed batch is too large"))?;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let attributes = (h.attributes & !COMPRESSION_MASK) | codec.attribute_bits();
+    out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
+    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
 /// Walks batches laid back to back, yielding each header with its byte range.
 /// Stops at the end of the buffer or at the first incomplete batch; a header that
 /// cannot be parsed is yielded as an error and ends the walk.
@@ -372,6 +394,35 @@ mod tests {
         assert!(h.is_log_append_time());
         assert_eq!(h.max_timestamp, 99);
         h.validate(&b).unwrap();
+    }
+
+    #[test]
+    fn recompressing_keeps_every_field_and_record() {
+        let mut b = sample();
+        set_producer(&mut b, 5, 2, 40);
+        let before = BatchHeader::parse(&b).unwrap();
+        let records = crate::record::decode_records(&bytes::Bytes::from(b.clone())).unwrap();
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::None,
+        ] {
+            let out = recompress(&b, codec).unwrap();
+            let h = BatchHeader::parse(&out).unwrap();
+            h.validate(&out).unwrap();
+            assert_eq!(h.compression().unwrap(), codec);
+            let same = BatchHeader {
+                batch_length: before.batch_length,
+                crc: before.crc,
+                attributes: before.attributes,
+                ..h
+            };
+            assert_eq!(same, before, "only length, CRC and codec change");
+            let again = crate::record::decode_records(&bytes::Bytes::from(out)).unwrap();
+            assert_eq!(again, records, "{codec:?}");
+        }
     }
 
     #[test]

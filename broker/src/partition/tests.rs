@@ -348,3 +348,40 @@ fn directory_of_an_older_topic_with_the_same_name_is_discarded() {
     let new = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
     assert_eq!(new.offsets().log_end_offset, 0);
 }
+
+#[test]
+fn a_topic_compression_type_stores_every_batch_in_that_codec() {
+    use shale_records::batch::{BatchIter, Compression};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = TopicConfig::default();
+    config.set("compression.type", "zstd").unwrap();
+    let p = open(dir.path(), Uuid::new_v4(), config);
+    let plain = batch(50, 200);
+    let mut lz4 = BatchBuilder::new(1_000).with_compression(Compression::Lz4);
+    for i in 0..10 {
+        lz4.push(Record::new(
+            None,
+            Some(format!("lz4-{i}").as_bytes()),
+            1_000,
+        ));
+    }
+    let lz4 = lz4.build().to_vec();
+    let mut both = plain.clone();
+    both.extend_from_slice(&lz4);
+    let a = p.append(&both, None, 0).unwrap();
+    assert_eq!((a.base_offset, a.last_offset), (0, 59));
+    let (stored, _) = p.read(0, 1 << 20, true).unwrap();
+    let mut values = Vec::new();
+    for item in BatchIter::new(&stored) {
+        let (h, range) = item.unwrap();
+        h.validate(&stored[range.clone()]).unwrap();
+        assert_eq!(h.compression().unwrap(), Compression::Zstd);
+        for r in shale_records::record::decode_records(&stored.slice(range)).unwrap() {
+            values.push(r.value.unwrap());
+        }
+    }
+    assert_eq!(values.len(), 60);
+    assert_eq!(&values[0][..], &[b'a'; 200][..]);
+    assert_eq!(&values[59][..], b"lz4-9");
+    assert!(stored.len() < plain.len(), "50 repeated values compress");
+}

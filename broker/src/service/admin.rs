@@ -68,8 +68,14 @@ pub struct Metadata {
 /// defaults.
 pub struct NewTopicRequest {
     pub name: String,
+    /// -1: the broker's `num.partitions` (or as many as `assignments` has).
     pub partitions: i32,
+    /// -1: the broker's default (or as many replicas as `assignments` gives each).
     pub replication_factor: i32,
+    /// Each partition's replicas, preferred leader first, when the caller chooses
+    /// them (Kafka's manual replica assignment); partitions and replication factor
+    /// must then be -1 or agree with it.
+    pub assignments: Option<Vec<Vec<i32>>>,
     pub configs: BTreeMap<String, String>,
     pub validate_only: bool,
 }
@@ -174,16 +180,43 @@ impl Service {
     /// Creates a topic (or, with `validate_only`, checks that it could be created).
     pub async fn create_topic(&self, ctx: &RequestContext, req: NewTopicRequest) -> Result<Topic> {
         self.call(ctx, "CreateTopic", async {
-            let r = self
-                .broker
-                .create_topic(
-                    &req.name,
-                    req.partitions,
-                    req.replication_factor,
-                    req.configs,
-                    req.validate_only,
-                )
-                .await;
+            let r = match req.assignments {
+                Some(assignments) => {
+                    let (n, rf) = (
+                        assignments.len() as i32,
+                        assignments.first().map_or(0, |r| r.len() as i32),
+                    );
+                    if ![-1, n].contains(&req.partitions)
+                        || ![-1, rf].contains(&req.replication_factor)
+                    {
+                        Err(Error::InvalidRequest(format!(
+                            "{} partitions with replication factor {} do not match the \
+                             replica assignment ({n} partitions of {rf} replicas): give -1",
+                            req.partitions, req.replication_factor
+                        )))
+                    } else {
+                        self.broker
+                            .create_topic_with_assignments(
+                                &req.name,
+                                assignments,
+                                req.configs,
+                                req.validate_only,
+                            )
+                            .await
+                    }
+                }
+                None => {
+                    self.broker
+                        .create_topic(
+                            &req.name,
+                            req.partitions,
+                            req.replication_factor,
+                            req.configs,
+                            req.validate_only,
+                        )
+                        .await
+                }
+            };
             self.counted(r)
         })
         .await
@@ -350,18 +383,20 @@ impl Service {
         Ok(out)
     }
 
-    /// Raises a topic's partition count to `total`.
+    /// Raises a topic's partition count to `total` (`assignments`: the new partitions'
+    /// replicas, else spread over the live brokers).
     pub async fn create_partitions(
         &self,
         ctx: &RequestContext,
         topic: &str,
         total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<()> {
         self.call(ctx, "CreatePartitions", async {
             let r = self
                 .broker
-                .create_partitions(topic, total, validate_only)
+                .create_partitions(topic, total, assignments, validate_only)
                 .await;
             self.counted(r)
         })

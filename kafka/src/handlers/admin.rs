@@ -43,24 +43,24 @@ pub async fn create_topics(
     let mut resp = CreateTopicsResponse::default();
     for t in r.topics {
         let name = t.name.0.to_string();
-        let created = if !t.assignments.is_empty() {
-            Err(Error::InvalidRequest(
-                "manual replica assignments are not supported; give a replication factor".into(),
-            ))
-        } else {
-            let configs: BTreeMap<String, String> = t
-                .configs
-                .into_iter()
-                .filter_map(|c| Some((c.name.to_string(), c.value?.to_string())))
-                .collect();
-            let req = NewTopicRequest {
-                name: name.clone(),
-                partitions: t.num_partitions,
-                replication_factor: i32::from(t.replication_factor),
-                configs,
-                validate_only: r.validate_only,
-            };
-            s.create_topic(ctx, req).await
+        let configs: BTreeMap<String, String> = t
+            .configs
+            .into_iter()
+            .filter_map(|c| Some((c.name.to_string(), c.value?.to_string())))
+            .collect();
+        let created = match assignments(t.assignments) {
+            Err(e) => Err(e),
+            Ok(assignments) => {
+                let req = NewTopicRequest {
+                    name: name.clone(),
+                    partitions: t.num_partitions,
+                    replication_factor: i32::from(t.replication_factor),
+                    assignments,
+                    configs,
+                    validate_only: r.validate_only,
+                };
+                s.create_topic(ctx, req).await
+            }
         };
         let mut out = CreatableTopicResult::default();
         out.name = t.name;
@@ -94,6 +94,36 @@ pub async fn create_topics(
         resp.topics.push(out);
     }
     resp
+}
+
+/// CreateTopics' manual replica assignment as each partition's replicas in partition
+/// order (`None`: none given); the partitions must be 0, 1, … each once.
+fn assignments(
+    given: Vec<kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment>,
+) -> Result<Option<Vec<Vec<i32>>>, Error> {
+    if given.is_empty() {
+        return Ok(None);
+    }
+    let mut by_partition: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for a in given {
+        let replicas = a.broker_ids.into_iter().map(|b| b.0).collect();
+        if by_partition.insert(a.partition_index, replicas).is_some() {
+            return Err(Error::InvalidReplicaAssignment(format!(
+                "partition {} is assigned twice",
+                a.partition_index
+            )));
+        }
+    }
+    if by_partition
+        .keys()
+        .copied()
+        .ne(0..by_partition.len() as i32)
+    {
+        return Err(Error::InvalidReplicaAssignment(
+            "the assigned partitions must be 0, 1, … without a gap".into(),
+        ));
+    }
+    Ok(Some(by_partition.into_values().collect()))
 }
 
 pub async fn delete_topics(
@@ -136,14 +166,14 @@ pub async fn create_partitions(
 ) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     for t in r.topics {
-        let created = if t.assignments.is_some() {
-            Err(Error::InvalidRequest(
-                "manual replica assignments are not supported".into(),
-            ))
-        } else {
-            s.create_partitions(ctx, &t.name.0, t.count, r.validate_only)
-                .await
-        };
+        let assignments = t.assignments.map(|a| {
+            a.into_iter()
+                .map(|p| p.broker_ids.into_iter().map(|b| b.0).collect())
+                .collect()
+        });
+        let created = s
+            .create_partitions(ctx, &t.name.0, t.count, assignments, r.validate_only)
+            .await;
         let mut out = CreatePartitionsTopicResult::default();
         out.name = t.name;
         out.error_code = code(&created);

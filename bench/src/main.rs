@@ -54,6 +54,8 @@ enum Scenario {
     Replay,
     Partitions,
     Recovery,
+    /// Produce latency idle and during a cold replay of a mostly-remote topic.
+    Isolation,
     /// Produce, consume, e2e and partition count through librdkafka (needs the
     /// `kafka` feature); not part of `all`.
     Kafka,
@@ -75,6 +77,11 @@ async fn main() -> anyhow::Result<()> {
         postgres: cli.postgres.clone(),
         bootstrap: cli.bootstrap.clone(),
         kafka_bootstrap: cli.kafka_bootstrap.clone(),
+        run_tag: if cli.bootstrap.is_some() || cli.kafka_bootstrap.is_some() {
+            format!("-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))
+        } else {
+            String::new()
+        },
     };
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut results: Vec<CaseResult> = Vec::new();
@@ -96,6 +103,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if all || cli.scenario == Scenario::Recovery {
         results.extend(scenarios::recovery(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Isolation {
+        results.extend(scenarios::isolation(&ctx).await?);
     }
     if cli.scenario == Scenario::Kafka {
         results.extend(scenarios::kafka(&ctx).await?);

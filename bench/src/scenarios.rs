@@ -1,5 +1,6 @@
 //! The scenarios. Each starts what it needs, drives load through the real client
 //! library, measures its physical baseline in the same run, and returns its cases.
+mod isolation;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod latency;
@@ -16,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[cfg(not(feature = "kafka"))]
 use crate::report;
 
+pub use isolation::isolation;
 #[cfg(feature = "kafka")]
 pub use kafka::kafka;
 pub use latency::e2e;
@@ -36,6 +38,10 @@ pub struct Ctx {
     /// broker started for it.
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub kafka_bootstrap: Option<String>,
+    /// Appended to every topic name when the broker is not this run's own
+    /// (`--bootstrap`, `--kafka-bootstrap`), so runs against one broker never meet an
+    /// earlier run's topics; empty otherwise.
+    pub run_tag: String,
 }
 
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenario.
@@ -51,6 +57,11 @@ pub async fn kafka(_: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
 impl Ctx {
     fn size(&self, full_mib: u64, quick_mib: u64) -> u64 {
         (if self.quick { quick_mib } else { full_mib }) << 20
+    }
+
+    /// The name this run gives topic `base` (see `run_tag`).
+    fn topic(&self, base: &str) -> String {
+        format!("{base}{}", self.run_tag)
     }
 }
 

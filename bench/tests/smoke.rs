@@ -38,6 +38,7 @@ fn all_quick_writes_well_formed_results_for_every_scenario() {
         "replay",
         "partitions",
         "recovery",
+        "isolation",
     ] {
         assert!(
             results.iter().any(|r| r["scenario"] == scenario),

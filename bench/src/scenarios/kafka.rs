@@ -184,11 +184,12 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let mut out = Vec::new();
 
     // Produce, then consume what was produced.
-    target.create_topic("kafka-produce", 8).await?;
+    let produce_topic = ctx.topic("kafka-produce");
+    target.create_topic(&produce_topic, 8).await?;
     let config = target.config();
+    let topic = produce_topic.clone();
     let sent =
-        tokio::task::spawn_blocking(move || produce(config, "kafka-produce", 8, bytes, 1024))
-            .await??;
+        tokio::task::spawn_blocking(move || produce(config, &topic, 8, bytes, 1024)).await??;
     let disk_write = baseline::disk_write(&target.data_dir, bytes)?;
     let loopback = baseline::loopback_copy(bytes).await?;
     out.push(CaseResult {
@@ -209,7 +210,7 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let config = target.config();
     let count = sent.records;
     let read =
-        tokio::task::spawn_blocking(move || consume(config, "kafka-produce", 8, count)).await??;
+        tokio::task::spawn_blocking(move || consume(config, &produce_topic, 8, count)).await??;
     out.push(CaseResult {
         scenario: "kafka-consume".into(),
         params: client_params(&[("record_bytes", "1024"), ("partitions", "8")]),
@@ -224,13 +225,15 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     });
 
     // End-to-end latency at fixed offered rates.
-    target.create_topic("kafka-e2e", 1).await?;
+    let e2e_topic = ctx.topic("kafka-e2e");
+    target.create_topic(&e2e_topic, 1).await?;
     let rtt = baseline::tcp_round_trips(if ctx.quick { 2_000 } else { 20_000 }).await?;
     let rtt_p99_ms = rtt.value_at_quantile(0.99) as f64 / 1000.0;
     let run_for = Duration::from_millis(if ctx.quick { 1_000 } else { 5_000 });
     for rate in [1_000.0, 10_000.0] {
-        let config = target.config();
-        let hist = tokio::task::spawn_blocking(move || latency(config, rate, run_for)).await??;
+        let (config, topic) = (target.config(), e2e_topic.clone());
+        let hist =
+            tokio::task::spawn_blocking(move || latency(config, &topic, rate, run_for)).await??;
         let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;
         out.push(CaseResult {
             scenario: "kafka-e2e".into(),
@@ -255,7 +258,7 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(128, 16);
     let mut one = 0.0;
     for partitions in [1, 1_000] {
-        let topic = format!("kafka-partitions-{partitions}");
+        let topic = ctx.topic(&format!("kafka-partitions-{partitions}"));
         target.create_topic(&topic, partitions).await?;
         let config = target.config();
         let sent =
@@ -296,7 +299,12 @@ fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {
 
 /// Sends 100-byte records stamped with their send time at `rate` for `run_for`
 /// (acks=1, no linger) while a consumer records each one's latency (µs).
-fn latency(config: ClientConfig, rate: f64, run_for: Duration) -> anyhow::Result<Histogram<u64>> {
+fn latency(
+    config: ClientConfig,
+    topic: &str,
+    rate: f64,
+    run_for: Duration,
+) -> anyhow::Result<Histogram<u64>> {
     let mut consumer_config = config.clone();
     consumer_config
         .set("group.id", "shale-bench-kafka-e2e")
@@ -304,7 +312,7 @@ fn latency(config: ClientConfig, rate: f64, run_for: Duration) -> anyhow::Result
         .set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer = BaseConsumer::from_config(&consumer_config)?;
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset("kafka-e2e", 0, Offset::End)?;
+    tpl.add_partition_offset(topic, 0, Offset::End)?;
     consumer.assign(&tpl)?;
     // Wait until the consumer has its position, so the first records are not missed.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -352,7 +360,7 @@ fn latency(config: ClientConfig, rate: f64, run_for: Duration) -> anyhow::Result
         value.resize(100, b'x');
         producer
             .send(
-                BaseRecord::<(), [u8]>::to("kafka-e2e")
+                BaseRecord::<(), [u8]>::to(topic)
                     .payload(&value)
                     .partition(0),
             )

@@ -16,12 +16,13 @@ use crate::report::{CaseResult, Ratio, numbers, params};
 pub async fn e2e(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
+    let topic = ctx.topic("e2e");
     client
-        .create_topic("e2e", 1, 1, configs(&[("remote.storage.enable", "false")]))
+        .create_topic(&topic, 1, 1, configs(&[("remote.storage.enable", "false")]))
         .await?;
     let run_for = Duration::from_millis(if ctx.quick { 700 } else { 5_000 });
     // The maximum rate of one-record acks=1 sends.
-    let mut producer = Producer::new(client.clone(), "e2e", Acks::Leader).await?;
+    let mut producer = Producer::new(client.clone(), &topic, Acks::Leader).await?;
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < run_for / 2 {
@@ -33,7 +34,7 @@ pub async fn e2e(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let rtt_p99_ms = rtt.value_at_quantile(0.99) as f64 / 1000.0;
     let mut out = Vec::new();
     for load in [0.1, 0.5, 0.8] {
-        let hist = latency_at(client, max_rate * load, run_for).await?;
+        let hist = latency_at(client, &topic, max_rate * load, run_for).await?;
         let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;
         out.push(CaseResult {
             scenario: "e2e".into(),
@@ -73,15 +74,22 @@ fn stamped(size: usize) -> ProducerRecord {
     }
 }
 
-/// Sends at `rate` for `run_for` while a consumer measures each record's latency (µs).
-async fn latency_at(
+/// Sends one-record batches to partition 0 of `topic` at `rate` for `run_for` while a
+/// consumer measures each record's latency (µs).
+pub(super) async fn latency_at(
     client: &Client,
+    topic: &str,
     rate: f64,
     run_for: Duration,
 ) -> anyhow::Result<Histogram<u64>> {
-    let start_offset = client.list_offset("e2e", 0, -1).await?.unwrap_or(0);
-    let mut consumer =
-        Consumer::new(client.clone(), "e2e", None, StartFrom::Offset(start_offset)).await?;
+    let start_offset = client.list_offset(topic, 0, -1).await?.unwrap_or(0);
+    let mut consumer = Consumer::new(
+        client.clone(),
+        topic,
+        Some(vec![0]),
+        StartFrom::Offset(start_offset),
+    )
+    .await?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let stop = stop.clone();
@@ -98,7 +106,7 @@ async fn latency_at(
             anyhow::Ok(hist)
         })
     };
-    let mut producer = Producer::new(client.clone(), "e2e", Acks::Leader).await?;
+    let mut producer = Producer::new(client.clone(), topic, Acks::Leader).await?;
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let start = tokio::time::Instant::now();
     let mut next = start;

@@ -13,71 +13,71 @@ use crate::baseline;
 use crate::harness::{BrokerProcess, ProcessStats, S3_BUCKET, S3_KEY, S3_SECRET, S3Process};
 use crate::report::{CaseResult, Ratio, numbers, params};
 
-/// Historical replay of a mostly-remote topic from a real `s3s-fs`.
-pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
-    let bytes = ctx.size(512, 24);
-    let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
+/// A broker tiering to a fresh `s3s-fs` (uploads every 100 ms, local retention right
+/// after them); `extra`: more config sections, before the object-store ones.
+pub(super) async fn tiered_broker(
+    ctx: &Ctx,
+    extra: &str,
+) -> anyhow::Result<(S3Process, BrokerProcess)> {
     let s3 = S3Process::start(&ctx.base).await?;
     let config = format!(
-        "{}[tiering]\nupload_interval_ms = 100\n[log]\nretention_check_interval_ms = 100\n",
+        "{extra}{}[tiering]\nupload_interval_ms = 100\n[log]\nretention_check_interval_ms = 100\n",
         s3.broker_config()
     );
     let args = [
         "--object-store-url".to_string(),
         format!("s3://{S3_BUCKET}/replay"),
     ];
-    let mut broker = BrokerProcess::start(&config, &args, &ctx.base).await?;
-    let client = Client::connect(&broker.address()).await?;
+    let broker = BrokerProcess::start(&config, &args, &ctx.base).await?;
+    Ok((s3, broker))
+}
+
+/// Creates `topic` (4 partitions of `segment`-byte segments, one segment kept locally),
+/// writes `bytes` of 1 KiB records and waits until every sealed segment is in the
+/// store and gone locally; returns the bytes in the store.
+pub(super) async fn mostly_remote_topic(
+    client: &Client,
+    topic: &str,
+    bytes: u64,
+    segment: u64,
+) -> anyhow::Result<i64> {
     let seg = segment.to_string();
     client
         .create_topic(
-            "replay",
+            topic,
             4,
             1,
             configs(&[("segment.bytes", &seg), ("local.retention.bytes", &seg)]),
         )
         .await?;
-    client
-        .create_topic(
-            "local",
-            4,
-            1,
-            configs(&[("remote.storage.enable", "false")]),
-        )
-        .await?;
-    produce_bytes(&client, "replay", bytes, 1024, Acks::Leader, None).await?;
-    produce_bytes(&client, "local", bytes, 1024, Acks::Leader, None).await?;
-    // Wait until what sealed is uploaded and dropped locally.
+    produce_bytes(client, topic, bytes, 1024, Acks::Leader, None).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let st = client.tiering_status(Some("replay")).await?;
+        let st = client.tiering_status(Some(topic)).await?;
         if st
             .iter()
             .all(|p| p.upload_lag_segments == 0 && p.local_log_start_offset > 0)
         {
-            break;
+            return Ok(st.iter().map(|p| p.remote_bytes).sum());
         }
         if Instant::now() > deadline {
             bail!("segments were not uploaded: {st:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let st = client.tiering_status(Some("replay")).await?;
-    let remote: i64 = st.iter().map(|p| p.remote_bytes).sum();
-    // Cold: a restarted broker with an empty read cache.
+}
+
+/// Restarts the broker with an empty read cache (a cold replay).
+pub(super) async fn restart_cold(broker: &mut BrokerProcess) -> anyhow::Result<Client> {
     broker.kill();
     let _ = std::fs::remove_dir_all(broker.data_dir().join("remote-cache"));
     broker.spawn().await?;
-    let client = Client::connect(&broker.address()).await?;
-    let before = client.tiering_status_full(Some("replay")).await?;
-    let cold = consume_all(&client, "replay").await?;
-    let after = client.tiering_status_full(Some("replay")).await?;
-    let warm = consume_all(&client, "replay").await?;
-    let local = consume_all(&client, "local").await?;
-    let gets = (after.remote_get_requests - before.remote_get_requests) as f64;
-    let fetched = (after.remote_bytes_fetched - before.remote_bytes_fetched) as f64 / MIB;
-    let delivered = cold.bytes as f64 / MIB;
-    // Baseline: ranged GETs of the same objects, as many in flight as one reader uses.
+    Ok(Client::connect(&broker.address()).await?)
+}
+
+/// MiB/s of ranged GETs (4 MiB) of every `.log` object in the store, 3 in flight (one
+/// reader's read-ahead): what a replay could get from the store at most.
+pub(super) async fn ranged_get_baseline(s3: &S3Process) -> anyhow::Result<f64> {
     let store: Arc<dyn object_store::ObjectStore> = Arc::new(
         object_store::aws::AmazonS3Builder::new()
             .with_endpoint(s3.endpoint())
@@ -104,7 +104,36 @@ pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
                 ))
             })
             .collect();
-    let (raw_gets, _) = baseline::ranged_gets(store, objects, 4 << 20, 3).await?;
+    let (mib_per_sec, _) = baseline::ranged_gets(store, objects, 4 << 20, 3).await?;
+    Ok(mib_per_sec)
+}
+
+/// Historical replay of a mostly-remote topic from a real `s3s-fs`.
+pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    let bytes = ctx.size(512, 24);
+    let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
+    let (s3, mut broker) = tiered_broker(ctx, "").await?;
+    let client = Client::connect(&broker.address()).await?;
+    let remote = mostly_remote_topic(&client, "replay", bytes, segment).await?;
+    client
+        .create_topic(
+            "local",
+            4,
+            1,
+            configs(&[("remote.storage.enable", "false")]),
+        )
+        .await?;
+    produce_bytes(&client, "local", bytes, 1024, Acks::Leader, None).await?;
+    let client = restart_cold(&mut broker).await?;
+    let before = client.tiering_status_full(Some("replay")).await?;
+    let cold = consume_all(&client, "replay").await?;
+    let after = client.tiering_status_full(Some("replay")).await?;
+    let warm = consume_all(&client, "replay").await?;
+    let local = consume_all(&client, "local").await?;
+    let gets = (after.remote_get_requests - before.remote_get_requests) as f64;
+    let fetched = (after.remote_bytes_fetched - before.remote_bytes_fetched) as f64 / MIB;
+    let delivered = cold.bytes as f64 / MIB;
+    let raw_gets = ranged_get_baseline(&s3).await?;
     let stats = ProcessStats::sum(&[broker.stats(), s3.stats()]);
     let metrics = |m: &[(&str, f64)]| numbers(m);
     Ok(vec![

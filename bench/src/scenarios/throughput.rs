@@ -38,7 +38,7 @@ pub async fn produce(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     };
     let mut out = Vec::new();
     for (i, (record, partitions, acks, codec)) in cases.drain(..).enumerate() {
-        let topic = format!("produce-{i}");
+        let topic = ctx.topic(&format!("produce-{i}"));
         client
             .create_topic(
                 &topic,
@@ -160,16 +160,12 @@ pub async fn consume(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(512, 16);
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
+    let topic = ctx.topic("consume");
     client
-        .create_topic(
-            "consume",
-            8,
-            1,
-            configs(&[("remote.storage.enable", "false")]),
-        )
+        .create_topic(&topic, 8, 1, configs(&[("remote.storage.enable", "false")]))
         .await?;
-    produce_bytes(client, "consume", bytes, 1024, Acks::Leader, None).await?;
-    let got = consume_all(client, "consume").await?;
+    produce_bytes(client, &topic, bytes, 1024, Acks::Leader, None).await?;
+    let got = consume_all(client, &topic).await?;
     let loopback = baseline::loopback_copy(bytes).await?;
     let files = baseline::segment_files(&target.data_dir);
     let mut baselines = vec![("loopback_tcp_mib_per_sec", loopback)];
@@ -210,7 +206,7 @@ pub async fn partitions(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let mut out = Vec::new();
     let mut one = 0.0;
     for &n in counts {
-        let topic = format!("partitions-{n}");
+        let topic = ctx.topic(&format!("partitions-{n}"));
         client
             .create_topic(&topic, n, 1, configs(&[("remote.storage.enable", "false")]))
             .await?;

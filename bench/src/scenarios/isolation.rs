@@ -1,0 +1,213 @@
+//! Replay isolation: produce → consume latency of one-record sends at a fixed offered
+//! rate, first with the broker idle, then while a separate consumer process replays a
+//! mostly-remote topic from offset 0 at full speed with a cold read cache. The replay's
+//! own speed is reported against raw ranged GETs of the same objects: isolation bought
+//! by slowing the replay down does not count.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use shale_client::Client;
+
+use super::latency::latency_at;
+use super::replay::{mostly_remote_topic, ranged_get_baseline, restart_cold, tiered_broker};
+use super::{Ctx, MIB, configs};
+use crate::harness::ProcessStats;
+use crate::report::{CaseResult, Ratio, numbers, params};
+
+/// One-record sends per second in both phases (a fixed offered load, not a fraction of
+/// a maximum measured again in each phase).
+const RATE: f64 = 1_000.0;
+
+pub async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    let bytes = ctx.size(1024, 48);
+    let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
+    let metrics_port = crate::harness::free_port();
+    let (s3, mut broker) = tiered_broker(
+        ctx,
+        &format!("[broker]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n"),
+    )
+    .await?;
+    let client = Client::connect(&broker.address()).await?;
+    let remote = mostly_remote_topic(&client, "isolation-replay", bytes, segment).await?;
+    let client = restart_cold(&mut broker).await?;
+    client
+        .create_topic(
+            "isolation-e2e",
+            1,
+            1,
+            configs(&[("remote.storage.enable", "false")]),
+        )
+        .await?;
+    let run_for = Duration::from_millis(if ctx.quick { 1_000 } else { 5_000 });
+    // Warm the produce path (connections, metadata, the partition's pages) first.
+    latency_at(&client, "isolation-e2e", RATE, Duration::from_millis(300)).await?;
+    let before_idle = produce_latency_buckets(metrics_port).await?;
+    let idle = latency_at(&client, "isolation-e2e", RATE, run_for).await?;
+    let before_busy = produce_latency_buckets(metrics_port).await?;
+
+    let replay = Replay::start(&broker.address(), "isolation-replay")?;
+    let busy = latency_at(&client, "isolation-e2e", RATE, run_for).await?;
+    let after_busy = produce_latency_buckets(metrics_port).await?;
+    let measured_during = replay.started.elapsed();
+    let replay_secs = replay.wait()?;
+    let replay_mib_per_sec = bytes as f64 / MIB / replay_secs;
+    let stats = ProcessStats::sum(&[broker.stats(), s3.stats()]);
+    let raw_gets = ranged_get_baseline(&s3).await?;
+
+    let q = |h: &Histogram<u64>, x: f64| h.value_at_quantile(x) as f64 / 1000.0;
+    let phase = |name: &str, h: &Histogram<u64>| {
+        numbers(&[
+            ("p50_ms", q(h, 0.5)),
+            ("p99_ms", q(h, 0.99)),
+            ("p999_ms", q(h, 0.999)),
+            ("samples", h.len() as f64),
+        ])
+        .into_iter()
+        .map(|(k, v)| (format!("{name}_{k}"), v))
+        .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let mut latency = phase("idle", &idle);
+    latency.extend(phase("replay", &busy));
+    // The broker's own view: the share of produce requests it took over 1 ms to answer.
+    let slow = |from: &[(f64, f64)], to: &[(f64, f64)]| {
+        let count =
+            |b: &[(f64, f64)], le: f64| b.iter().find(|(l, _)| *l >= le).map_or(0.0, |x| x.1);
+        let total = count(to, f64::INFINITY) - count(from, f64::INFINITY);
+        let fast = count(to, 0.001) - count(from, 0.001);
+        if total > 0.0 {
+            (total - fast) / total
+        } else {
+            0.0
+        }
+    };
+    latency.insert(
+        "idle_broker_produce_over_1ms_share".into(),
+        slow(&before_idle, &before_busy),
+    );
+    latency.insert(
+        "replay_broker_produce_over_1ms_share".into(),
+        slow(&before_busy, &after_busy),
+    );
+    let common = [
+        ("client", "grpc".to_string()),
+        ("rate_per_sec", format!("{RATE:.0}")),
+        ("acks", "1".into()),
+        ("replay_mib", format!("{:.0}", bytes as f64 / MIB)),
+        (
+            "remote_share",
+            format!("{:.0}%", remote as f64 / bytes as f64 * 100.0),
+        ),
+    ];
+    // Whether the replay lasted the whole second measurement.
+    let overlap = (replay_secs / measured_during.as_secs_f64()).min(1.0);
+    Ok(vec![
+        CaseResult {
+            scenario: "isolation".into(),
+            params: params(&[&common[..], &[("measure", "produce latency".into())]].concat()),
+            metrics: latency,
+            baselines: numbers(&[("idle_p99_ms", q(&idle, 0.99)), ("replay_overlap", overlap)]),
+            ratio: Some(Ratio::new(
+                "idle p99 / p99 during the replay (target: at most 2x worse)",
+                q(&idle, 0.99) / q(&busy, 0.99).max(1e-6),
+                Some(0.5),
+            )),
+            broker: stats,
+        },
+        CaseResult {
+            scenario: "isolation".into(),
+            params: params(&[&common[..], &[("measure", "replay speed".into())]].concat()),
+            metrics: numbers(&[("replay_mib_per_sec", replay_mib_per_sec)]),
+            baselines: numbers(&[("ranged_get_mib_per_sec", raw_gets)]),
+            ratio: Some(Ratio::new(
+                "replay_mib_per_sec / ranged_get (while produce runs)",
+                replay_mib_per_sec / raw_gets.max(1e-9),
+                Some(0.5),
+            )),
+            broker: stats,
+        },
+    ])
+}
+
+/// The broker's Produce latency histogram from `/metrics`: (upper bound in seconds,
+/// cumulative count) per bucket, summed over listeners.
+async fn produce_latency_buckets(port: u16) -> anyhow::Result<Vec<(f64, f64)>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await?;
+    let mut buckets: std::collections::BTreeMap<String, f64> = Default::default();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("shale_request_duration_seconds_bucket{") else {
+            continue;
+        };
+        if !rest.contains("api=\"Produce\"") {
+            continue;
+        }
+        let le = rest.split("le=\"").nth(1).and_then(|x| x.split('"').next());
+        let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(le), Some(v)) = (le, value) {
+            *buckets.entry(le.to_string()).or_default() += v;
+        }
+    }
+    let mut out: Vec<(f64, f64)> = buckets
+        .into_iter()
+        .map(|(le, v)| {
+            (
+                if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap_or(f64::INFINITY)
+                },
+                v,
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(out)
+}
+
+/// A `shale consume --from-beginning --exit` process reading a topic to its end.
+struct Replay {
+    child: std::process::Child,
+    started: Instant,
+}
+
+impl Replay {
+    fn start(bootstrap: &str, topic: &str) -> anyhow::Result<Self> {
+        let cli = std::env::current_exe()?.with_file_name("shale");
+        let child = Command::new(&cli)
+            .args([
+                "--bootstrap",
+                bootstrap,
+                "consume",
+                topic,
+                "--from-beginning",
+            ])
+            .args(["--exit", "--format", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {}", cli.display()))?;
+        Ok(Self {
+            child,
+            started: Instant::now(),
+        })
+    }
+
+    /// Waits for the replay to end; returns how long it ran.
+    fn wait(self) -> anyhow::Result<f64> {
+        let out = self.child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "the replay consumer failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(self.started.elapsed().as_secs_f64())
+    }
+}

@@ -37,7 +37,7 @@ heartbeat_interval_ms = 500
 class Broker:
     """One shale-broker process with a Kafka and a gRPC listener."""
 
-    def __init__(self, workdir, broker_id=0, metastore=None, objects=None):
+    def __init__(self, workdir, broker_id=0, metastore=None, objects=None, extra_toml=""):
         self.id = broker_id
         self.dir = os.path.join(workdir, f"broker{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
@@ -47,7 +47,7 @@ class Broker:
         self.objects = objects
         self.proc = None
         with open(os.path.join(self.dir, "shale.toml"), "w") as f:
-            f.write(BROKER_TOML)
+            f.write(BROKER_TOML.replace("[cluster]\n", "[cluster]\n" + extra_toml))
 
     @property
     def kafka(self):
@@ -137,8 +137,9 @@ def single(workdir):
     return Cluster([b])
 
 
-def cluster_of_three(workdir, postgres_url):
-    """Three brokers on one PostgreSQL database (a fresh one) and one object store."""
+def cluster_of_three(workdir, postgres_url, cluster_toml=""):
+    """Three brokers on one PostgreSQL database (a fresh one) and one object store;
+    `cluster_toml`: more `[cluster]` settings."""
     import urllib.parse
     db = "shale_compat_" + os.urandom(4).hex()
     parsed = urllib.parse.urlparse(postgres_url)
@@ -150,7 +151,8 @@ def cluster_of_three(workdir, postgres_url):
     url = parsed._replace(path="/" + db).geturl()
     workdir = os.path.join(workdir, "cluster")
     objects = "file://" + os.path.join(workdir, "objects")
-    brokers = [Broker(workdir, i, metastore=url, objects=objects) for i in range(3)]
+    brokers = [Broker(workdir, i, metastore=url, objects=objects, extra_toml=cluster_toml)
+               for i in range(3)]
     cluster = Cluster(brokers, on_stop=lambda: subprocess.run(
         ["psql", postgres_url, "-c", f"DROP DATABASE IF EXISTS {db}"], capture_output=True))
     try:

@@ -18,3 +18,5 @@ cargo nextest run --workspace --locked --profile ci
 
 # Kafka clients (kcat, librdkafka, kafka-python, kafkajs) against real brokers; installs them.
 infra/kafka-compat.sh
+# librdkafka's own test suite (from Debian's source package, built once) against a cluster.
+infra/librdkafka-suite.sh

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""librdkafka's own test suite (tests/ of Debian's librdkafka source package) against
+a three-broker Shale cluster, configured as the suite's default scenario expects
+(auto-created topics with 4 partitions and 3 replicas).
+
+Usage:
+  librdkafka_suite.py --tests DIR --postgres URL --list FILE      run the listed tests
+  librdkafka_suite.py --tests DIR --postgres URL --discover OUT   try every test
+                                                                  that needs a broker
+
+DIR is the built tests/ directory (test-runner). The list has one test number per
+line (`# comments` allowed); every listed test must pass. Each test runs alone
+(`TESTS=NNNN test-runner -L -K -p1`: full mode, no local-only tests, none marked
+as known issues), with a time limit.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+# The suite's default scenario (tests/scenarios/default.json), and the broker
+# version the tests are told to expect (it gates which tests and features they use).
+CLUSTER_TOML = "num_partitions = 4\ndefault_replication_factor = 3\n"
+KAFKA_VERSION = "3.0.0"
+TIME_LIMIT_S = 300
+
+
+def candidates(tests_dir):
+    """Every test of the suite that needs a broker: (number, name), in order."""
+    src = open(os.path.join(tests_dir, "test.c")).read()
+    start = src.index("struct test tests[]")
+    body = src[start:src.index("};", start)]
+    out = []
+    for m in re.finditer(r"_TEST\((\w+),\s*([^,)]*)", body):
+        name, flags = m.group(1), m.group(2)
+        if "LOCAL" in flags or "MANUAL" in flags or name.startswith("0000"):
+            continue
+        out.append((name[:4], name))
+    return out
+
+
+def run_one(tests_dir, conf, num, log_dir):
+    env = {**os.environ, "TESTS": num, "TEST_KAFKA_VERSION": KAFKA_VERSION,
+           "RDKAFKA_TEST_CONF": conf}
+    started = time.time()
+    log = os.path.join(log_dir, f"{num}.log")
+    with open(log, "w") as f:
+        try:
+            rc = subprocess.run(["./test-runner", "-L", "-K", "-p1"], cwd=tests_dir,
+                                env=env, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=TIME_LIMIT_S).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    took = time.time() - started
+    passed = rc == 0 and "ALL TESTS PASSED" in open(log, errors="replace").read()
+    return passed, rc, took, log
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tests", required=True, help="built tests/ directory of librdkafka")
+    ap.add_argument("--postgres", required=True)
+    ap.add_argument("--list", help="file of test numbers that must pass")
+    ap.add_argument("--discover", help="run every broker test, write the results here")
+    args = ap.parse_args()
+    if bool(args.list) == bool(args.discover):
+        ap.error("give --list or --discover")
+    if args.list:
+        nums = [line.split("#")[0].strip() for line in open(args.list)]
+        nums = [n for n in nums if n]
+    else:
+        nums = sorted({num for num, _ in candidates(args.tests)})
+
+    work = harness.workdir()
+    cluster = harness.cluster_of_three(work, args.postgres, CLUSTER_TOML)
+    logs = tempfile.mkdtemp(prefix="librdkafka-suite-", dir=work)
+    conf = os.path.join(work, "test.conf")
+    with open(conf, "w") as f:
+        f.write(f"metadata.broker.list={cluster.bootstrap}\n")
+        # Fresh topic names per run: a test never meets an earlier run's topic.
+        f.write("test.topic.random=true\n")
+        # A debug broker on two shared cores is slower than the clusters the suite
+        # was tuned on.
+        f.write("test.timeout.multiplier=3\n")
+    results = []
+    try:
+        for num in nums:
+            passed, rc, took, log = run_one(args.tests, conf, num, logs)
+            results.append((num, passed, rc, took, log))
+            print(f"{'PASS' if passed else 'FAIL'} librdkafka test {num} ({took:.1f} s)"
+                  + ("" if passed else f" rc={rc}, log {log}"), flush=True)
+    finally:
+        cluster.stop()
+    failed = [r for r in results if not r[1]]
+    if args.discover:
+        with open(args.discover, "w") as f:
+            for num, passed, rc, took, log in results:
+                f.write(f"{num} {'pass' if passed else 'fail'} rc={rc} {took:.1f}s {log}\n")
+        print(f"{len(results) - len(failed)} of {len(results)} tests passed; "
+              f"results in {args.discover}")
+        return 0
+    print(f"\n{len(results) - len(failed)} of {len(results)} listed librdkafka tests passed")
+    if failed:
+        print(f"broker and test logs kept in {work}")
+        return 1
+    harness.cleanup(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -118,6 +118,7 @@ fn cache_hit(c: &mut Criterion) {
                 cache_memory_bytes: 64 << 20,
                 cache_disk_bytes: 64 << 20,
                 cache_dir: dir.path().join("cache"),
+                direct_io: false,
                 read_ahead_chunks: 0,
                 max_concurrent_gets: 4,
                 tasks: Default::default(),

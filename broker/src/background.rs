@@ -154,7 +154,14 @@ impl Broker {
             );
         }
         self.release_lease().await;
-        self.reader.close().await;
+        let reader = self.reader.clone();
+        if let Err(e) = self
+            .remote_io
+            .run(async move { reader.close().await })
+            .await
+        {
+            tracing::warn!(error = %e, "closing the read cache failed");
+        }
         let parts = self.all_partitions();
         let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = failed.clone();

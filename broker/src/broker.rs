@@ -50,6 +50,10 @@ pub struct Broker {
     pub(crate) metastore: Arc<dyn Metastore>,
     pub(crate) uploader: Uploader,
     pub(crate) reader: Arc<RemoteReader>,
+    /// Where remote reads run (see `remote_io`).
+    pub(crate) remote_io: crate::remote_io::RemoteIo,
+    /// Fetch byte-rate quotas per client (`[quotas]`).
+    pub(crate) fetch_quotas: crate::quota::FetchQuotas,
     pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
     /// Bytes of all local partition logs: recomputed every flush check, raised by each
     /// append in between (for `log.local_disk_limit_bytes`).
@@ -123,21 +127,37 @@ impl Broker {
                 url: config.metastore_url.clone(),
                 source,
             })?;
-        let object_store = shale_tiering::open(&config.object_store_url, &config.object_store)
-            .await
-            .map_err(|source| StartError::ObjectStore {
-                url: config.object_store_url.clone(),
-                source,
-            })?;
-        Self::start_with(config, metastore, object_store, connector, cancel).await
+        let open_store = async || {
+            shale_tiering::open(&config.object_store_url, &config.object_store)
+                .await
+                .map_err(|source| StartError::ObjectStore {
+                    url: config.object_store_url.clone(),
+                    source,
+                })
+        };
+        // Remote reads get a client of their own: its connections are driven on the
+        // remote-I/O runtime, never on the one serving produce.
+        let object_store = open_store().await?;
+        let read_store = open_store().await?;
+        Self::start_with(
+            config,
+            metastore,
+            object_store,
+            read_store,
+            connector,
+            cancel,
+        )
+        .await
     }
 
-    /// [`Broker::start`] on a metastore and object store already open (tests wrap them
-    /// to inject faults).
+    /// [`Broker::start`] on a metastore and object stores already open (tests wrap them
+    /// to inject faults): `object_store` for uploads and deletes, `read_store` (the same
+    /// store, through its own client) for remote reads.
     pub async fn start_with(
         config: BrokerConfig,
         metastore: Arc<dyn Metastore>,
         object_store: shale_tiering::store::ObjectStoreRef,
+        read_store: shale_tiering::store::ObjectStoreRef,
         replica_connector: Arc<dyn ReplicaConnector>,
         cancel: CancellationToken,
     ) -> Result<Arc<Self>, StartError> {
@@ -150,23 +170,31 @@ impl Broker {
         check_data_dir_identity(&config.data_dir, cluster_id, config.broker_id)?;
         let tasks = TaskTracker::new();
         let t = &config.tiering;
-        let reader = RemoteReader::open(
-            object_store.clone(),
-            ReaderConfig {
-                chunk_bytes: t.chunk_bytes,
-                cache_memory_bytes: t.cache_memory_bytes,
-                cache_disk_bytes: t.cache_disk_bytes,
-                cache_dir: t
-                    .cache_dir
-                    .clone()
-                    .unwrap_or_else(|| config.data_dir.join("remote-cache")),
-                read_ahead_chunks: t.read_ahead_chunks,
-                max_concurrent_gets: t.max_concurrent_gets,
-                tasks: tasks.clone(),
-            },
-        )
-        .await
-        .map_err(StartError::ReadCache)?;
+        let remote_io = crate::remote_io::RemoteIo::new(t.remote_io_threads, t.remote_io_nice)
+            .map_err(|e| {
+                StartError::ReadCache(shale_tiering::reader::ReadError::Cache(e.to_string()))
+            })?;
+        let reader_config = ReaderConfig {
+            chunk_bytes: t.chunk_bytes,
+            cache_memory_bytes: t.cache_memory_bytes,
+            cache_disk_bytes: t.cache_disk_bytes,
+            cache_dir: t
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| config.data_dir.join("remote-cache")),
+            direct_io: t.cache_direct_io,
+            read_ahead_chunks: t.read_ahead_chunks,
+            max_concurrent_gets: t.max_concurrent_gets,
+            tasks: tasks.clone(),
+        };
+        // Opened on the remote-I/O runtime: the cache's own tasks run there.
+        let reader = remote_io
+            .run(RemoteReader::open(read_store, reader_config))
+            .await
+            .map_err(|e| {
+                StartError::ReadCache(shale_tiering::reader::ReadError::Cache(e.to_string()))
+            })?
+            .map_err(StartError::ReadCache)?;
         let uploader = Uploader::new(
             object_store,
             metastore.clone(),
@@ -186,11 +214,14 @@ impl Broker {
             appended: Arc::new(tokio::sync::watch::Sender::new(0)),
             files: shale_log::FileCache::new(config.log.open_files_limit()),
         };
+        let fetch_quotas = crate::quota::FetchQuotas::new(config.quotas.consumer_byte_rate);
         let broker = Arc::new(Self {
             config,
             metastore,
             uploader,
             reader,
+            remote_io,
+            fetch_quotas,
             upload_permits,
             local_log_bytes: std::sync::atomic::AtomicU64::new(0),
             request_stats: crate::stats::RequestStats::default(),

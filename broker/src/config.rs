@@ -114,6 +114,8 @@ struct FileConfig {
     #[serde(default)]
     groups: GroupsSection,
     #[serde(default)]
+    quotas: QuotasSection,
+    #[serde(default)]
     topic_defaults: BTreeMap<String, toml::Value>,
 }
 
@@ -194,6 +196,7 @@ pub struct BrokerConfig {
     pub tiering: TieringSection,
     pub cluster: ClusterSection,
     pub groups: GroupsSection,
+    pub quotas: QuotasSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
 }
@@ -315,6 +318,7 @@ impl BrokerConfig {
             tiering: file.tiering,
             cluster: file.cluster,
             groups: file.groups,
+            quotas: file.quotas,
             topic_defaults,
         };
         config.validate()?;
@@ -369,11 +373,15 @@ impl BrokerConfig {
                 "must be at least 5242880 (5 MiB)",
             );
         }
+        if !(0..=19).contains(&self.tiering.remote_io_nice) {
+            return fail("tiering.remote_io_nice", "must be between 0 and 19");
+        }
         let t = &self.tiering;
         let (log, cluster) = (&self.log, &self.cluster);
         for (key, v) in [
             ("tiering.upload_concurrency", t.upload_concurrency as u64),
             ("tiering.max_concurrent_gets", t.max_concurrent_gets as u64),
+            ("tiering.remote_io_threads", t.remote_io_threads as u64),
             ("tiering.upload_interval_ms", t.upload_interval_ms),
             (
                 "log.retention_check_interval_ms",

@@ -62,6 +62,11 @@ pub async fn render(broker: &Broker) -> String {
             load(&s.fetched_bytes),
         ),
         (
+            "shale_fetch_throttled_total",
+            "Fetches whose client exceeded its quota ([quotas] consumer_byte_rate) and was throttled.",
+            load(&s.throttled_fetches),
+        ),
+        (
             "shale_replicated_bytes_total",
             "Record-batch bytes copied from leaders (as a follower).",
             load(&s.replicated_bytes),

@@ -27,7 +27,7 @@ pub use admin::{
     TieringReport, TopicMetadata,
 };
 pub use data::{DeleteRecordsQuery, EpochQuery};
-pub use data::{FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
+pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, SyncRequest};
 
 use crate::error::Result;
@@ -71,6 +71,19 @@ impl RequestContext {
     pub fn with_client_id(mut self, client_id: Option<String>) -> Self {
         self.client_id = client_id;
         self
+    }
+
+    /// Who a quota is kept for: the principal and client id (Kafka's quota entity),
+    /// or, for a client that gives no id, its connection.
+    pub fn quota_key(&self) -> String {
+        match (&self.principal, &self.client_id) {
+            (p, Some(id)) => format!("{}/{id}", p.as_deref().unwrap_or("")),
+            (p, None) => format!(
+                "{}@{}",
+                p.as_deref().unwrap_or(""),
+                self.peer.map_or_else(String::new, |a| a.to_string())
+            ),
+        }
     }
 
     /// The span a request's events are logged in.

@@ -16,6 +16,8 @@ pub struct RequestStats {
     pub produced_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// Fetches answered with a throttle (the client exceeded its fetch quota).
+    pub throttled_fetches: AtomicU64,
     /// Batch bytes this broker copied from leaders as a follower.
     pub replicated_bytes: AtomicU64,
     /// Idempotent batches that repeated one already written (answered with its offsets).

@@ -374,6 +374,7 @@ impl TestBroker {
             config,
             metastore.clone(),
             store.clone(),
+            store.clone(),
             Arc::new(crate::replication::NoReplicaTransport),
             cancel.clone(),
         )

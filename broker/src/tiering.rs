@@ -391,7 +391,15 @@ impl Broker {
         let mut state = p.remote_state();
         for _ in 0..3 {
             let seg = state.find(offset)?.clone();
-            let read = self.reader.read(&seg, offset, max_bytes, whole_first).await;
+            let (reader, s) = (self.reader.clone(), seg.clone());
+            let read = match self
+                .remote_io
+                .run(async move { reader.read(&s, offset, max_bytes, whole_first).await })
+                .await
+            {
+                Ok(read) => read,
+                Err(e) => return Some(Err(e)),
+            };
             let Err(ReadError::NotFound { object }) = read else {
                 return Some(read.map_err(remote_read_error));
             };
@@ -436,12 +444,14 @@ impl Broker {
             .segments
             .iter()
             .find(|s| s.max_timestamp >= ts && s.base_offset < local_start)
+            .cloned()
         else {
             return Ok(None);
         };
-        self.reader
-            .offset_for_timestamp(seg, ts)
-            .await
+        let reader = self.reader.clone();
+        self.remote_io
+            .run(async move { reader.offset_for_timestamp(&seg, ts).await })
+            .await?
             .map_err(remote_read_error)
     }
 

@@ -77,7 +77,7 @@ impl Consumer {
             topic: topic.into(),
             positions,
             max_bytes: 50 << 20,
-            partition_max_bytes: 8 << 20,
+            partition_max_bytes: 1 << 20,
         })
     }
 
@@ -88,7 +88,7 @@ impl Consumer {
             topic: topic.into(),
             positions,
             max_bytes: 50 << 20,
-            partition_max_bytes: 8 << 20,
+            partition_max_bytes: 1 << 20,
         }
     }
 

@@ -124,10 +124,14 @@ impl Data for Front {
             min_bytes: req.min_bytes,
             max_bytes: req.max_bytes,
         };
-        let partitions = self
-            .service
-            .fetch(&ctx, req)
-            .await
+        let answer = self.service.fetch(&ctx, req).await;
+        // Over its fetch quota: the answer comes that much later (gRPC has no
+        // throttle field for the client to honour).
+        if !answer.throttle.is_zero() {
+            tokio::time::sleep(answer.throttle).await;
+        }
+        let partitions = answer
+            .partitions
             .into_iter()
             .map(|k| {
                 let (error_code, error_message) = error_fields(&k.result);

@@ -49,9 +49,11 @@ pub async fn serve(
     let base = RequestContext::new(listener).with_peer(Some(peer));
     // Signalled when the last request of the serial chain finishes.
     let mut chain: Option<oneshot::Receiver<()>> = None;
+    // A throttled client's connection is not read from until then (KIP-219).
+    let mut muted_until: Option<tokio::time::Instant> = None;
     loop {
         // Start every complete request in the buffer, up to the in-flight limit.
-        while pending.len() < limits.max_inflight_requests {
+        while muted_until.is_none() && pending.len() < limits.max_inflight_requests {
             match frame::split(&mut buf, limits.max_request_bytes) {
                 Ok(Some(bytes)) => match frame::parse(bytes) {
                     Ok(Frame::Request(req)) => {
@@ -75,15 +77,23 @@ pub async fn serve(
                 }
             }
         }
-        let room = pending.len() < limits.max_inflight_requests;
+        let room = pending.len() < limits.max_inflight_requests && muted_until.is_none();
+        let unmute = muted_until.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             _ = &mut stopping => return,
             Some(reply) = pending.next(), if !pending.is_empty() => {
-                if let Err(e) = write(&mut wr, reply).await {
-                    tracing::debug!(%peer, error = %e, "Kafka connection ended");
-                    return;
+                match write(&mut wr, reply).await {
+                    Ok(mute) if !mute.is_zero() => {
+                        muted_until = Some(tokio::time::Instant::now() + mute);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "Kafka connection ended");
+                        return;
+                    }
                 }
             }
+            _ = tokio::time::sleep_until(unmute), if muted_until.is_some() => muted_until = None,
             read = rd.read_buf(&mut buf), if room => match read {
                 Ok(0) | Err(_) => return flush(&mut wr, pending).await,
                 Ok(_) => {}
@@ -127,12 +137,16 @@ async fn flush(
     }
 }
 
-/// Writes one reply; an error ends the connection (`Reply::Close` included).
-async fn write(wr: &mut tokio::net::tcp::WriteHalf<'_>, reply: Reply) -> std::io::Result<()> {
+/// Writes one reply; returns how long the connection is then muted. An error ends the
+/// connection (`Reply::Close` included).
+async fn write(
+    wr: &mut tokio::net::tcp::WriteHalf<'_>,
+    reply: Reply,
+) -> std::io::Result<std::time::Duration> {
     match reply {
-        Reply::Send(bytes) => wr.write_all(&bytes).await,
-        Reply::Chunks(chunks) => write_chunks(wr, chunks).await,
-        Reply::Nothing => Ok(()),
+        Reply::Send(bytes) => wr.write_all(&bytes).await.map(|()| Default::default()),
+        Reply::Chunks { chunks, mute } => write_chunks(wr, chunks).await.map(|()| mute),
+        Reply::Nothing => Ok(Default::default()),
         Reply::Close => Err(std::io::Error::other("closing the connection")),
     }
 }

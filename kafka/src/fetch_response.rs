@@ -28,6 +28,8 @@ pub struct TopicAnswer {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FetchAnswer {
     pub topics: Vec<TopicAnswer>,
+    /// How long the client is throttled for exceeding its fetch quota.
+    pub throttle: std::time::Duration,
 }
 
 /// Lowest and highest version this encoder writes.
@@ -45,7 +47,7 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<By
     if flexible {
         buf.put_u8(0); // response header v1: no tagged fields
     }
-    buf.put_i32(0); // throttle_time_ms
+    buf.put_i32(answer.throttle.as_millis().min(i32::MAX as u128) as i32);
     if version >= 7 {
         buf.put_i16(0); // error_code
         buf.put_i32(0); // session_id: sessionless
@@ -134,6 +136,7 @@ mod tests {
     fn reference(version: i16, correlation_id: i32, a: &FetchAnswer) -> Bytes {
         let mut resp = FetchResponse::default();
         resp.session_id = 0;
+        resp.throttle_time_ms = a.throttle.as_millis() as i32;
         for t in &a.topics {
             let mut topic = FetchableTopicResponse::default();
             topic.topic = StrBytes::from_string(t.name.clone()).into();
@@ -177,7 +180,12 @@ mod tests {
             proptest::collection::vec(partition, 0..4),
         )
             .prop_map(|(name, partitions)| TopicAnswer { name, partitions });
-        proptest::collection::vec(topic, 0..4).prop_map(|topics| FetchAnswer { topics })
+        (proptest::collection::vec(topic, 0..4), 0u64..100_000).prop_map(|(topics, ms)| {
+            FetchAnswer {
+                topics,
+                throttle: std::time::Duration::from_millis(ms),
+            }
+        })
     }
 
     proptest! {
@@ -209,6 +217,7 @@ mod tests {
                     ..Default::default()
                 }],
             }],
+            ..Default::default()
         };
         for version in VERSIONS.0..=VERSIONS.1 {
             let chunks = encode(version, 1, &answer);

@@ -8,6 +8,7 @@ mod metadata;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestKind};
@@ -23,8 +24,9 @@ pub enum Reply {
     /// A whole response frame.
     Send(Bytes),
     /// A whole response frame in pieces, written with one vectored write (a Fetch
-    /// response: its record bytes are the log's, never copied).
-    Chunks(Vec<Bytes>),
+    /// response: its record bytes are the log's, never copied); then nothing more is
+    /// read from the connection for `mute` (a throttled client, KIP-219).
+    Chunks { chunks: Vec<Bytes>, mute: Duration },
     /// Nothing (a produce with acks=0).
     Nothing,
     /// Close the connection (a response that cannot be encoded).
@@ -59,7 +61,17 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
             },
             RequestKind::Fetch(r) => {
                 let answer = data::fetch(s, ctx, r, v).await;
-                return Reply::Chunks(crate::fetch_response::encode(v, id, &answer));
+                // A throttled client: v8+ clients back off by the throttle time they are
+                // told, and the connection is muted meanwhile (KIP-219); older ones get
+                // the answer that much later.
+                let mute = if v >= 8 {
+                    answer.throttle
+                } else {
+                    tokio::time::sleep(answer.throttle).await;
+                    Duration::ZERO
+                };
+                let chunks = crate::fetch_response::encode(v, id, &answer);
+                return Reply::Chunks { chunks, mute };
             }
             RequestKind::ListOffsets(r) => enc(api, v, id, data::list_offsets(s, ctx, r).await),
             RequestKind::OffsetForLeaderEpoch(r) => {

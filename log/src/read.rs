@@ -23,17 +23,20 @@ impl PartitionLog {
                 log_end,
             });
         }
-        let (_, seg) = self
+        let (&base, seg) = self
             .segments
             .range(..=offset)
             .next_back()
             .expect("offset >= log start");
+        // Older than the active segment and the newest sealed one: a catch-up read.
+        let cold = self.segments.range(base..).nth(2).is_some();
         Ok(ReadPlan {
             file: seg.file()?,
             start: seg.lookup_position(offset),
             end: seg.size(),
             offset,
             max_offset: max_offset.min(log_end),
+            cold,
         })
     }
 
@@ -72,6 +75,10 @@ pub struct ReadPlan {
     end: u64,
     offset: i64,
     max_offset: i64,
+    /// A segment older than the two newest: its pages are dropped from the page cache
+    /// after the read, so a consumer or follower catching up from old segments does
+    /// not push out the hot tail that produce and tailing consumers use.
+    pub(crate) cold: bool,
 }
 
 impl ReadPlan {
@@ -93,6 +100,15 @@ impl ReadPlan {
         let available = (self.end - first.position) as usize;
         let len = available.min(max_bytes.max(first.header.total_size()));
         let buf = reader.read(first.position, len)?;
+        if self.cold {
+            // Sealed segments are fsynced: nothing dirty is dropped. Advice only.
+            let _ = rustix::fs::fadvise(
+                &*self.file,
+                first.position,
+                std::num::NonZeroU64::new(len as u64),
+                rustix::fs::Advice::DontNeed,
+            );
+        }
         let mut keep = 0;
         for item in BatchIter::new(&buf) {
             let Ok((h, range)) = item else { break };

@@ -866,3 +866,26 @@ fn a_log_that_ends_below_the_deleted_offset_starts_at_its_end_and_retention_drop
     assert!(log.segments.keys().nth(1).copied().unwrap() > 200);
     assert!(*log.segments.keys().next().unwrap() <= 200);
 }
+
+#[test]
+fn reads_of_segments_older_than_the_two_newest_are_cold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    for i in 0..100u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    let bases: Vec<i64> = log.segments.keys().copied().collect();
+    assert!(bases.len() > 4);
+    for (i, base) in bases.iter().enumerate() {
+        let plan = log.plan_read(*base, i64::MAX).unwrap();
+        assert_eq!(
+            plan.cold,
+            i + 2 < bases.len(),
+            "segment {i} of {}",
+            bases.len()
+        );
+    }
+    // A cold read returns the same bytes (the advice only drops cached pages).
+    assert_eq!(read_all(&log, 0, 700).len(), 300);
+    assert_eq!(read_all(&log, 0, 700).len(), 300);
+}

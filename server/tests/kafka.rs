@@ -513,3 +513,82 @@ async fn metadata_rules_transactions_and_member_id_required() {
     );
     assert_eq!(joined.leader, joined.member_id);
 }
+
+/// A client over its fetch quota (`[quotas] consumer_byte_rate`) is told so in
+/// `throttle_time_ms` (Fetch v8+; the broker then reads nothing more from it until
+/// the time is up), still gets every record, and the metric counts it; a gRPC
+/// consumer over the same quota also reads everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_fetch_quota_is_throttled_and_reads_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(dir.path(), "[quotas]\nconsumer_byte_rate = 200000\n");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let metrics = free_port();
+    let broker = Broker::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--kafka-listen",
+        &addr,
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics}"),
+    ])
+    .await;
+    let mut c = Conn::connect(&addr).await;
+    create(&mut c, "quota").await;
+    let value = "q".repeat(1000);
+    for _ in 0..10 {
+        let values: Vec<&str> = (0..100).map(|_| value.as_str()).collect();
+        let r: ProduceResponse = c
+            .call(
+                ApiKey::Produce,
+                9,
+                &produce_request("quota", -1, batch(&values, 1)),
+            )
+            .await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    // 1 MB to read at 200 kB/s: the first fetch already overdraws the quota.
+    let mut offset = 0;
+    let mut throttles = Vec::new();
+    while offset < 1000 {
+        let r: FetchResponse = c
+            .call(ApiKey::Fetch, 11, &fetch_request("quota", offset))
+            .await;
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        throttles.push(r.throttle_time_ms);
+        let records = p.records.clone().unwrap();
+        let mut pos = 0;
+        while pos < records.len() {
+            let h = BatchHeader::parse(&records[pos..]).unwrap();
+            offset = offset.max(h.last_offset() + 1);
+            pos += h.total_size();
+        }
+        // Honour the throttle, as a client does.
+        tokio::time::sleep(Duration::from_millis(r.throttle_time_ms as u64)).await;
+    }
+    assert!(
+        throttles.iter().any(|t| *t > 0),
+        "never throttled: {throttles:?}"
+    );
+    let text = common::http_get(metrics, "/metrics").await;
+    let throttled: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("shale_fetch_throttled_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(throttled >= 1.0, "{text}");
+    // The gRPC consumer (throttled by a late answer) reads every record too.
+    let lines = broker.cli_ok(
+        &[
+            "consume",
+            "quota",
+            "--from-beginning",
+            "--exit",
+            "--format",
+            "%o\\n",
+        ],
+        None,
+    );
+    assert_eq!(lines.lines().count(), 1000);
+}

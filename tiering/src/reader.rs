@@ -37,6 +37,10 @@ pub struct ReaderConfig {
     pub cache_disk_bytes: usize,
     /// Directory of the disk tier.
     pub cache_dir: PathBuf,
+    /// The disk tier bypasses the page cache (O_DIRECT): a replay filling it neither
+    /// evicts the hot tail's pages nor makes the kernel throttle the log's writers
+    /// for dirty pages. Default: true (buffered where the filesystem refuses it).
+    pub direct_io: bool,
     /// Chunks fetched ahead of a read. Default: 2.
     pub read_ahead_chunks: u64,
     /// Ranged GETs in flight at once. Default: 16.
@@ -89,19 +93,16 @@ pub struct RemoteReader {
 impl RemoteReader {
     pub async fn open(store: ObjectStoreRef, config: ReaderConfig) -> Result<Arc<Self>, ReadError> {
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| ReadError::Cache(e.to_string()))?;
-        let device = FsDeviceBuilder::new(&config.cache_dir)
-            .with_capacity(config.cache_disk_bytes)
-            .build()
-            .map_err(|e| ReadError::Cache(e.to_string()))?;
-        let chunks = HybridCacheBuilder::new()
-            .with_name("shale-remote-chunks")
-            .memory(config.cache_memory_bytes)
-            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
-            .storage()
-            .with_engine_config(BlockEngineConfig::new(device))
-            .build()
-            .await
-            .map_err(|e| ReadError::Cache(e.to_string()))?;
+        let chunks = match Self::open_cache(&config, config.direct_io).await {
+            Ok(chunks) => chunks,
+            // Some filesystems (tmpfs) refuse O_DIRECT: cache through the page cache.
+            Err(e) if config.direct_io => {
+                tracing::warn!(dir = %config.cache_dir.display(), error = %e,
+                    "the read cache's directory refuses direct I/O; using buffered I/O");
+                Self::open_cache(&config, false).await?
+            }
+            Err(e) => return Err(e),
+        };
         // Parsed offset indexes: 8 bytes an entry.
         let indexes = CacheBuilder::new(64 << 20)
             .with_weighter(|_: &Uuid, v: &Arc<Vec<(u32, u32)>>| 8 * v.len() + 64)
@@ -115,6 +116,27 @@ impl RemoteReader {
             config,
             stats: Arc::new(ReaderStats::default()),
         }))
+    }
+
+    async fn open_cache(
+        config: &ReaderConfig,
+        direct: bool,
+    ) -> Result<HybridCache<String, Bytes>, ReadError> {
+        let device = FsDeviceBuilder::new(&config.cache_dir)
+            .with_capacity(config.cache_disk_bytes)
+            .with_direct(direct)
+            .build()
+            .map_err(|e| ReadError::Cache(e.to_string()))?;
+        let chunks = HybridCacheBuilder::new()
+            .with_name("shale-remote-chunks")
+            .memory(config.cache_memory_bytes)
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            .storage()
+            .with_engine_config(BlockEngineConfig::new(device))
+            .build()
+            .await
+            .map_err(|e| ReadError::Cache(e.to_string()))?;
+        Ok(chunks)
     }
 
     /// Closes the read cache (at shutdown): its disk writes finish, and its I/O tasks

@@ -83,13 +83,14 @@ pub async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
             0.0
         }
     };
+    let share = |x: f64| (x * 10_000.0).round() / 10_000.0;
     latency.insert(
         "idle_broker_produce_over_1ms_share".into(),
-        slow(&before_idle, &before_busy),
+        share(slow(&before_idle, &before_busy)),
     );
     latency.insert(
         "replay_broker_produce_over_1ms_share".into(),
-        slow(&before_busy, &after_busy),
+        share(slow(&before_busy, &after_busy)),
     );
     let common = [
         ("client", "grpc".to_string()),

@@ -158,10 +158,20 @@ pub struct TieringSection {
     pub cache_disk_bytes: usize,
     /// Directory of the disk tier. Default: `{data_dir}/remote-cache`.
     pub cache_dir: Option<PathBuf>,
+    /// The disk tier bypasses the page cache (O_DIRECT), so a replay filling it does
+    /// not push the hot tail out of memory or stall the log's writes on dirty-page
+    /// write-back. Default: true (buffered where the filesystem refuses it).
+    pub cache_direct_io: bool,
     /// Chunks fetched ahead of a remote read. Default: 2.
     pub read_ahead_chunks: u64,
     /// Ranged GETs in flight at once (remote reads only). Default: 16.
     pub max_concurrent_gets: usize,
+    /// Worker threads of the runtime remote reads run on (GETs, the read cache, CRC
+    /// checks), apart from the one serving produce and fetch. Default: 2.
+    pub remote_io_threads: usize,
+    /// Nice value of those threads (0 to 19; higher yields the CPU to the rest of the
+    /// broker). Default: 10.
+    pub remote_io_nice: i32,
 }
 
 impl Default for TieringSection {
@@ -175,8 +185,22 @@ impl Default for TieringSection {
             cache_memory_bytes: 256 << 20,
             cache_disk_bytes: 1 << 30,
             cache_dir: None,
+            cache_direct_io: true,
             read_ahead_chunks: 2,
             max_concurrent_gets: 16,
+            remote_io_threads: 2,
+            remote_io_nice: 10,
         }
     }
+}
+
+/// `[quotas]`: byte-rate limits per client (Kafka's client quotas).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotasSection {
+    /// Bytes per second of fetch responses one client may take from this broker
+    /// (Kafka's `consumer_byte_rate`): a client id on the Kafka listener, a client id
+    /// sent as `x-client-id`, else a connection, on gRPC. A client above it is
+    /// throttled (see the README). Default: 0, no limit.
+    pub consumer_byte_rate: u64,
 }

@@ -23,6 +23,12 @@ pub struct ProduceRequest {
     pub partitions: Vec<ProduceData>,
 }
 
+/// A fetch's answers, and how long the client is to wait for exceeding its quota.
+pub struct FetchAnswer {
+    pub partitions: Vec<Keyed<Fetched>>,
+    pub throttle: Duration,
+}
+
 pub struct FetchRequest {
     pub partitions: Vec<FetchSpec>,
     pub max_wait: Duration,
@@ -87,8 +93,9 @@ impl Service {
     }
 
     /// Reads each partition from its offset (long-polling up to `max_wait` for
-    /// `min_bytes`); one answer per partition, in order.
-    pub async fn fetch(&self, ctx: &RequestContext, req: FetchRequest) -> Vec<Keyed<Fetched>> {
+    /// `min_bytes`); one answer per partition, in order, and how long the client is
+    /// throttled for exceeding its fetch quota (the front end enforces it).
+    pub async fn fetch(&self, ctx: &RequestContext, req: FetchRequest) -> FetchAnswer {
         self.call(ctx, "Fetch", async {
             let keys: Vec<(String, i32)> = req
                 .partitions
@@ -99,7 +106,19 @@ impl Service {
                 .broker
                 .fetch(req.partitions, req.max_wait, req.min_bytes, req.max_bytes)
                 .await;
-            self.keyed(keys, results)
+            let bytes: u64 = results
+                .iter()
+                .filter_map(|r| r.as_ref().ok())
+                .map(|f| f.records.len() as u64)
+                .sum();
+            let throttle = self.broker.fetch_quotas.record(&ctx.quota_key(), bytes);
+            if !throttle.is_zero() {
+                crate::stats::RequestStats::add(&self.broker.request_stats.throttled_fetches, 1);
+            }
+            FetchAnswer {
+                partitions: self.keyed(keys, results),
+                throttle,
+            }
         })
         .await
     }

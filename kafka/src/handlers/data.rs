@@ -177,10 +177,13 @@ pub async fn fetch(
         min_bytes: r.min_bytes,
         max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },
     };
-    let answers = s.fetch(ctx, req).await;
+    let answer = s.fetch(ctx, req).await;
     // Sessionless: every answer is whole, and the client sends whole requests.
-    let mut out = FetchAnswer::default();
-    for (topic, parts) in by_topic(answers) {
+    let mut out = FetchAnswer {
+        throttle: answer.throttle,
+        ..FetchAnswer::default()
+    };
+    for (topic, parts) in by_topic(answer.partitions) {
         let partitions = parts
             .into_iter()
             .map(|k| {

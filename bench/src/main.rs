@@ -56,15 +56,33 @@ enum Scenario {
     Recovery,
     /// Produce latency idle and during a cold replay of a mostly-remote topic.
     Isolation,
-    /// Produce, consume, e2e and partition count through librdkafka (needs the
-    /// `kafka` feature); not part of `all`.
+    /// Produce, consume, e2e, partition count and replay isolation through librdkafka
+    /// (needs the `kafka` feature); not part of `all`.
     Kafka,
+    /// The Kafka isolation case's replay process (started by it).
+    #[value(hide = true)]
+    KafkaReplayWorker,
     All,
+}
+
+#[cfg(feature = "kafka")]
+fn replay_worker(bootstrap: Option<&str>) -> anyhow::Result<()> {
+    scenarios::replay_worker(
+        bootstrap.ok_or_else(|| anyhow::anyhow!("--kafka-bootstrap is needed"))?,
+    )
+}
+
+#[cfg(not(feature = "kafka"))]
+fn replay_worker(_: Option<&str>) -> anyhow::Result<()> {
+    anyhow::bail!("shale-bench was built without the `kafka` feature")
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.scenario == Scenario::KafkaReplayWorker {
+        return replay_worker(cli.kafka_bootstrap.as_deref());
+    }
     let tmp = tempfile::tempdir()?;
     let base = cli
         .data_dir

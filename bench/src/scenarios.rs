@@ -19,7 +19,7 @@ use crate::report;
 
 pub use isolation::isolation;
 #[cfg(feature = "kafka")]
-pub use kafka::kafka;
+pub use kafka::{kafka, replay_worker};
 pub use latency::e2e;
 pub use recovery::recovery;
 pub use replay::replay;

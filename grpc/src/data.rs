@@ -110,6 +110,8 @@ impl Data for Front {
         let ctx = self.context(&request);
         let req = request.into_inner();
         let req = service::FetchRequest {
+            // gRPC has no throttle field: a throttled client's answer comes later.
+            client_honors_throttle: false,
             partitions: req
                 .partitions
                 .into_iter()
@@ -125,11 +127,6 @@ impl Data for Front {
             max_bytes: req.max_bytes,
         };
         let answer = self.service.fetch(&ctx, req).await;
-        // Over its fetch quota: the answer comes that much later (gRPC has no
-        // throttle field for the client to honour).
-        if !answer.throttle.is_zero() {
-            tokio::time::sleep(answer.throttle).await;
-        }
         let partitions = answer
             .partitions
             .into_iter()

@@ -61,13 +61,12 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
             },
             RequestKind::Fetch(r) => {
                 let answer = data::fetch(s, ctx, r, v).await;
-                // A throttled client: v8+ clients back off by the throttle time they are
-                // told, and the connection is muted meanwhile (KIP-219); older ones get
-                // the answer that much later.
+                // A throttled v8+ client backs off by the time it is told, and its
+                // connection is not read meanwhile (KIP-219); older ones were answered
+                // that much later already.
                 let mute = if v >= 8 {
                     answer.throttle
                 } else {
-                    tokio::time::sleep(answer.throttle).await;
                     Duration::ZERO
                 };
                 let chunks = crate::fetch_response::encode(v, id, &answer);

@@ -19,37 +19,72 @@ use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// One-record sends per second in both phases (a fixed offered load, not a fraction of
 /// a maximum measured again in each phase).
-const RATE: f64 = 1_000.0;
+pub(super) const RATE: f64 = 1_000.0;
+
+/// The client the produce latency and the replay go through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Driver {
+    /// The Rust client (gRPC); the replay is `shale consume`.
+    Grpc,
+    /// librdkafka against the Kafka listener; the replay is a `shale-bench
+    /// kafka-replay-worker` process.
+    #[cfg(feature = "kafka")]
+    Kafka,
+}
+
+impl Driver {
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Grpc => "grpc",
+            #[cfg(feature = "kafka")]
+            Driver::Kafka => "librdkafka",
+        }
+    }
+}
 
 pub async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    isolation_with(ctx, Driver::Grpc).await
+}
+
+pub(super) async fn isolation_with(ctx: &Ctx, driver: Driver) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(1024, 48);
     let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
     let metrics_port = crate::harness::free_port();
+    let kafka = format!("127.0.0.1:{}", crate::harness::free_port());
     let (s3, mut broker) = tiered_broker(
         ctx,
         &format!("[broker]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n"),
+        &["--kafka-listen".to_string(), kafka.clone()],
     )
     .await?;
     let client = Client::connect(&broker.address()).await?;
-    let remote = mostly_remote_topic(&client, "isolation-replay", bytes, segment).await?;
+    let replay_topic = "isolation-replay";
+    let remote = mostly_remote_topic(&client, replay_topic, bytes, segment).await?;
     let client = restart_cold(&mut broker).await?;
+    let e2e = "isolation-e2e";
     client
-        .create_topic(
-            "isolation-e2e",
-            1,
-            1,
-            configs(&[("remote.storage.enable", "false")]),
-        )
+        .create_topic(e2e, 1, 1, configs(&[("remote.storage.enable", "false")]))
         .await?;
     let run_for = Duration::from_millis(if ctx.quick { 1_000 } else { 5_000 });
+    let measure = async |run_for: Duration| -> anyhow::Result<Histogram<u64>> {
+        match driver {
+            Driver::Grpc => latency_at(&client, e2e, RATE, run_for).await,
+            #[cfg(feature = "kafka")]
+            Driver::Kafka => super::kafka::latency_of(&kafka, e2e, RATE, run_for).await,
+        }
+    };
     // Warm the produce path (connections, metadata, the partition's pages) first.
-    latency_at(&client, "isolation-e2e", RATE, Duration::from_millis(300)).await?;
+    measure(Duration::from_millis(300)).await?;
     let before_idle = produce_latency_buckets(metrics_port).await?;
-    let idle = latency_at(&client, "isolation-e2e", RATE, run_for).await?;
+    let idle = measure(run_for).await?;
     let before_busy = produce_latency_buckets(metrics_port).await?;
 
-    let replay = Replay::start(&broker.address(), "isolation-replay")?;
-    let busy = latency_at(&client, "isolation-e2e", RATE, run_for).await?;
+    let replay = match driver {
+        Driver::Grpc => Replay::start(&broker.address(), replay_topic)?,
+        #[cfg(feature = "kafka")]
+        Driver::Kafka => Replay::start_kafka(&kafka, replay_topic, bytes / 1024)?,
+    };
+    let busy = measure(run_for).await?;
     let after_busy = produce_latency_buckets(metrics_port).await?;
     let measured_during = replay.started.elapsed();
     let replay_secs = replay.wait()?;
@@ -93,7 +128,7 @@ pub async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         share(slow(&before_busy, &after_busy)),
     );
     let common = [
-        ("client", "grpc".to_string()),
+        ("client", driver.name().to_string()),
         ("rate_per_sec", format!("{RATE:.0}")),
         ("acks", "1".into()),
         ("replay_mib", format!("{:.0}", bytes as f64 / MIB)),
@@ -172,7 +207,7 @@ async fn produce_latency_buckets(port: u16) -> anyhow::Result<Vec<(f64, f64)>> {
     Ok(out)
 }
 
-/// A `shale consume --from-beginning --exit` process reading a topic to its end.
+/// A consumer process reading a topic from its start to its end.
 struct Replay {
     child: std::process::Child,
     started: Instant,
@@ -194,6 +229,24 @@ impl Replay {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("cannot start {}", cli.display()))?;
+        Ok(Self {
+            child,
+            started: Instant::now(),
+        })
+    }
+
+    /// A `shale-bench kafka-replay-worker` process: librdkafka reading `records`.
+    #[cfg(feature = "kafka")]
+    fn start_kafka(bootstrap: &str, topic: &str, records: u64) -> anyhow::Result<Self> {
+        let me = std::env::current_exe()?;
+        let child = Command::new(&me)
+            .args(["kafka-replay-worker", "--kafka-bootstrap", bootstrap])
+            .env("SHALE_BENCH_REPLAY_TOPIC", topic)
+            .env("SHALE_BENCH_REPLAY_RECORDS", records.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {}", me.display()))?;
         Ok(Self {
             child,
             started: Instant::now(),

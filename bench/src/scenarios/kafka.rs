@@ -280,7 +280,42 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
             broker: target.stats(),
         });
     }
+    drop(target);
+    // Replay isolation needs a tiered broker of its own (not a --kafka-bootstrap one).
+    if ctx.kafka_bootstrap.is_none() {
+        out.extend(kafka_isolation(ctx).await?);
+    }
     Ok(out)
+}
+
+/// The produce → consume latency histogram (µs) at `rate` through librdkafka against
+/// the Kafka listener at `bootstrap` (see [`latency`]).
+pub(super) async fn latency_of(
+    bootstrap: &str,
+    topic: &str,
+    rate: f64,
+    run_for: Duration,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || latency(config, &topic, rate, run_for)).await?
+}
+
+/// Replay isolation through librdkafka (the `isolation` scenario's Kafka variant).
+pub async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    super::isolation::isolation_with(ctx, super::isolation::Driver::Kafka).await
+}
+
+/// The replay process of the Kafka variant: reads `SHALE_BENCH_REPLAY_RECORDS` records
+/// of `SHALE_BENCH_REPLAY_TOPIC` (4 partitions) from offset 0 through librdkafka.
+pub fn replay_worker(bootstrap: &str) -> anyhow::Result<()> {
+    let topic = std::env::var("SHALE_BENCH_REPLAY_TOPIC")?;
+    let records: u64 = std::env::var("SHALE_BENCH_REPLAY_RECORDS")?.parse()?;
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    consume(config, &topic, 4, records)?;
+    Ok(())
 }
 
 fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {

@@ -14,20 +14,23 @@ use crate::harness::{BrokerProcess, ProcessStats, S3_BUCKET, S3_KEY, S3_SECRET, 
 use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// A broker tiering to a fresh `s3s-fs` (uploads every 100 ms, local retention right
-/// after them); `extra`: more config sections, before the object-store ones.
+/// after them); `extra`: more config sections, before the object-store ones;
+/// `extra_args`: more flags.
 pub(super) async fn tiered_broker(
     ctx: &Ctx,
     extra: &str,
+    extra_args: &[String],
 ) -> anyhow::Result<(S3Process, BrokerProcess)> {
     let s3 = S3Process::start(&ctx.base).await?;
     let config = format!(
         "{extra}{}[tiering]\nupload_interval_ms = 100\n[log]\nretention_check_interval_ms = 100\n",
         s3.broker_config()
     );
-    let args = [
+    let mut args = vec![
         "--object-store-url".to_string(),
         format!("s3://{S3_BUCKET}/replay"),
     ];
+    args.extend_from_slice(extra_args);
     let broker = BrokerProcess::start(&config, &args, &ctx.base).await?;
     Ok((s3, broker))
 }
@@ -112,7 +115,7 @@ pub(super) async fn ranged_get_baseline(s3: &S3Process) -> anyhow::Result<f64> {
 pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(512, 24);
     let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
-    let (s3, mut broker) = tiered_broker(ctx, "").await?;
+    let (s3, mut broker) = tiered_broker(ctx, "", &[]).await?;
     let client = Client::connect(&broker.address()).await?;
     let remote = mostly_remote_topic(&client, "replay", bytes, segment).await?;
     client

@@ -23,7 +23,8 @@ pub struct ProduceRequest {
     pub partitions: Vec<ProduceData>,
 }
 
-/// A fetch's answers, and how long the client is to wait for exceeding its quota.
+/// A fetch's answers, and how long the client is throttled for exceeding its quota
+/// (already waited out unless the client honours throttle times).
 pub struct FetchAnswer {
     pub partitions: Vec<Keyed<Fetched>>,
     pub throttle: Duration,
@@ -31,6 +32,10 @@ pub struct FetchAnswer {
 
 pub struct FetchRequest {
     pub partitions: Vec<FetchSpec>,
+    /// The client backs off by the throttle time it is told (Kafka Fetch v8+): the
+    /// answer comes at once with it. Otherwise a throttled client gets its answer that
+    /// much later.
+    pub client_honors_throttle: bool,
     pub max_wait: Duration,
     pub min_bytes: i32,
     pub max_bytes: i32,

@@ -173,6 +173,7 @@ pub async fn fetch(
         .collect();
     let req = service::FetchRequest {
         partitions,
+        client_honors_throttle: version >= 8,
         max_wait: Duration::from_millis(r.max_wait_ms.max(0) as u64),
         min_bytes: r.min_bytes,
         max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },

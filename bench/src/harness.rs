@@ -77,7 +77,10 @@ impl BrokerProcess {
             .arg("--listen")
             .arg(self.address())
             .args(&self.args)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("SHALE_BENCH_BROKER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -124,6 +127,11 @@ impl BrokerProcess {
 impl Drop for BrokerProcess {
     fn drop(&mut self) {
         self.kill();
+        // SHALE_BENCH_KEEP=1 keeps the broker's directory (its log) for a look after.
+        if std::env::var_os("SHALE_BENCH_KEEP").is_some() {
+            let dir = std::mem::replace(&mut self.dir, tempfile::TempDir::new().expect("tempdir"));
+            eprintln!("shale-bench: kept {}", dir.keep().display());
+        }
     }
 }
 

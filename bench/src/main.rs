@@ -59,6 +59,8 @@ enum Scenario {
     /// Produce, consume, e2e, partition count and replay isolation through librdkafka
     /// (needs the `kafka` feature); not part of `all`.
     Kafka,
+    /// Only the `kafka` scenario's replay isolation case (`kafka` feature).
+    KafkaIsolation,
     /// The Kafka isolation case's replay process (started by it).
     #[value(hide = true)]
     KafkaReplayWorker,
@@ -127,6 +129,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if cli.scenario == Scenario::Kafka {
         results.extend(scenarios::kafka(&ctx).await?);
+    }
+    if cli.scenario == Scenario::KafkaIsolation {
+        results.extend(scenarios::kafka_isolation(&ctx).await?);
     }
     let run = Run {
         schema: report::SCHEMA,

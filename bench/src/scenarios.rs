@@ -19,7 +19,7 @@ use crate::report;
 
 pub use isolation::isolation;
 #[cfg(feature = "kafka")]
-pub use kafka::{kafka, replay_worker};
+pub use kafka::{kafka, kafka_isolation, replay_worker};
 pub use latency::e2e;
 pub use recovery::recovery;
 pub use replay::replay;
@@ -42,6 +42,12 @@ pub struct Ctx {
     /// (`--bootstrap`, `--kafka-bootstrap`), so runs against one broker never meet an
     /// earlier run's topics; empty otherwise.
     pub run_tag: String,
+}
+
+/// Without the `kafka` feature there is no librdkafka to drive the Kafka scenarios.
+#[cfg(not(feature = "kafka"))]
+pub async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+    kafka(ctx).await
 }
 
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenario.

@@ -116,13 +116,28 @@ impl Broker {
         Ok(found.map(|(offset, ts)| (offset.max(log_start), ts)))
     }
 
-    /// Reads each partition in turn within the response's byte budget: from the
-    /// object store below the local log start, else from the local log.
+    /// Reads every partition within the response's byte budget: from the object store
+    /// below the local log start, else from the local log. When the budget covers
+    /// every partition's own limit, the partitions are read at once (a replay's remote
+    /// reads overlap; each partition may return its first batch whole, however
+    /// large); otherwise one after another, each with what the ones before it left.
     async fn read_all(
         &self,
         reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
         max_bytes: i32,
     ) -> Vec<Result<Fetched>> {
+        let wanted: u64 = reads
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|(_, _, limit)| (*limit).max(0) as u64)
+            .sum();
+        if reads.len() > 1 && wanted <= max_bytes.max(0) as u64 {
+            return futures::future::join_all(reads.into_iter().map(|read| async move {
+                let (p, offset, limit) = read?;
+                self.read_one(&p, offset, limit.max(0) as usize, true).await
+            }))
+            .await;
+        }
         let mut remaining = max_bytes.max(0) as usize;
         // The response's first batch comes whole, however large.
         let mut whole_first = true;

@@ -476,8 +476,21 @@ impl<'a> ChunkReader<'a> {
 
     /// Reads `[pos, pos + len)`.
     pub fn read(&mut self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut out = vec![0u8; len];
-        self.file.read_exact_at(&mut out, pos)?;
+        // Read into the vector's spare capacity: no zeroing of what the read overwrites.
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let at = pos + out.len() as u64;
+            let want = len - out.len();
+            let n = rustix::io::pread(self.file, rustix::buffer::spare_capacity(&mut out), at)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{want} bytes missing at position {at}"),
+                ));
+            }
+        }
+        // The allocation may be larger than asked: never more than `len` bytes.
+        out.truncate(len);
         Ok(out)
     }
 }

@@ -227,9 +227,11 @@ impl RemoteReader {
             let at = (pos - first * c) as usize;
             return Ok(chunk.slice(at..at + len as usize));
         }
+        // The chunks are fetched at once (a miss each is one GET), then joined.
+        let chunks =
+            futures::future::try_join_all((first..=last).map(|k| self.chunk(seg, k))).await?;
         let mut out = BytesMut::with_capacity(len as usize);
-        for k in first..=last {
-            let chunk = self.chunk(seg, k).await?;
+        for (k, chunk) in (first..=last).zip(chunks) {
             let from = if k == first {
                 (pos - k * c) as usize
             } else {

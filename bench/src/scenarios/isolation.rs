@@ -243,7 +243,7 @@ impl Replay {
             .args(["kafka-replay-worker", "--kafka-bootstrap", bootstrap])
             .env("SHALE_BENCH_REPLAY_TOPIC", topic)
             .env("SHALE_BENCH_REPLAY_RECORDS", records.to_string())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("cannot start {}", me.display()))?;
@@ -253,15 +253,20 @@ impl Replay {
         })
     }
 
-    /// Waits for the replay to end; returns how long it ran.
+    /// Waits for the replay to end; returns how long it read: what the process
+    /// reports (`replay_secs N` on its stdout: its reading alone), else its whole run.
     fn wait(self) -> anyhow::Result<f64> {
         let out = self.child.wait_with_output()?;
+        let ran = self.started.elapsed().as_secs_f64();
         if !out.status.success() {
             bail!(
                 "the replay consumer failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Ok(self.started.elapsed().as_secs_f64())
+        let reported = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("replay_secs ")?.trim().parse::<f64>().ok());
+        Ok(reported.unwrap_or(ran))
     }
 }

@@ -59,6 +59,20 @@ impl KafkaTarget {
             .unwrap_or_default()
     }
 
+    /// The broker's resident memory now (MiB), when it is this run's own.
+    fn rss_mib(&self) -> Option<f64> {
+        let pid = self.broker.as_ref()?.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
+    }
+
     fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
@@ -95,11 +109,12 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// Sends `bytes` of `record`-byte values round-robin over `partitions` with acks=1.
+/// Sends `bytes` of `record`-byte values with acks=1: record by record round-robin
+/// over `partitions`, or (`None`) keyless to librdkafka's default partitioner.
 fn produce(
     config: ClientConfig,
     topic: &str,
-    partitions: i32,
+    partitions: Option<i32>,
     bytes: u64,
     record: usize,
 ) -> anyhow::Result<Sent> {
@@ -115,10 +130,10 @@ fn produce(
     let count = bytes / record as u64;
     let start = Instant::now();
     for i in 0..count {
-        let partition = (i % partitions as u64) as i32;
-        let mut rec = BaseRecord::<(), [u8]>::to(topic)
-            .payload(&value)
-            .partition(partition);
+        let mut rec = BaseRecord::<(), [u8]>::to(topic).payload(&value);
+        if let Some(n) = partitions {
+            rec = rec.partition((i % n as u64) as i32);
+        }
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
@@ -188,8 +203,8 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     target.create_topic(&produce_topic, 8).await?;
     let config = target.config();
     let topic = produce_topic.clone();
-    let sent =
-        tokio::task::spawn_blocking(move || produce(config, &topic, 8, bytes, 1024)).await??;
+    let sent = tokio::task::spawn_blocking(move || produce(config, &topic, Some(8), bytes, 1024))
+        .await??;
     let disk_write = baseline::disk_write(&target.data_dir, bytes)?;
     let loopback = baseline::loopback_copy(bytes).await?;
     out.push(CaseResult {
@@ -254,31 +269,61 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         });
     }
 
-    // Partition count: the same bytes over 1 and 1,000 partitions.
+    // Partition count: the same bytes over 1, 1,000 and 10,000 partitions, spread
+    // record by record (every record to the next partition: the most batches) and by
+    // librdkafka's default sticky partitioner (keyless records fill one partition's
+    // batch, then move on), with the broker's resident memory per partition.
     let bytes = ctx.size(128, 16);
     let mut one = 0.0;
-    for partitions in [1, 1_000] {
+    let counts: &[i32] = if ctx.quick {
+        &[1, 1_000]
+    } else {
+        &[1, 1_000, 10_000]
+    };
+    for &partitions in counts {
+        let spreads: &[bool] = if partitions == 1 {
+            &[true]
+        } else {
+            &[true, false]
+        };
+        let rss_before = target.rss_mib();
         let topic = ctx.topic(&format!("kafka-partitions-{partitions}"));
         target.create_topic(&topic, partitions).await?;
-        let config = target.config();
-        let sent =
-            tokio::task::spawn_blocking(move || produce(config, &topic, partitions, bytes, 1024))
-                .await??;
-        if partitions == 1 {
-            one = sent.mib_per_sec();
+        for &per_record in spreads {
+            let config = target.config();
+            let t = topic.clone();
+            let sent = tokio::task::spawn_blocking(move || {
+                produce(config, &t, per_record.then_some(partitions), bytes, 1024)
+            })
+            .await??;
+            if partitions == 1 {
+                one = sent.mib_per_sec();
+            }
+            let mut metrics = rates(&sent);
+            if let (Some(before), Some(after)) = (rss_before, target.rss_mib()) {
+                let per_partition_kib = (after - before).max(0.0) * 1024.0 / partitions as f64;
+                metrics.extend(numbers(&[(
+                    "broker_rss_kib_per_partition",
+                    per_partition_kib,
+                )]));
+            }
+            let spread = if per_record { "per-record" } else { "sticky" };
+            out.push(CaseResult {
+                scenario: "kafka-partitions".into(),
+                params: client_params(&[
+                    ("partitions", &partitions.to_string()),
+                    ("spread", spread),
+                ]),
+                metrics,
+                baselines: numbers(&[("one_partition_mib_per_sec", one)]),
+                ratio: Some(Ratio::new(
+                    "mib_per_sec / one partition's",
+                    sent.mib_per_sec() / one.max(1e-9),
+                    (partitions == 1_000).then_some(0.7),
+                )),
+                broker: target.stats(),
+            });
         }
-        out.push(CaseResult {
-            scenario: "kafka-partitions".into(),
-            params: client_params(&[("partitions", &partitions.to_string())]),
-            metrics: rates(&sent),
-            baselines: numbers(&[("one_partition_mib_per_sec", one)]),
-            ratio: Some(Ratio::new(
-                "mib_per_sec / one partition's",
-                sent.mib_per_sec() / one.max(1e-9),
-                (partitions == 1_000).then_some(0.7),
-            )),
-            broker: target.stats(),
-        });
     }
     drop(target);
     // Replay isolation needs a tiered broker of its own (not a --kafka-bootstrap one).
@@ -314,7 +359,9 @@ pub fn replay_worker(bootstrap: &str) -> anyhow::Result<()> {
     let records: u64 = std::env::var("SHALE_BENCH_REPLAY_RECORDS")?.parse()?;
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
-    consume(config, &topic, 4, records)?;
+    let read = consume(config, &topic, 4, records)?;
+    // The reading time, without the client's start and close (the parent's figure).
+    println!("replay_secs {}", read.secs);
     Ok(())
 }
 
@@ -346,22 +393,12 @@ fn latency(
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer = BaseConsumer::from_config(&consumer_config)?;
+    // Start at the partition's current end, asked for explicitly: a logical "end"
+    // position stays unresolved until a record arrives, so there is nothing to wait on.
+    let (_, end) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(30))?;
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::End)?;
+    tpl.add_partition_offset(topic, 0, Offset::Offset(end))?;
     consumer.assign(&tpl)?;
-    // Wait until the consumer has its position, so the first records are not missed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while consumer
-        .position()?
-        .elements()
-        .first()
-        .is_none_or(|e| e.offset() == Offset::Invalid || e.offset() == Offset::End)
-    {
-        consumer.poll(Duration::from_millis(50));
-        if Instant::now() > deadline {
-            break;
-        }
-    }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let stop = stop.clone();

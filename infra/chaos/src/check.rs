@@ -1,0 +1,170 @@
+//! The checker, run once every fault is healed: it reads every partition from offset
+//! 0 (the object store included) and compares the log with what was acknowledged and
+//! what the consumer group saw, and the remote log with itself.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use shale_client::{Client, Consumer, StartFrom};
+
+use crate::cluster::Database;
+use crate::workload::{PARTITIONS, TOPIC, Tally};
+
+/// What the checker found; `violations` is empty when every promise held.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub acked: usize,
+    pub stored: usize,
+    pub consumed: usize,
+    pub remote_segments: usize,
+    pub violations: Vec<String>,
+}
+
+/// Every partition's records from offset 0 to its high watermark: offset -> value.
+pub async fn read_log(client: &Client) -> anyhow::Result<BTreeMap<i32, Vec<(i64, String)>>> {
+    let mut out = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let end = client.list_offset(TOPIC, p, -1).await?.unwrap_or(0);
+        let mut c =
+            Consumer::new(client.clone(), TOPIC, Some(vec![p]), StartFrom::Offset(0)).await?;
+        let mut records = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut next = 0;
+        while next < end {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "partition {p}: read stalled at offset {next} of {end}"
+            );
+            for r in c.poll(Duration::from_secs(1)).await? {
+                let v = r
+                    .value
+                    .map(|v| String::from_utf8_lossy(&v).into_owned())
+                    .unwrap_or_default();
+                next = r.offset + 1;
+                records.push((r.offset, v));
+            }
+        }
+        out.insert(p, records);
+    }
+    Ok(out)
+}
+
+pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Result<Report> {
+    let log = read_log(client).await?;
+    let acked = tally.acked.lock().unwrap().clone();
+    let consumed = tally.consumed.lock().unwrap().clone();
+    let mut r = Report {
+        acked: acked.len(),
+        stored: log.values().map(Vec::len).sum(),
+        consumed: consumed.len(),
+        ..Report::default()
+    };
+    let mut violations = Vec::new();
+    let mut v = |msg: String| {
+        if violations.len() < 50 {
+            violations.push(msg);
+        }
+    };
+
+    // Dense offsets from 0, and each value stored once.
+    let mut where_stored: HashMap<&str, (i32, i64)> = HashMap::new();
+    for (p, records) in &log {
+        for (i, (offset, value)) in records.iter().enumerate() {
+            if *offset != i as i64 {
+                v(format!(
+                    "partition {p}: offset {offset} at position {i} (a gap or a repeat)"
+                ));
+                break;
+            }
+            if let Some(first) = where_stored.insert(value, (*p, *offset)) {
+                v(format!(
+                    "{value} is stored twice: at {first:?} and at ({p}, {offset})"
+                ));
+            }
+        }
+    }
+    // Every acknowledged record, at its offset.
+    for a in &acked {
+        let got = log
+            .get(&a.partition)
+            .and_then(|rs| rs.get(a.offset as usize))
+            .map(|(_, value)| value.as_str());
+        if got != Some(a.value.as_str()) {
+            v(format!(
+                "acknowledged {} at ({}, {}) but the log holds {got:?} there",
+                a.value, a.partition, a.offset
+            ));
+        }
+    }
+    // Per-partition order of each producer's records.
+    for (p, records) in &log {
+        let mut last: HashMap<&str, &str> = HashMap::new();
+        for (offset, value) in records {
+            let Some((producer, seq)) = value.rsplit_once('-') else {
+                continue;
+            };
+            if let Some(prev) = last.insert(producer, seq)
+                && prev >= seq
+            {
+                v(format!(
+                    "partition {p}: {producer}'s record {seq} at offset {offset} follows {prev}"
+                ));
+            }
+        }
+    }
+    // The group saw every record up to what it committed, each as stored.
+    let committed = tally.committed.lock().unwrap().clone();
+    for (p, records) in &log {
+        let upto = committed.get(p).copied().unwrap_or(0);
+        for (offset, value) in records.iter().take_while(|(o, _)| *o < upto) {
+            match consumed.get(&(*p, *offset)) {
+                None => v(format!(
+                    "the group committed partition {p} up to {upto} but never saw offset {offset}"
+                )),
+                Some(seen) if seen != value => v(format!(
+                    "the group saw {seen} at ({p}, {offset}), the log holds {value}"
+                )),
+                Some(_) => {}
+            }
+        }
+        if upto < records.len() as i64 {
+            v(format!(
+                "the group's committed offset of partition {p} is {upto}, short of the end {}",
+                records.len()
+            ));
+        }
+    }
+    // The remote log: finished segments back to back, from its start.
+    let rows = db.query(&format!(
+        "SELECT s.partition_id, s.base_offset, s.end_offset FROM remote_segments s \
+         JOIN topics t ON t.id = s.topic_id WHERE t.name = '{TOPIC}' \
+         AND s.state = 'COPY_FINISHED' ORDER BY s.partition_id, s.base_offset"
+    ))?;
+    let mut prev: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut remote_segments = 0;
+    for line in rows.lines().filter(|l| !l.is_empty()) {
+        let f: Vec<i64> = line.split('|').filter_map(|x| x.parse().ok()).collect();
+        let [p, base, end] = f[..] else {
+            v(format!("unreadable remote segment row {line:?}"));
+            continue;
+        };
+        remote_segments += 1;
+        let p = p as i32;
+        if let Some(prev_end) = prev.insert(p, end)
+            && base != prev_end + 1
+        {
+            v(format!(
+                "partition {p}: remote segment [{base}, {end}] after one ending at {prev_end} \
+                 (a gap or an overlap)"
+            ));
+        }
+        if end >= log.get(&p).map_or(0, |rs| rs.len() as i64) {
+            v(format!(
+                "partition {p}: remote segment [{base}, {end}] holds offsets past the log end"
+            ));
+        }
+    }
+    r.remote_segments = remote_segments;
+    r.violations = violations;
+    Ok(r)
+}

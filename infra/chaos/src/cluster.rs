@@ -1,0 +1,454 @@
+//! The system under test: three `shale-broker` processes (each in a network namespace
+//! of its own when the machine allows it, else on loopback), a fresh PostgreSQL
+//! database and an `s3s-fs` server, both reached through failing proxies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::netns::{Cut, Net};
+use crate::proxy::Proxy;
+
+pub const BUCKET: &str = "chaos";
+const S3_KEY: &str = "shale-chaos";
+const S3_SECRET: &str = "shale-chaos-secret";
+
+/// Short leases and intervals, so faults resolve in seconds.
+const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
+    controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
+    [tiering]\nupload_interval_ms = 300\n\
+    [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 500\n\
+    [groups]\nmin_session_timeout_ms = 1000\ninitial_rebalance_delay_ms = 0\n";
+
+/// Where a program of this workspace is: beside this binary (`cargo build` puts them
+/// together), or in the target directory above a test binary.
+pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    for dir in me.ancestors().skip(1).take(3) {
+        let path = dir.join(name);
+        if path.is_file() {
+            return Ok(path);
+        }
+    }
+    bail!(
+        "{name} is missing next to {}: build it with `cargo build --workspace --bins`",
+        me.display()
+    )
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// A fresh PostgreSQL database on a server (through `psql`), dropped at the end.
+pub struct Database {
+    server: String,
+    pub name: String,
+}
+
+fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
+    let out = Command::new("psql")
+        .args([url, "-Atqc", sql])
+        .output()
+        .context("psql is missing: run infra/test-services.sh (it installs PostgreSQL)")?;
+    if !out.status.success() {
+        bail!(
+            "`{sql}` failed at {url} (start PostgreSQL with infra/test-services.sh): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Database {
+    /// `server`: `postgres://user@host:port`.
+    pub fn create(server: &str, tag: &str) -> anyhow::Result<Self> {
+        let name = format!("shale_chaos_{tag}");
+        psql(
+            &format!("{server}/postgres"),
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        )?;
+        psql(
+            &format!("{server}/postgres"),
+            &format!("CREATE DATABASE {name}"),
+        )?;
+        Ok(Self {
+            server: server.to_string(),
+            name,
+        })
+    }
+
+    pub fn query(&self, sql: &str) -> anyhow::Result<String> {
+        psql(&format!("{}/{}", self.server, self.name), sql)
+    }
+
+    /// Host and port of the server.
+    pub fn address(&self) -> anyhow::Result<std::net::SocketAddr> {
+        let rest = self
+            .server
+            .split("://")
+            .nth(1)
+            .context("the PostgreSQL URL has no host")?;
+        let host = rest.rsplit('@').next().unwrap_or(rest);
+        use std::net::ToSocketAddrs;
+        host.to_socket_addrs()?
+            .next()
+            .with_context(|| format!("cannot resolve {host}"))
+    }
+
+    /// A URL for the database reaching the server at `host:port` as the same user.
+    pub fn url_via(&self, host: &str, port: u16) -> String {
+        let user = self
+            .server
+            .split("://")
+            .nth(1)
+            .and_then(|r| r.split_once('@'))
+            .map_or("postgres", |(u, _)| u);
+        format!("postgres://{user}@{host}:{port}/{}", self.name)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = psql(
+            &format!("{}/postgres", self.server),
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// An `s3s-fs` server on loopback.
+pub struct S3 {
+    pub port: u16,
+    child: Child,
+    pub root: PathBuf,
+}
+
+impl S3 {
+    pub fn start(root: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(root.join(BUCKET))?;
+        let bin = which("s3s-fs").context(
+            "s3s-fs is not installed: run infra/test-services.sh, or \
+             `cargo install s3s-fs --version 0.14.1 --features binary --locked`",
+        )?;
+        let port = free_port()?;
+        let child = Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start s3s-fs")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("s3s-fs did not start");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Self {
+            port,
+            child,
+            root: root.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("0.0.0.0:0")?
+        .local_addr()?
+        .port())
+}
+
+/// One broker process.
+pub struct Broker {
+    pub id: i32,
+    pub dir: PathBuf,
+    /// `host:port` of its gRPC and Kafka listeners.
+    pub grpc: String,
+    pub kafka: String,
+    command: Vec<String>,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Broker {
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("broker.log")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts the process and waits until this start logged that it is ready.
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let since = log.metadata()?.len();
+        let child = Command::new(&self.command[0])
+            .args(&self.command[1..])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start shale-broker")?;
+        self.child = Some(child);
+        self.paused = false;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = std::fs::read(self.log_path()).unwrap_or_default();
+            if String::from_utf8_lossy(&text[since as usize..]).contains("shale-broker ready") {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                bail!(
+                    "broker {} exited with {status}; see {}",
+                    self.id,
+                    self.log_path().display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("broker {} did not become ready", self.id);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(pid) = self
+            .pid()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if self.paused {
+            self.signal(rustix::process::Signal::CONT);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    pub fn pause(&mut self) {
+        self.signal(rustix::process::Signal::STOP);
+        self.paused = true;
+    }
+
+    pub fn resume(&mut self) {
+        self.signal(rustix::process::Signal::CONT);
+        self.paused = false;
+    }
+
+    /// The active (newest) segment file of every partition directory.
+    pub fn active_segments(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let Ok(dirs) = std::fs::read_dir(self.data_dir()) else {
+            return out;
+        };
+        for dir in dirs.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect();
+            logs.sort();
+            if let Some(last) = logs.pop() {
+                out.push(last);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Where the brokers run.
+pub enum Hosts {
+    /// A namespace each: network partitions are possible.
+    Namespaces(Net),
+    /// All on 127.0.0.1.
+    Loopback,
+}
+
+pub struct Cluster {
+    pub brokers: Vec<Broker>,
+    pub hosts: Hosts,
+    pub db: Database,
+    pub postgres: Proxy,
+    pub s3_proxy: Proxy,
+    pub s3: S3,
+    pub work: PathBuf,
+}
+
+impl Cluster {
+    /// Starts everything; `namespaces`: put each broker in a network namespace.
+    pub async fn start(
+        work: &Path,
+        postgres_server: &str,
+        tag: &str,
+        namespaces: bool,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(work)?;
+        let db = Database::create(postgres_server, tag)?;
+        let postgres = Proxy::start(db.address()?).await?;
+        let s3 = S3::start(&work.join("s3"))?;
+        let s3_proxy = Proxy::start(([127, 0, 0, 1], s3.port).into()).await?;
+        let hosts = if namespaces {
+            Hosts::Namespaces(Net::create(tag, 213, 3)?)
+        } else {
+            Hosts::Loopback
+        };
+        let bin = workspace_bin("shale-broker")?;
+        let mut brokers = Vec::new();
+        for i in 0..3usize {
+            let id = i as i32 + 1;
+            let dir = work.join(format!("broker{id}"));
+            std::fs::create_dir_all(&dir)?;
+            let (ip, pg_ip, s3_ip, prefix, grpc_port, kafka_port) = match &hosts {
+                Hosts::Namespaces(net) => (
+                    net.broker_ip(i),
+                    net.postgres_ip(i),
+                    net.object_store_ip(i),
+                    net.exec_prefix(i),
+                    9093,
+                    9092,
+                ),
+                Hosts::Loopback => (
+                    "127.0.0.1".to_string(),
+                    "127.0.0.1".to_string(),
+                    "127.0.0.1".to_string(),
+                    Vec::new(),
+                    free_port()?,
+                    free_port()?,
+                ),
+            };
+            let grpc = format!("{ip}:{grpc_port}");
+            let kafka = format!("{ip}:{kafka_port}");
+            let config = format!(
+                "[listeners.grpc]\nlisten = \"{grpc}\"\n[listeners.kafka]\nlisten = \"{kafka}\"\n\
+                 [object_store]\nendpoint = \"http://{s3_ip}:{}\"\nregion = \"us-east-1\"\n\
+                 path_style = true\nallow_http = true\naccess_key_id = \"{S3_KEY}\"\n\
+                 secret_access_key = \"{S3_SECRET}\"\nrequest_timeout_ms = 5000\n{CLUSTER_TOML}",
+                s3_proxy.port
+            );
+            let cfg = dir.join("shale.toml");
+            std::fs::write(&cfg, config)?;
+            let mut command = prefix;
+            command.extend([
+                bin.display().to_string(),
+                "--config".into(),
+                cfg.display().to_string(),
+                "--data-dir".into(),
+                dir.join("data").display().to_string(),
+                "--broker-id".into(),
+                id.to_string(),
+                "--metastore-url".into(),
+                db.url_via(&pg_ip, postgres.port),
+                "--object-store-url".into(),
+                format!("s3://{BUCKET}/cluster"),
+            ]);
+            let mut b = Broker {
+                id,
+                dir,
+                grpc,
+                kafka,
+                command,
+                child: None,
+                paused: false,
+            };
+            b.start().await?;
+            brokers.push(b);
+        }
+        Ok(Self {
+            brokers,
+            hosts,
+            db,
+            postgres,
+            s3_proxy,
+            s3,
+            work: work.to_path_buf(),
+        })
+    }
+
+    pub fn grpc_bootstrap(&self) -> String {
+        self.brokers
+            .iter()
+            .map(|b| b.grpc.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn kafka_bootstrap(&self) -> String {
+        self.brokers
+            .iter()
+            .map(|b| b.kafka.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn broker(&mut self, id: i32) -> &mut Broker {
+        &mut self.brokers[(id - 1) as usize]
+    }
+
+    pub fn net(&self) -> Option<&Net> {
+        match &self.hosts {
+            Hosts::Namespaces(n) => Some(n),
+            Hosts::Loopback => None,
+        }
+    }
+
+    pub fn cut(&self, id: i32, cut: Cut) -> anyhow::Result<()> {
+        let net = self.net().context("network cuts need namespaces")?;
+        net.cut((id - 1) as usize, cut)
+    }
+
+    pub fn heal(&self, id: i32, cut: Cut) -> anyhow::Result<()> {
+        match self.net() {
+            Some(net) => net.heal((id - 1) as usize, cut),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The faults, and a seeded schedule of them: one broker-level fault at a time
+//! (SIGKILL, SIGSTOP, a restart that lost its unflushed tail, a network cut, a slow
+//! disk), sometimes combined with an outage of PostgreSQL or the object store, each
+//! held for a random while and then healed.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cluster::Cluster;
+use crate::netns::Cut;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// SIGKILL, restart when healed.
+    Kill,
+    /// SIGSTOP, SIGCONT when healed.
+    Pause,
+    /// SIGKILL, then every partition's active segment cut short at a random point (a
+    /// power loss of what was not fsynced), restart when healed.
+    LoseTail,
+    /// The broker cannot reach the others, nor they it.
+    CutBrokers,
+    /// The broker cannot reach PostgreSQL.
+    CutPostgres,
+    /// Clients cannot reach the broker (brokers and PostgreSQL still can).
+    CutClients,
+    /// PostgreSQL is down for every broker.
+    PostgresOutage,
+    /// The object store is down for every broker.
+    ObjectStoreOutage,
+    /// The broker's disk writes are throttled (cgroup blkio: 1 MiB/s, 20 IOPS).
+    SlowDisk,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 9] = [
+        Fault::Kill,
+        Fault::Pause,
+        Fault::LoseTail,
+        Fault::CutBrokers,
+        Fault::CutPostgres,
+        Fault::CutClients,
+        Fault::PostgresOutage,
+        Fault::ObjectStoreOutage,
+        Fault::SlowDisk,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::LoseTail => "lose-tail",
+            Fault::CutBrokers => "cut-brokers",
+            Fault::CutPostgres => "cut-postgres",
+            Fault::CutClients => "cut-clients",
+            Fault::PostgresOutage => "postgres-outage",
+            Fault::ObjectStoreOutage => "s3-outage",
+            Fault::SlowDisk => "slow-disk",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// Whether it hits one broker (else the whole cluster).
+    fn targets_a_broker(self) -> bool {
+        !matches!(self, Fault::PostgresOutage | Fault::ObjectStoreOutage)
+    }
+
+    pub fn needs_namespaces(self) -> bool {
+        matches!(
+            self,
+            Fault::CutBrokers | Fault::CutPostgres | Fault::CutClients
+        )
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// xorshift64*: a seeded, reproducible sequence.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// In `[0, n)`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// In `[lo, hi)` seconds.
+    pub fn seconds(&mut self, lo: f64, hi: f64) -> Duration {
+        let f = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        Duration::from_secs_f64(lo + f * (hi - lo))
+    }
+}
+
+/// One step of the schedule: a fault on a broker (or the cluster), perhaps with an
+/// outage of PostgreSQL or the object store at the same time, held for `hold`.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub fault: Fault,
+    pub broker: i32,
+    pub with: Option<Fault>,
+    pub hold: Duration,
+    pub quiet: Duration,
+    /// For `LoseTail`: where each active segment is cut, as a fraction of its length.
+    pub cut_at: f64,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.fault.targets_a_broker() {
+            write!(f, "{} broker {}", self.fault, self.broker)?;
+        } else {
+            write!(f, "{}", self.fault)?;
+        }
+        if self.fault == Fault::LoseTail {
+            write!(f, " (cut at {:.0}%)", self.cut_at * 100.0)?;
+        }
+        if let Some(w) = self.with {
+            write!(f, " + {w}")?;
+        }
+        write!(f, " for {:.1} s", self.hold.as_secs_f64())
+    }
+}
+
+/// The next step from `faults`; `leader`: a broker that leads some partition now,
+/// which is hit more often (its faults make failovers).
+pub fn next_step(rng: &mut Rng, faults: &[Fault], leader: Option<i32>) -> Step {
+    let fault = faults[rng.below(faults.len() as u64) as usize];
+    let broker = match leader {
+        Some(l) if rng.below(10) < 6 => l,
+        _ => 1 + rng.below(3) as i32,
+    };
+    let outages: Vec<Fault> = faults
+        .iter()
+        .copied()
+        .filter(|f| !f.targets_a_broker() && *f != fault)
+        .collect();
+    let with = (fault.targets_a_broker() && !outages.is_empty() && rng.below(10) < 3)
+        .then(|| outages[rng.below(outages.len() as u64) as usize]);
+    Step {
+        fault,
+        broker,
+        with,
+        hold: rng.seconds(1.0, 6.0),
+        quiet: rng.seconds(1.0, 3.0),
+        cut_at: (rng.below(100) as f64) / 100.0,
+    }
+}
+
+/// The blkio cgroup of slow-disk faults (cgroup v1), if the machine has one.
+pub struct SlowDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SlowDisk {
+    pub fn create(tag: &str, data_dir: &std::path::Path) -> anyhow::Result<Self> {
+        let root = std::path::Path::new("/sys/fs/cgroup/blkio");
+        anyhow::ensure!(
+            root.join("cgroup.procs").exists(),
+            "no cgroup v1 blkio controller at {}",
+            root.display()
+        );
+        let dir = root.join(format!("shale-chaos-{tag}"));
+        let _ = std::fs::create_dir(&dir);
+        let st = rustix::fs::stat(data_dir)?;
+        let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+        // Throttles apply to whole disks: the partition's disk is minor 0 of its major.
+        let device = format!("{major}:{}", if minor < 16 { 0 } else { minor });
+        std::fs::write(
+            dir.join("blkio.throttle.write_bps_device"),
+            format!("{device} 1048576"),
+        )
+        .with_context(|| format!("cannot throttle device {device}"))?;
+        std::fs::write(
+            dir.join("blkio.throttle.write_iops_device"),
+            format!("{device} 20"),
+        )?;
+        Ok(Self { dir })
+    }
+
+    pub fn slow(&self, pid: u32) -> anyhow::Result<()> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())?;
+        Ok(())
+    }
+
+    pub fn restore(&self, pid: u32) -> anyhow::Result<()> {
+        std::fs::write("/sys/fs/cgroup/blkio/cgroup.procs", pid.to_string())?;
+        Ok(())
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Applies `fault` to `broker` (or the cluster).
+pub fn apply(
+    c: &mut Cluster,
+    slow: Option<&SlowDisk>,
+    fault: Fault,
+    broker: i32,
+    cut_at: f64,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::Kill => c.broker(broker).kill(),
+        Fault::Pause => c.broker(broker).pause(),
+        Fault::LoseTail => {
+            let b = c.broker(broker);
+            b.kill();
+            for seg in b.active_segments() {
+                let len = std::fs::metadata(&seg)?.len();
+                let f = std::fs::OpenOptions::new().write(true).open(&seg)?;
+                f.set_len((len as f64 * cut_at) as u64)?;
+            }
+        }
+        Fault::CutBrokers => c.cut(broker, Cut::Brokers)?,
+        Fault::CutPostgres => c.cut(broker, Cut::Postgres)?,
+        Fault::CutClients => c.cut(broker, Cut::Clients)?,
+        Fault::PostgresOutage => c.postgres.fail(),
+        Fault::ObjectStoreOutage => c.s3_proxy.fail(),
+        Fault::SlowDisk => {
+            if let (Some(s), Some(pid)) = (slow, c.broker(broker).pid()) {
+                s.slow(pid)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes [`apply`].
+pub async fn heal(
+    c: &mut Cluster,
+    slow: Option<&SlowDisk>,
+    fault: Fault,
+    broker: i32,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::Kill | Fault::LoseTail => {
+            if !c.broker(broker).is_running() {
+                c.broker(broker).start().await?;
+            }
+        }
+        Fault::Pause => c.broker(broker).resume(),
+        Fault::CutBrokers => c.heal(broker, Cut::Brokers)?,
+        Fault::CutPostgres => c.heal(broker, Cut::Postgres)?,
+        Fault::CutClients => c.heal(broker, Cut::Clients)?,
+        Fault::PostgresOutage => c.postgres.restore(),
+        Fault::ObjectStoreOutage => c.s3_proxy.restore(),
+        Fault::SlowDisk => {
+            if let (Some(s), Some(pid)) = (slow, c.broker(broker).pid()) {
+                s.restore(pid)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! `shale-chaos`: randomized, combined faults against a real three-broker cluster, in
+//! the spirit of Jepsen. A seeded schedule applies SIGKILL, SIGSTOP, restarts that
+//! lost their unflushed tail, network partitions (brokers in network namespaces of
+//! their own), PostgreSQL and object-store outages and slow disks while idempotent
+//! `acks=all` producers and a consumer group run; then everything is healed and the
+//! checker reads the whole log back (see `check`). A failure names the seed and the
+//! fault history, so the run can be replayed.
+
+pub mod check;
+pub mod cluster;
+pub mod faults;
+#[cfg(feature = "kafka")]
+mod kafka;
+pub mod netns;
+pub mod proxy;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use shale_client::Client;
+
+use faults::{Fault, Rng, SlowDisk};
+
+pub struct Options {
+    pub seed: u64,
+    /// How long faults are applied (then healed and checked).
+    pub duration: Duration,
+    /// `postgres://user@host:port` of a server where databases may be created.
+    pub postgres: String,
+    pub work: PathBuf,
+    /// The faults to draw from.
+    pub faults: Vec<Fault>,
+    /// Rust producers and the records each sends per second.
+    pub producers: usize,
+    pub rate: u64,
+    /// Also produce through librdkafka (needs the `kafka` feature).
+    pub kafka: bool,
+}
+
+/// What a run did and found.
+pub struct Outcome {
+    pub seed: u64,
+    pub history: Vec<String>,
+    pub counts: BTreeMap<Fault, usize>,
+    pub report: check::Report,
+    pub failed_sends: u64,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.report.violations.is_empty()
+    }
+}
+
+/// Runs one seeded schedule and checks the result.
+pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
+    let tag = format!("shc{}", opts.seed % 100_000);
+    let namespaces = opts.faults.iter().any(|f| f.needs_namespaces());
+    let mut cluster = cluster::Cluster::start(&opts.work, &opts.postgres, &tag, namespaces).await?;
+    let slow = if opts.faults.contains(&Fault::SlowDisk) {
+        Some(SlowDisk::create(&tag, &opts.work)?)
+    } else {
+        None
+    };
+    let client = Client::connect(&cluster.grpc_bootstrap())
+        .await?
+        .with_request_timeout(Duration::from_secs(5));
+    let kafka = opts.kafka.then(|| cluster.kafka_bootstrap());
+    let mut load = workload::Workload::start(&client, opts.producers, opts.rate, kafka).await?;
+    let started = Instant::now();
+    let mut rng = Rng::new(opts.seed);
+    let mut history = Vec::new();
+    let mut counts = BTreeMap::new();
+    while started.elapsed() < opts.duration {
+        let leader = some_leader(&client).await;
+        let step = faults::next_step(&mut rng, &opts.faults, leader);
+        let at = started.elapsed().as_secs_f64();
+        history.push(format!("{at:7.1} s  {step}"));
+        *counts.entry(step.fault).or_insert(0) += 1;
+        faults::apply(
+            &mut cluster,
+            slow.as_ref(),
+            step.fault,
+            step.broker,
+            step.cut_at,
+        )?;
+        if let Some(w) = step.with {
+            *counts.entry(w).or_insert(0) += 1;
+            faults::apply(&mut cluster, slow.as_ref(), w, step.broker, 0.0)?;
+        }
+        tokio::time::sleep(step.hold).await;
+        if let Some(w) = step.with {
+            faults::heal(&mut cluster, slow.as_ref(), w, step.broker).await?;
+        }
+        faults::heal(&mut cluster, slow.as_ref(), step.fault, step.broker).await?;
+        tokio::time::sleep(step.quiet).await;
+    }
+    history.push(format!(
+        "{:7.1} s  healed; waiting for every replica",
+        started.elapsed().as_secs_f64()
+    ));
+    settle(&client).await?;
+    load.stop_producing().await;
+    wait_group_caught_up(&client, &load.tally).await;
+    load.stop_consuming().await;
+    let report = check::check(&client, &load.tally, &cluster.db).await?;
+    let failed_sends = load.tally.failed.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Outcome {
+        seed: opts.seed,
+        history,
+        counts,
+        report,
+        failed_sends,
+    })
+}
+
+/// A broker leading some partition, if the metadata can be read now.
+async fn some_leader(client: &Client) -> Option<i32> {
+    let d = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.describe_topic(workload::TOPIC),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    d.partitions.iter().map(|p| p.leader).find(|l| *l > 0)
+}
+
+/// Waits until every partition has a leader and all three replicas in sync.
+async fn settle(client: &Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(d) = client.describe_topic(workload::TOPIC).await
+            && d.partitions
+                .iter()
+                .all(|p| p.leader > 0 && p.isr.len() == 3)
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the cluster did not recover within 120 s of the last fault"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits (up to a minute) until the group has committed every partition's end.
+async fn wait_group_caught_up(client: &Client, tally: &workload::Tally) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let mut done = true;
+        for p in 0..workload::PARTITIONS {
+            let end = client
+                .list_offset(workload::TOPIC, p, -1)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(i64::MAX);
+            let committed = tally
+                .committed
+                .lock()
+                .unwrap()
+                .get(&p)
+                .copied()
+                .unwrap_or(0);
+            done &= committed >= end;
+        }
+        if done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

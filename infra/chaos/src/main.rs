@@ -1,0 +1,124 @@
+//! `shale-chaos`: see the library's documentation and the README ("Fault harness").
+
+use std::time::Duration;
+
+use clap::Parser;
+use shale_chaos::faults::Fault;
+
+#[derive(Parser)]
+#[command(
+    name = "shale-chaos",
+    about = "Randomized combined faults against a Shale cluster"
+)]
+struct Cli {
+    /// The schedule's seed (default: from the clock). A failed run prints it.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds of faults (then everything is healed and checked).
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Faults to draw from, comma-separated (default: all). Network cuts need root.
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// PostgreSQL server where a database is created for the run.
+    #[arg(
+        long,
+        env = "SHALE_CHAOS_POSTGRES",
+        default_value = "postgres://postgres@127.0.0.1:5432"
+    )]
+    postgres: String,
+    /// Where brokers and s3s-fs keep their data (default: a temporary directory,
+    /// kept after a failed run).
+    #[arg(long)]
+    work: Option<std::path::PathBuf>,
+    /// Rust producers, and records each sends per second.
+    #[arg(long, default_value_t = 2)]
+    producers: usize,
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    /// Also produce through librdkafka on the Kafka listener (`kafka` feature).
+    #[arg(long)]
+    kafka: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<std::process::ExitCode> {
+    let cli = Cli::parse();
+    let seed = cli.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let faults = if cli.faults.is_empty() {
+        Fault::ALL.to_vec()
+    } else {
+        cli.faults
+            .iter()
+            .map(|f| {
+                Fault::parse(f).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown fault '{f}'; known: {}",
+                        Fault::ALL.map(|f| f.name()).join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    if cli.kafka && !cfg!(feature = "kafka") {
+        anyhow::bail!("--kafka needs shale-chaos built with the `kafka` feature");
+    }
+    let tmp = tempfile::Builder::new().prefix("shale-chaos-").tempdir()?;
+    let work = cli.work.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    eprintln!(
+        "shale-chaos: seed {seed}, {} s of {:?}, data in {}",
+        cli.seconds,
+        faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        work.display()
+    );
+    let outcome = shale_chaos::run(shale_chaos::Options {
+        seed,
+        duration: Duration::from_secs(cli.seconds),
+        postgres: cli.postgres,
+        work: work.clone(),
+        faults,
+        producers: cli.producers,
+        rate: cli.rate,
+        kafka: cli.kafka,
+    })
+    .await?;
+    println!("seed {seed}: faults");
+    for line in &outcome.history {
+        println!("  {line}");
+    }
+    let r = &outcome.report;
+    println!(
+        "seed {seed}: {} acknowledged, {} sends failed, {} stored, {} seen by the group, \
+         {} remote segments; faults: {}",
+        r.acked,
+        outcome.failed_sends,
+        r.stored,
+        r.consumed,
+        r.remote_segments,
+        outcome
+            .counts
+            .iter()
+            .map(|(f, n)| format!("{f} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if outcome.ok() {
+        println!("seed {seed}: every check passed");
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    println!("seed {seed}: VIOLATIONS");
+    for v in &r.violations {
+        println!("  {v}");
+    }
+    let kept = tmp.keep();
+    println!(
+        "replay with: shale-chaos --seed {seed} --seconds {}; data kept in {}",
+        cli.seconds,
+        kept.display()
+    );
+    Ok(std::process::ExitCode::FAILURE)
+}

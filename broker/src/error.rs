@@ -36,6 +36,9 @@ pub enum Error {
     MessageTooLarge { size: usize, max: i64 },
     #[error("corrupt record batch: {0}")]
     CorruptMessage(BatchError),
+    /// A batch stored in this broker's log fails its checks (a damaged file).
+    #[error("{0}")]
+    CorruptLocal(#[source] LogError),
     #[error("{0}")]
     UnsupportedCompression(BatchError),
     #[error("record batch magic {0} is not supported; send RecordBatch v2")]
@@ -143,7 +146,7 @@ impl Error {
             ReplicationTimeout { .. } => ErrorCode::RequestTimedOut,
             InvalidConfig(_) => ErrorCode::InvalidConfig,
             MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
-            CorruptMessage(_) => ErrorCode::CorruptMessage,
+            CorruptMessage(_) | CorruptLocal(_) => ErrorCode::CorruptMessage,
             UnsupportedCompression(_) => ErrorCode::UnsupportedCompressionType,
             UnsupportedMessageFormat(_) => ErrorCode::UnsupportedForMessageFormat,
             InvalidRecord(_) => ErrorCode::InvalidRecord,
@@ -206,6 +209,7 @@ impl From<LogError> for Error {
                 log_end,
             },
             LogError::Io(e) => Error::Storage(e),
+            e @ LogError::Corrupt { .. } => Error::CorruptLocal(e),
             LogError::Producer(e) => Error::Producer(e),
             e @ LogError::OutOfSequence { .. } => Error::Replica(e),
         }

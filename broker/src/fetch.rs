@@ -194,9 +194,7 @@ impl Broker {
         };
         // Local reads are page-cache preads, but a cold page blocks on the disk: keep
         // them off the async workers.
-        let records = tokio::task::spawn_blocking(move || plan.read(limit, whole_first))
-            .await?
-            .map_err(Error::Storage)?;
+        let records = tokio::task::spawn_blocking(move || plan.read(limit, whole_first)).await??;
         Ok(Fetched { records, offsets })
     }
 }

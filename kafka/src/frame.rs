@@ -164,7 +164,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4_000))]
+        #![proptest_config(ProptestConfig::with_cases(shale_records::fuzzing::cases(4_000)))]
 
         /// Any body after a well-formed header, for every served API and version,
         /// decodes or is refused; never a panic or an abort.

@@ -12,6 +12,8 @@ pub mod alloc;
 mod conn;
 mod fetch_response;
 mod frame;
+#[cfg(test)]
+mod fuzz_tests;
 mod handlers;
 mod limits;
 mod versions;

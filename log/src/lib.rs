@@ -84,6 +84,13 @@ pub enum LogError {
     OutOfSequence { expected: i64, found: i64 },
     #[error(transparent)]
     Producer(#[from] ProducerError),
+    /// A stored batch fails its checks (CRC, framing): the file is damaged.
+    #[error("corrupt batch at byte {position} of {path}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
     #[error("log I/O failed")]
     Io(#[from] io::Error),
 }

@@ -2,7 +2,6 @@
 //! offset), carried out without it with `pread`; and lookups by timestamp.
 
 use std::fs::File;
-use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -32,6 +31,7 @@ impl PartitionLog {
         let cold = self.segments.range(base..).nth(2).is_some();
         Ok(ReadPlan {
             file: seg.file()?,
+            path: crate::segment::segment_path(&self.dir, base, crate::segment::LOG_SUFFIX),
             start: seg.lookup_position(offset),
             end: seg.size(),
             offset,
@@ -70,6 +70,9 @@ impl PartitionLog {
 /// A read prepared under the partition lock and carried out without it.
 pub struct ReadPlan {
     file: Arc<File>,
+    /// The segment file (for errors).
+    path: std::path::PathBuf,
+    /// Where the offset index says to start looking.
     start: u64,
     /// Segment size when planned: bytes past it may be half written.
     end: u64,
@@ -84,13 +87,29 @@ pub struct ReadPlan {
 impl ReadPlan {
     /// Whole batches from the one holding `offset`, up to `max_bytes`, never a batch
     /// reaching `max_offset`. With `whole_first`, the first batch comes even if it alone
-    /// is larger than `max_bytes` (so a consumer never stalls on a large batch).
-    pub fn read(self, max_bytes: usize, whole_first: bool) -> io::Result<Bytes> {
+    /// is larger than `max_bytes` (so a consumer never stalls on a large batch). Every
+    /// batch returned is CRC-checked: a damaged one is an error naming the file, never
+    /// bytes handed to a consumer or a follower. An offset index that points off the
+    /// batches (damaged) is passed over: the segment is scanned from its start.
+    pub fn read(self, max_bytes: usize, whole_first: bool) -> Result<Bytes, LogError> {
         if self.offset >= self.max_offset {
             return Ok(Bytes::new());
         }
         let mut reader = ChunkReader::new(&self.file, self.end, SEEK_CHUNK);
-        let Some(first) = reader.seek_offset(self.start, self.offset)? else {
+        let found = match reader.seek_offset(self.start, self.offset) {
+            Ok(Some(b)) if b.header.base_offset <= self.offset || self.start == 0 => Some(b),
+            Ok(None) if self.start == 0 => None,
+            // The index pointed past the batch, or at no batch: scan from the start.
+            _ => {
+                tracing::error!(segment = %self.path.display(), offset = self.offset,
+                    position = self.start,
+                    "the offset index points off the segment's batches; reading from its start");
+                reader
+                    .seek_offset(0, self.offset)
+                    .map_err(|e| self.corrupt(0, e.to_string()))?
+            }
+        };
+        let Some(first) = found else {
             return Ok(Bytes::new());
         };
         let too_big = !whole_first && first.header.total_size() > max_bytes;
@@ -115,10 +134,33 @@ impl ReadPlan {
             if h.last_offset() >= self.max_offset {
                 break;
             }
+            if let Err(e) = h.validate(&buf[range.clone()]) {
+                // Batches before the damaged one are good; a read at the damaged one
+                // is an error, unless the index led here (a damaged index can point at
+                // bytes that merely parse): then the segment is read from its start.
+                if keep > 0 {
+                    break;
+                }
+                if self.start > 0 {
+                    tracing::error!(segment = %self.path.display(), offset = self.offset,
+                        "the offset index points off the segment's batches; reading from its start");
+                    return ReadPlan { start: 0, ..self }.read(max_bytes, whole_first);
+                }
+                return Err(self.corrupt(first.position + range.start as u64, e.to_string()));
+            }
             keep = range.end;
         }
         let mut buf = Bytes::from(buf);
         buf.truncate(keep);
         Ok(buf)
+    }
+
+    fn corrupt(&self, position: u64, reason: String) -> LogError {
+        tracing::error!(segment = %self.path.display(), position, %reason, "corrupt batch in a local segment");
+        LogError::Corrupt {
+            path: self.path.clone(),
+            position,
+            reason,
+        }
     }
 }

@@ -889,3 +889,91 @@ fn reads_of_segments_older_than_the_two_newest_are_cold() {
     assert_eq!(read_all(&log, 0, 700).len(), 300);
     assert_eq!(read_all(&log, 0, 700).len(), 300);
 }
+
+/// The `.log` and `.index` files of the segment based at `base`.
+fn segment_file(dir: &Path, base: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base:020}.{suffix}"))
+}
+
+/// A closed log of 100 batches of 3 records in small segments: the bases of its second
+/// segment and the one after it.
+fn closed_log_of_sealed_segments(dir: &Path) -> (i64, i64) {
+    let mut log = open_log(dir, small_config()).unwrap();
+    for i in 0..100u64 {
+        append(&mut log, batch(i * 3, 3, 1000, 40), 0);
+    }
+    let sealed = *log.segments.keys().nth(1).unwrap();
+    let next = *log.segments.keys().nth(2).unwrap();
+    (sealed, next)
+}
+
+#[test]
+fn a_damaged_batch_is_an_error_naming_the_file_and_its_neighbours_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sealed, next) = closed_log_of_sealed_segments(dir.path());
+    // Flip a bit in the payload of the segment's third batch.
+    let path = segment_file(dir.path(), sealed, "log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut pos = 0;
+    for _ in 0..2 {
+        pos += batch::BatchHeader::parse(&bytes[pos..])
+            .unwrap()
+            .total_size();
+    }
+    let damaged = sealed + 6;
+    bytes[pos + 70] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
+    match log
+        .plan_read(damaged, i64::MAX)
+        .unwrap()
+        .read(1 << 20, true)
+    {
+        Err(LogError::Corrupt { path: p, .. }) => assert_eq!(p, path),
+        other => panic!("{:?}", other.map(|b| b.len())),
+    }
+    // A read from before it ends at the batch before it; a read after it is whole.
+    let before = log
+        .plan_read(sealed, i64::MAX)
+        .unwrap()
+        .read(1 << 20, true)
+        .unwrap();
+    let last = BatchIter::new(&before).last().unwrap().unwrap().0;
+    assert_eq!(last.last_offset(), damaged - 1);
+    assert!(
+        !log.plan_read(next, i64::MAX)
+            .unwrap()
+            .read(1 << 20, true)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_damaged_offset_index_is_passed_over_and_reads_stay_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sealed, next) = closed_log_of_sealed_segments(dir.path());
+    // Every position entry of the index now points 3 bytes off (into a batch).
+    let path = segment_file(dir.path(), sealed, "index");
+    let mut index = std::fs::read(&path).unwrap();
+    assert!(index.len() >= 16);
+    for entry in index.chunks_exact_mut(8).skip(1) {
+        let pos = u32::from_be_bytes(entry[4..8].try_into().unwrap());
+        entry[4..8].copy_from_slice(&(pos + 3).to_be_bytes());
+    }
+    std::fs::write(&path, &index).unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
+    for offset in sealed..next {
+        let bytes = log
+            .plan_read(offset, i64::MAX)
+            .unwrap()
+            .read(1, true)
+            .unwrap();
+        let (h, _) = BatchIter::new(&bytes).next().unwrap().unwrap();
+        assert!(
+            h.base_offset <= offset && offset <= h.last_offset(),
+            "{offset}: {h:?}"
+        );
+    }
+    assert_eq!(read_all(&log, 0, 4096).len(), 300);
+}

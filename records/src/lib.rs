@@ -7,6 +7,10 @@
 pub mod batch;
 pub mod compression;
 mod error_code;
+#[cfg(test)]
+mod fuzz_tests;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod record;
 
 pub use error_code::ErrorCode;

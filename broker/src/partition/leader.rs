@@ -206,7 +206,7 @@ impl Partition {
             }
             (r.log.plan_read(f.fetch_offset, leo)?, out)
         };
-        let records = plan.read(f.max_bytes, true).map_err(Error::Storage)?;
+        let records = plan.read(f.max_bytes, true)?;
         Ok(LeaderRead { records, ..out })
     }
 

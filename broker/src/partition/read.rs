@@ -84,7 +84,7 @@ impl Partition {
         whole_first: bool,
     ) -> Result<(Bytes, PartitionOffsets)> {
         let (plan, offsets) = self.plan_read(offset)?;
-        let bytes = plan.read(max_bytes, whole_first).map_err(Error::Storage)?;
+        let bytes = plan.read(max_bytes, whole_first)?;
         Ok((bytes, offsets))
     }
 

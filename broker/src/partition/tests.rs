@@ -238,6 +238,56 @@ fn a_follower_whose_log_went_backwards_leaves_the_isr() {
     assert_eq!(isr, vec![1]);
 }
 
+/// A follower never takes a damaged batch: the leader refuses to serve one from its
+/// disk (CORRUPT_MESSAGE), and the follower refuses one that arrives damaged; its log
+/// stays as it was, and replication goes on once the leader serves good bytes.
+#[test]
+fn a_follower_never_replicates_a_damaged_batch() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+    a.append(&batch(3, 10), None, 0).unwrap();
+    replicate_once(&a, &b, 2);
+    a.append(&batch(3, 10), None, 0).unwrap();
+    let pos = b.follower_position().unwrap();
+    assert_eq!(pos.log_end_offset, 3);
+
+    // Damaged in transit: the follower's append refuses it.
+    let good = a.serve_replica(&fetch(2, 0, (3, 0)), 0).unwrap();
+    let mut damaged = good.records.to_vec();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x10;
+    let err = b
+        .append_from_leader(&pos, &damaged, good.high_watermark, 0)
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        shale_records::ErrorCode::CorruptMessage,
+        "{err}"
+    );
+    assert_eq!(b.follower_position().unwrap().log_end_offset, 3);
+
+    // Damaged on the leader's disk: serving it is an error naming the segment.
+    let segment = a.dir().join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 0x10;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = a.serve_replica(&fetch(2, 0, (3, 0)), 0).unwrap_err();
+    assert_eq!(
+        err.code(),
+        shale_records::ErrorCode::CorruptMessage,
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("00000000000000000000.log"),
+        "{err}"
+    );
+    assert_eq!(b.follower_position().unwrap().log_end_offset, 3);
+    // The batches before the damage still replicate to a follower that lacks them.
+    let read = a.serve_replica(&fetch(2, 0, (0, -1)), 0).unwrap();
+    assert_eq!(validate_batches(&read.records, i64::MAX).unwrap().len(), 1);
+}
+
 /// A directory whose metadata cannot be read is kept (the partition does not open),
 /// never taken for another topic's and deleted.
 #[test]

@@ -337,7 +337,13 @@ impl Cluster {
         let s3 = S3::start(&work.join("s3"))?;
         let s3_proxy = Proxy::start(([127, 0, 0, 1], s3.port).into()).await?;
         let hosts = if namespaces {
-            Hosts::Namespaces(Net::create(tag, 213, 3)?)
+            // A network of the run's own (10.{180..239}.x.x), so runs can overlap.
+            let net = 180
+                + (tag
+                    .bytes()
+                    .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+                    % 60) as u8;
+            Hosts::Namespaces(Net::create(tag, net, 3)?)
         } else {
             Hosts::Loopback
         };

@@ -24,7 +24,11 @@ use shale_client::Client;
 use faults::{Fault, Rng, SlowDisk};
 
 pub struct Options {
+    /// The schedule's seed; with `script`, only names the run.
     pub seed: u64,
+    /// A fixed schedule instead of a random one: (fault, broker, hold); broker 0 is
+    /// whichever broker leads partition 0 when the fault starts.
+    pub script: Option<Vec<(Fault, i32, Duration)>>,
     /// How long faults are applied (then healed and checked).
     pub duration: Duration,
     /// `postgres://user@host:port` of a server where databases may be created.
@@ -57,9 +61,12 @@ impl Outcome {
 /// Runs one seeded schedule and checks the result.
 pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let tag = format!("shc{}", opts.seed % 100_000);
-    let namespaces = opts.faults.iter().any(|f| f.needs_namespaces());
+    let used: Vec<Fault> = (opts.faults.iter().copied())
+        .chain(opts.script.iter().flatten().map(|(f, _, _)| *f))
+        .collect();
+    let namespaces = used.iter().any(|f| f.needs_namespaces());
     let mut cluster = cluster::Cluster::start(&opts.work, &opts.postgres, &tag, namespaces).await?;
-    let slow = if opts.faults.contains(&Fault::SlowDisk) {
+    let slow = if used.contains(&Fault::SlowDisk) {
         Some(SlowDisk::create(&tag, &opts.work)?)
     } else {
         None
@@ -73,9 +80,32 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let mut rng = Rng::new(opts.seed);
     let mut history = Vec::new();
     let mut counts = BTreeMap::new();
-    while started.elapsed() < opts.duration {
-        let leader = some_leader(&client).await;
-        let step = faults::next_step(&mut rng, &opts.faults, leader);
+    let mut script = opts.script.clone().map(|s| s.into_iter());
+    loop {
+        let step = match &mut script {
+            Some(steps) => {
+                let Some((fault, broker, hold)) = steps.next() else {
+                    break;
+                };
+                let broker = match broker {
+                    0 => leader_of_partition_0(&client).await.unwrap_or(1),
+                    b => b,
+                };
+                faults::Step {
+                    fault,
+                    broker,
+                    with: None,
+                    hold,
+                    quiet: Duration::from_secs(2),
+                    cut_at: 0.5,
+                }
+            }
+            None if started.elapsed() < opts.duration => {
+                let leader = some_leader(&client).await;
+                faults::next_step(&mut rng, &opts.faults, leader)
+            }
+            None => break,
+        };
         let at = started.elapsed().as_secs_f64();
         history.push(format!("{at:7.1} s  {step}"));
         *counts.entry(step.fault).or_insert(0) += 1;
@@ -114,6 +144,18 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         report,
         failed_sends,
     })
+}
+
+/// The broker leading partition 0, if the metadata can be read now.
+async fn leader_of_partition_0(client: &Client) -> Option<i32> {
+    let d = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.describe_topic(workload::TOPIC),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    d.partitions.first().map(|p| p.leader).filter(|l| *l > 0)
 }
 
 /// A broker leading some partition, if the metadata can be read now.

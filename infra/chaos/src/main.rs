@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     );
     let outcome = shale_chaos::run(shale_chaos::Options {
         seed,
+        script: None,
         duration: Duration::from_secs(cli.seconds),
         postgres: cli.postgres,
         work: work.clone(),

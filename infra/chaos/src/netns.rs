@@ -70,8 +70,11 @@ impl Net {
             brokers,
             forward_was,
         };
-        // A leftover of an earlier run with the same tag goes first.
+        // Leftovers of earlier runs (a killed run removes nothing) go first: their
+        // addresses would clash.
         net.remove();
+        remove_leftovers();
+        note_owner(tag);
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
             .context("cannot enable net.ipv4.ip_forward")?;
         for i in 0..brokers {
@@ -210,9 +213,66 @@ impl Net {
     }
 }
 
+/// Where each run notes its process id under its tag, so a later run can tell the
+/// namespaces of a killed run (its process is gone) from those of a running one.
+const OWNERS: &str = "/tmp/shale-chaos-netns";
+
+fn note_owner(tag: &str) {
+    let _ = std::fs::create_dir_all(OWNERS);
+    let _ = std::fs::write(format!("{OWNERS}/{tag}"), std::process::id().to_string());
+}
+
+/// Namespaces and veths of runs that were killed (a killed run removes nothing, and
+/// its addresses would clash): those whose noted owner process is gone.
+fn remove_leftovers() {
+    let Ok(owners) = std::fs::read_dir(OWNERS) else {
+        return;
+    };
+    let dead: Vec<String> = owners
+        .flatten()
+        .filter_map(|e| {
+            let tag = e.file_name().into_string().ok()?;
+            let pid: i32 = std::fs::read_to_string(e.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            (!alive).then_some(tag)
+        })
+        .collect();
+    if dead.is_empty() {
+        return;
+    }
+    let list = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let owned_by_dead = |name: &str| dead.iter().any(|t| name.starts_with(t.as_str()));
+    for line in list(&["netns", "list"]).lines() {
+        if let Some(name) = line.split_whitespace().next().filter(|n| owned_by_dead(n)) {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+    for line in list(&["-o", "link"]).lines() {
+        let name = line.split(": ").nth(1).unwrap_or("");
+        let name = name.split('@').next().unwrap_or("");
+        if owned_by_dead(name) {
+            let _ = Command::new("ip").args(["link", "del", name]).output();
+        }
+    }
+    for t in &dead {
+        let _ = std::fs::remove_file(format!("{OWNERS}/{t}"));
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
         self.remove();
+        let _ = std::fs::remove_file(format!("{OWNERS}/{}", self.tag));
         let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.forward_was);
     }
 }

@@ -50,8 +50,11 @@ pub struct JoinRequest {
     pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
     /// A member without an id gets one and must join again with it
-    /// (`MEMBER_ID_REQUIRED`), as Kafka's JoinGroup v4+ asks.
+    /// (`MEMBER_ID_REQUIRED`), as Kafka's JoinGroup v4+ asks (static members excepted).
     pub require_known_member_id: bool,
+    /// `group.instance.id`: a static member (KIP-345), which a restart with the same
+    /// instance id replaces without a rebalance.
+    pub group_instance_id: Option<String>,
 }
 
 /// What every member learns when a rebalance completes.
@@ -69,6 +72,7 @@ pub struct JoinResult {
 #[derive(Debug, Clone)]
 pub struct MemberDescription {
     pub member_id: String,
+    pub group_instance_id: Option<String>,
     pub client_id: String,
     pub client_host: String,
     /// The member's metadata for the group's protocol (its subscription).
@@ -163,7 +167,18 @@ impl Coordinator {
                 )));
             }
         }
-        let member_id = if req.member_id.is_empty() {
+        let instance = req.group_instance_id.clone();
+        if !req.member_id.is_empty() {
+            group.check_instance(&req.group, &req.member_id, instance.as_deref())?;
+        }
+        let mut replaced = false;
+        let member_id = if let (true, Some(instance)) = (req.member_id.is_empty(), &instance) {
+            // A static member joins with its instance id and no member id (at its
+            // first start and every restart); it takes over whatever member held it.
+            let id = format!("{instance}-{}", uuid::Uuid::new_v4());
+            replaced = group.replace_static(&req.group, instance, &id);
+            id
+        } else if req.member_id.is_empty() {
             let id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
             if req.require_known_member_id {
                 let session = Duration::from_millis(req.session_timeout_ms as u64);
@@ -187,9 +202,10 @@ impl Coordinator {
             .members
             .get(&member_id)
             .is_some_and(|m| m.protocols == req.protocols);
+        // (A replaced static leader is no leader asking for a new assignment.)
         let settled = match group.state {
             GroupState::CompletingRebalance => true,
-            GroupState::Stable => group.leader != member_id,
+            GroupState::Stable => replaced || group.leader != member_id,
             _ => false,
         };
         if unchanged && settled {
@@ -203,6 +219,7 @@ impl Coordinator {
             .members
             .entry(member_id.clone())
             .or_insert_with(|| Member {
+                instance: instance.clone(),
                 client_id: req.client_id.clone(),
                 client_host: req.client_host.clone(),
                 session_timeout: Duration::ZERO,
@@ -219,6 +236,9 @@ impl Coordinator {
         member.protocols = req.protocols;
         member.last_heartbeat = now;
         member.join_waiter = Some(tx);
+        if let Some(instance) = instance {
+            group.instances.insert(instance, member_id.clone());
+        }
         group.prepare_rebalance(&req.group, now, self.initial_delay());
         group.maybe_complete_join(&req.group, now);
         Ok(rx)
@@ -268,6 +288,29 @@ impl Coordinator {
             }
         }
         Ok(rx)
+    }
+
+    /// Refuses a request from `member_id` naming `instance` if a newer member holds
+    /// that `group.instance.id` (FENCED_INSTANCE_ID).
+    pub fn check_instance(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> Result<(), GroupError> {
+        match self.groups().get(group_id) {
+            Some(g) => g.check_instance(group_id, member_id, instance),
+            None => Ok(()),
+        }
+    }
+
+    /// The member id that holds `instance` in the group now.
+    pub fn member_of_instance(&self, group_id: &str, instance: &str) -> Option<String> {
+        self.groups()
+            .get(group_id)?
+            .instances
+            .get(instance)
+            .cloned()
     }
 
     pub fn heartbeat(
@@ -339,6 +382,7 @@ impl Coordinator {
                 .iter()
                 .map(|(id, m)| MemberDescription {
                     member_id: id.clone(),
+                    group_instance_id: m.instance.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     metadata: m

@@ -28,7 +28,7 @@ pub use admin::{
 };
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
-pub use groups::{CoordinatorType, SyncRequest};
+pub use groups::{CoordinatorType, MemberRef, SyncRequest};
 
 use crate::error::Result;
 

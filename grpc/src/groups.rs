@@ -1,7 +1,7 @@
 //! gRPC `Groups` service: the consumer-group coordinator and committed offsets.
 
 use shale_broker::groups::{JoinRequest, OffsetCommit};
-use shale_broker::service::{CoordinatorType, SyncRequest};
+use shale_broker::service::{CoordinatorType, MemberRef, SyncRequest};
 use shale_proto::v1::groups_server::Groups;
 use shale_proto::v1::*;
 use tonic::{Request, Response, Status};
@@ -49,6 +49,8 @@ impl Groups for Front {
                 .map(|p| (p.name, p.metadata))
                 .collect(),
             require_known_member_id: false,
+            // gRPC members are dynamic.
+            group_instance_id: None,
         };
         let joined = self.service.join_group(&ctx, join).await;
         let mut resp = JoinGroupResponse {
@@ -82,6 +84,7 @@ impl Groups for Front {
             group: req.group_id,
             generation: req.generation_id,
             member_id: req.member_id,
+            group_instance_id: None,
             assignments: req
                 .assignments
                 .into_iter()
@@ -103,7 +106,12 @@ impl Groups for Front {
         let req = request.into_inner();
         let r = self
             .service
-            .heartbeat(&ctx, &req.group_id, req.generation_id, &req.member_id)
+            .heartbeat(
+                &ctx,
+                &req.group_id,
+                req.generation_id,
+                MemberRef::id(&req.member_id),
+            )
             .await;
         Ok(Response::new(HeartbeatResponse {
             error: error_result(&r),
@@ -118,7 +126,7 @@ impl Groups for Front {
         let req = request.into_inner();
         let r = self
             .service
-            .leave_group(&ctx, &req.group_id, &req.member_id)
+            .leave_group(&ctx, &req.group_id, MemberRef::id(&req.member_id))
             .await;
         Ok(Response::new(LeaveGroupResponse {
             error: error_result(&r),
@@ -147,7 +155,7 @@ impl Groups for Front {
                 &ctx,
                 &req.group_id,
                 req.generation_id,
-                &req.member_id,
+                MemberRef::id(&req.member_id),
                 offsets,
             )
             .await;

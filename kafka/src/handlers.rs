@@ -93,7 +93,7 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
             }
             RequestKind::OffsetDelete(r) => enc(api, v, id, groups::offset_delete(s, ctx, r).await),
             RequestKind::ListGroups(r) => enc(api, v, id, groups::list(s, ctx, r).await),
-            RequestKind::DescribeGroups(r) => enc(api, v, id, groups::describe(s, ctx, r).await),
+            RequestKind::DescribeGroups(r) => enc(api, v, id, groups::describe(s, ctx, r, v).await),
             RequestKind::DeleteGroups(r) => enc(api, v, id, groups::delete(s, ctx, r).await),
             RequestKind::CreateTopics(r) => {
                 enc(api, v, id, admin::create_topics(s, ctx, r, v).await)

@@ -46,9 +46,8 @@ impl PartitionLog {
             self.persist_epochs()?;
         }
         let info = self.write_batches(records, headers, now_ms);
-        let info = self.forget_unwritten_epochs(info)?;
-        self.record_producers(headers);
-        Ok(info)
+        self.record_landed_producers(headers);
+        self.forget_unwritten_epochs(info)
     }
 
     /// Appends batches copied from the leader, which carry their offsets and epochs.
@@ -79,9 +78,18 @@ impl PartitionLog {
             self.persist_epochs()?;
         }
         let info = self.write_batches(records, headers, now_ms);
-        let info = self.forget_unwritten_epochs(info)?;
-        self.record_producers(headers);
-        Ok(info)
+        self.record_landed_producers(headers);
+        self.forget_unwritten_epochs(info)
+    }
+
+    /// Records the producers of the batches that reached the log. After a failed
+    /// write that is a prefix: batches written before a roll that failed (a full
+    /// disk) stay in the log, so the producer state must know them, or a retry of one
+    /// would be taken as new and stored twice.
+    fn record_landed_producers(&mut self, headers: &[BatchHeader]) {
+        let end = self.log_end_offset();
+        let landed = headers.iter().take_while(|h| h.last_offset() < end).count();
+        self.record_producers(&headers[..landed]);
     }
 
     /// Writes the checkpoint; if that fails, forgets the epochs assigned past the log

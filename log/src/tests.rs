@@ -600,6 +600,41 @@ fn try_append(log: &mut PartitionLog, mut bytes: Vec<u8>) -> Result<AppendInfo, 
     log.append(&mut bytes, &mut headers, 0, 0)
 }
 
+/// An append of several batches that fails after a roll (here the new segment's file
+/// cannot be created) keeps the batches written before it, and the producer state
+/// knows them: their retry is a duplicate, not a second copy.
+#[test]
+fn batches_written_before_a_failed_roll_are_known_to_the_producer_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 600,
+        ..small_config()
+    };
+    let mut log = open_log(dir.path(), config).unwrap();
+    // Fill the active segment until one more batch fits and two do not: an append of
+    // two rolls between them.
+    let mut seq = 0;
+    let size = idempotent(5, 0, 0, 4).len();
+    while log.active().size() as usize + 2 * size <= 600 {
+        try_append(&mut log, idempotent(5, 0, seq, 4)).unwrap();
+        seq += 4;
+    }
+    assert!(log.active().size() as usize + size <= 600);
+    let first = idempotent(5, 0, seq, 4);
+    let second = idempotent(5, 0, seq + 4, 4);
+    let next_base = log.log_end_offset() + 4;
+    let blocker = segment_file(dir.path(), next_base, "log");
+    std::fs::create_dir(&blocker).unwrap();
+    let both = [first.clone(), second.clone()].concat();
+    assert!(try_append(&mut log, both).is_err(), "the roll fails");
+    assert_eq!(log.log_end_offset(), next_base, "the first batch landed");
+    let retry = try_append(&mut log, first).unwrap();
+    assert!(retry.duplicate, "{retry:?}");
+    std::fs::remove_dir(&blocker).unwrap();
+    let info = try_append(&mut log, second).unwrap();
+    assert_eq!((info.first_offset, info.duplicate), (next_base, false));
+}
+
 #[test]
 fn idempotent_batches_are_deduplicated_across_rolls_crashes_and_truncation() {
     let dir = tempfile::tempdir().unwrap();

@@ -42,24 +42,27 @@ async fn retention_deletes_old_segments_on_a_running_broker() {
             .collect();
         p.send_all(records).await.unwrap();
     }
+    // Retention works in passes (the remote tier's segments, then the local ones'):
+    // wait until the log is within the limit, give or take the active segment.
+    let within = |size: i64| size < 16384 + 4096 + 2048;
     let deadline = Instant::now() + Duration::from_secs(30);
     let part = loop {
         let d = c.describe_topic("logs").await.unwrap();
         let part = d.partitions[0].clone();
-        if part.log_start_offset > 0 {
+        if part.log_start_offset > 0 && within(part.size_bytes) {
             break part;
         }
         assert!(
             Instant::now() < deadline,
-            "retention never ran: {part:?}\n{}",
+            "retention never brought the log within retention.bytes: {part:?}\n{}",
             broker.log()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(part.log_end_offset, 1000);
     assert!(
-        part.size_bytes >= 16384 && part.size_bytes < 16384 + 4096 + 2048,
-        "{part:?}"
+        part.size_bytes >= 16384,
+        "deleted more than it had to: {part:?}"
     );
     // ListOffsets earliest agrees (retention may have moved it on since: only upwards).
     let earliest = c.list_offset("logs", 0, -2).await.unwrap().unwrap();

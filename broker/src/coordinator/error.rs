@@ -40,6 +40,15 @@ pub enum GroupError {
     /// A new member's first join (Kafka's JoinGroup v4+): it joins again with this id.
     #[error("join again with member id '{0}'")]
     MemberIdRequired(String),
+    /// A static member replaced by a newer member with its `group.instance.id`.
+    #[error(
+        "member '{member}' of group '{group}' was replaced by a newer member with group.instance.id '{instance}'"
+    )]
+    FencedInstance {
+        group: String,
+        member: String,
+        instance: String,
+    },
 }
 
 impl GroupError {
@@ -58,6 +67,7 @@ impl GroupError {
             GroupNotFound(_) => ErrorCode::GroupIdNotFound,
             MetadataTooLarge(_) => ErrorCode::OffsetMetadataTooLarge,
             MemberIdRequired(_) => ErrorCode::MemberIdRequired,
+            FencedInstance { .. } => ErrorCode::FencedInstanceId,
         }
     }
 }

@@ -13,6 +13,8 @@ pub(super) type JoinReply = oneshot::Sender<Result<JoinResult, GroupError>>;
 pub(super) type SyncReply = oneshot::Sender<Result<Bytes, GroupError>>;
 
 pub(super) struct Member {
+    /// `group.instance.id` of a static member (KIP-345).
+    pub(super) instance: Option<String>,
     pub(super) client_id: String,
     pub(super) client_host: String,
     pub(super) session_timeout: Duration,
@@ -34,6 +36,8 @@ pub(super) struct Group {
     /// Member ids handed out by a first join that must be repeated with them, and
     /// until when they stay valid.
     pub(super) pending: HashMap<String, Instant>,
+    /// Static members: `group.instance.id` -> the member id that holds it now.
+    pub(super) instances: HashMap<String, String>,
     /// A rebalance completes once every member joined (not before `not_before`), or at
     /// `deadline` without those that did not.
     pub(super) not_before: Instant,
@@ -50,6 +54,7 @@ impl Group {
             leader: String::new(),
             members: BTreeMap::new(),
             pending: HashMap::new(),
+            instances: HashMap::new(),
             not_before: now,
             deadline: now,
         }
@@ -63,6 +68,67 @@ impl Group {
                 member: id.to_string(),
                 hint: "; join again",
             })
+    }
+
+    /// A request from `member` that names `instance`: refused if a newer member holds
+    /// that instance id now (the sender was replaced and is fenced, KIP-345).
+    pub(super) fn check_instance(
+        &self,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+    ) -> Result<(), GroupError> {
+        let Some(instance) = instance else {
+            return Ok(());
+        };
+        match self.instances.get(instance) {
+            Some(holder) if holder != member => Err(GroupError::FencedInstance {
+                group: group.to_string(),
+                member: member.to_string(),
+                instance: instance.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A static member rejoining under a new member id (a restarted consumer with
+    /// the same `group.instance.id`): it takes over the old member's place, its
+    /// assignment and, if it led, the leadership, without a rebalance. The old id is
+    /// fenced: its waiters are answered FENCED_INSTANCE_ID. False if no member holds
+    /// the instance id.
+    pub(super) fn replace_static(&mut self, group: &str, instance: &str, new_id: &str) -> bool {
+        let Some(old_id) = self.instances.get(instance).cloned() else {
+            return false;
+        };
+        let Some(mut m) = self.members.remove(&old_id) else {
+            self.instances.remove(instance);
+            return false;
+        };
+        let fenced = || GroupError::FencedInstance {
+            group: group.to_string(),
+            member: old_id.clone(),
+            instance: instance.to_string(),
+        };
+        if let Some(w) = m.join_waiter.take() {
+            let _ = w.send(Err(fenced()));
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            let _ = w.send(Err(fenced()));
+        }
+        if self.leader == old_id {
+            self.leader = new_id.to_string();
+        }
+        self.members.insert(new_id.to_string(), m);
+        self.instances
+            .insert(instance.to_string(), new_id.to_string());
+        tracing::info!(group, instance, old = %old_id, new = new_id, "static member replaced");
+        true
+    }
+
+    /// Forgets instance ids whose member is gone.
+    fn forget_departed_instances(&mut self) {
+        let members = &self.members;
+        self.instances.retain(|_, id| members.contains_key(id));
     }
 
     pub(super) fn check_generation(&self, group: &str, generation: i32) -> Result<(), GroupError> {
@@ -121,6 +187,7 @@ impl Group {
             }
             keep
         });
+        self.forget_departed_instances();
         self.generation += 1;
         if self.members.is_empty() {
             self.state = GroupState::Empty;
@@ -188,6 +255,7 @@ impl Group {
 
     pub(super) fn remove_member(&mut self, group: &str, id: &str, now: Instant, delay: Duration) {
         if let Some(m) = self.members.remove(id) {
+            self.forget_departed_instances();
             if let Some(w) = m.join_waiter {
                 let _ = w.send(Err(GroupError::UnknownMember {
                     group: group.to_string(),

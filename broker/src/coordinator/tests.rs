@@ -24,6 +24,7 @@ fn join(
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::from_static(b"m"))],
         require_known_member_id: false,
+        group_instance_id: None,
     })
     .unwrap()
 }
@@ -129,6 +130,7 @@ fn bad_joins_are_refused() {
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::new())],
         require_known_member_id: false,
+        group_instance_id: None,
     };
     assert!(matches!(
         c.join_now(&mut r),
@@ -160,6 +162,7 @@ impl Coordinator {
             protocol_type: r.protocol_type.clone(),
             protocols: r.protocols.clone(),
             require_known_member_id: false,
+            group_instance_id: None,
         })
         .map(drop)
     }
@@ -199,6 +202,7 @@ async fn a_new_member_joins_again_with_the_id_it_was_given() {
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::from_static(b"m"))],
         require_known_member_id: true,
+        group_instance_id: None,
     };
     let id = match c.join(request("")) {
         Err(GroupError::MemberIdRequired(id)) => id,
@@ -276,4 +280,125 @@ async fn joining_again_unchanged_keeps_the_generation() {
         c.heartbeat("g", 2, &follower.member_id),
         Err(GroupError::RebalanceInProgress(_))
     ));
+}
+
+fn join_static(
+    c: &Coordinator,
+    instance: &str,
+    member: &str,
+    metadata: &'static [u8],
+) -> Result<oneshot::Receiver<Result<JoinResult, GroupError>>, GroupError> {
+    c.join(JoinRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        client_id: "rdkafka".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 1000,
+        rebalance_timeout_ms: 1000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(metadata))],
+        // Static members are exempt from MEMBER_ID_REQUIRED.
+        require_known_member_id: true,
+        group_instance_id: Some(instance.into()),
+    })
+}
+
+/// Static membership (KIP-345): a restarted member with the same group.instance.id
+/// takes its old place, assignment and leadership without a rebalance; the replaced
+/// member id is fenced (FENCED_INSTANCE_ID) wherever it shows up; a changed
+/// subscription still rebalances; a static member may leave by instance id alone.
+#[tokio::test]
+async fn a_restarted_static_member_takes_its_place_without_a_rebalance() {
+    let c = coordinator(0);
+    let first = join_static(&c, "a", "", b"m")
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    let b_join = join_static(&c, "b", "", b"m").unwrap();
+    let a_join = join_static(&c, "a", &first.member_id, b"m").unwrap();
+    let (a, b) = (
+        a_join.await.unwrap().unwrap(),
+        b_join.await.unwrap().unwrap(),
+    );
+    let generation = a.generation;
+    assert_eq!((generation, b.generation), (2, 2));
+    let leader = if a.leader == a.member_id { &a } else { &b };
+    let assignments = vec![
+        (a.member_id.clone(), Bytes::from_static(b"pa")),
+        (b.member_id.clone(), Bytes::from_static(b"pb")),
+    ];
+    let other = if leader.member_id == a.member_id {
+        &b
+    } else {
+        &a
+    };
+    let other_sync = c
+        .sync("g", generation, &other.member_id, Vec::new())
+        .unwrap();
+    c.sync("g", generation, &leader.member_id, assignments)
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    other_sync.await.unwrap().unwrap();
+
+    // The leader restarts (no LeaveGroup, as static members do) and joins again.
+    let instance = if leader.member_id == a.member_id {
+        "a"
+    } else {
+        "b"
+    };
+    let again = join_static(&c, instance, "", b"m")
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.generation, generation, "no rebalance");
+    assert_ne!(again.member_id, leader.member_id);
+    assert_eq!(again.leader, again.member_id, "it leads in its old place");
+    let d = c.describe("g").unwrap();
+    assert_eq!(d.state, GroupState::Stable);
+    assert_eq!(d.members.len(), 2);
+    let mine = c
+        .sync("g", generation, &again.member_id, Vec::new())
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
+    let expected: &[u8] = if instance == "a" { b"pa" } else { b"pb" };
+    assert_eq!(&mine[..], expected, "its old assignment");
+    c.heartbeat("g", generation, &other.member_id).unwrap();
+
+    // The replaced id is fenced: a heartbeat, a join or a commit naming the instance.
+    let old = leader.member_id.as_str();
+    let fenced = |r: Result<(), GroupError>| {
+        assert_eq!(r.map_err(|e| e.code()), Err(ErrorCode::FencedInstanceId));
+    };
+    fenced(c.check_instance("g", old, Some(instance)));
+    fenced(join_static(&c, instance, old, b"m").map(drop));
+    c.check_instance("g", &again.member_id, Some(instance))
+        .unwrap();
+    c.check_instance("g", old, None).unwrap();
+
+    // A changed subscription rebalances, static or not.
+    let other_instance = if instance == "a" { "b" } else { "a" };
+    let changed = join_static(&c, other_instance, "", b"m2").unwrap();
+    assert_eq!(
+        c.describe("g").unwrap().state,
+        GroupState::PreparingRebalance
+    );
+    let stay = join_static(&c, instance, &again.member_id, b"m").unwrap();
+    let changed = changed.await.unwrap().unwrap();
+    assert_eq!(changed.generation, generation + 1);
+    stay.await.unwrap().unwrap();
+
+    // Leaving by instance id alone.
+    let holder = c.member_of_instance("g", other_instance).unwrap();
+    assert_eq!(holder, changed.member_id);
+    c.leave("g", &holder).unwrap();
+    assert_eq!(c.member_of_instance("g", other_instance), None);
+    let d = c.describe("g").unwrap();
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].group_instance_id.as_deref(), Some(instance));
 }

@@ -15,7 +15,24 @@ pub struct SyncRequest {
     pub group: String,
     pub generation: i32,
     pub member_id: String,
+    /// The static member's `group.instance.id`, if it sent one.
+    pub group_instance_id: Option<String>,
     pub assignments: Vec<(String, Bytes)>,
+}
+
+/// The member a heartbeat, leave or commit comes from: its id, and the static
+/// member's `group.instance.id` if it sent one (a replaced static member is fenced).
+#[derive(Debug, Clone, Copy)]
+pub struct MemberRef<'a> {
+    pub id: &'a str,
+    pub instance: Option<&'a str>,
+}
+
+impl<'a> MemberRef<'a> {
+    /// A member known by its id alone.
+    pub fn id(id: &'a str) -> Self {
+        Self { id, instance: None }
+    }
 }
 
 /// What a FindCoordinator asks for.
@@ -86,6 +103,11 @@ impl Service {
         self.call(ctx, "SyncGroup", async {
             let synced = async {
                 self.broker.ensure_coordinator(&req.group)?;
+                self.broker.groups.check_instance(
+                    &req.group,
+                    &req.member_id,
+                    req.group_instance_id.as_deref(),
+                )?;
                 let rx = self.broker.groups.sync(
                     &req.group,
                     req.generation,
@@ -105,29 +127,41 @@ impl Service {
         ctx: &RequestContext,
         group: &str,
         generation: i32,
-        member_id: &str,
+        member: MemberRef<'_>,
     ) -> Result<()> {
         self.call(ctx, "Heartbeat", async {
-            let r = self
-                .broker
-                .ensure_coordinator(group)
-                .and_then(|()| Ok(self.broker.groups.heartbeat(group, generation, member_id)?));
+            let r = self.broker.ensure_coordinator(group).and_then(|()| {
+                let groups = &self.broker.groups;
+                groups.check_instance(group, member.id, member.instance)?;
+                Ok(groups.heartbeat(group, generation, member.id)?)
+            });
             self.counted(r)
         })
         .await
     }
 
+    /// A member leaves. A static member may be named by its instance id alone (an
+    /// empty member id), as Kafka's admin removal does.
     pub async fn leave_group(
         &self,
         ctx: &RequestContext,
         group: &str,
-        member_id: &str,
+        member: MemberRef<'_>,
     ) -> Result<()> {
         self.call(ctx, "LeaveGroup", async {
-            let r = self
-                .broker
-                .ensure_coordinator(group)
-                .and_then(|()| Ok(self.broker.groups.leave(group, member_id)?));
+            let r = self.broker.ensure_coordinator(group).and_then(|()| {
+                let groups = &self.broker.groups;
+                let id = match (member.id, member.instance) {
+                    ("", Some(instance)) => groups
+                        .member_of_instance(group, instance)
+                        .unwrap_or_default(),
+                    (id, instance) => {
+                        groups.check_instance(group, id, instance)?;
+                        id.to_string()
+                    }
+                };
+                Ok(groups.leave(group, &id)?)
+            });
             self.counted(r)
         })
         .await
@@ -142,7 +176,7 @@ impl Service {
         ctx: &RequestContext,
         group: &str,
         generation: i32,
-        member_id: &str,
+        member: MemberRef<'_>,
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<Keyed<()>>> {
         self.call(ctx, "OffsetCommit", async {
@@ -150,10 +184,18 @@ impl Service {
                 .iter()
                 .map(|o| (o.topic.clone(), o.partition))
                 .collect();
-            let results = self
+            let fenced = self
                 .broker
-                .commit_offsets(group, generation, member_id, offsets)
-                .await;
+                .groups
+                .check_instance(group, member.id, member.instance);
+            let results = match fenced {
+                Ok(()) => {
+                    self.broker
+                        .commit_offsets(group, generation, member.id, offsets)
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            };
             Ok(self.keyed(keys, self.counted(results)?))
         })
         .await

@@ -47,7 +47,13 @@ pub fn produce(bootstrap: &str, rate: u64, tally: Arc<Tally>, stop: Arc<AtomicBo
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
-        .set("message.timeout.ms", "30000");
+        // librdkafka's default (300 s), stated: a message that times out makes the
+        // idempotent producer bump its epoch and renumber what it still holds, and a
+        // record of an in-flight request whose answer was lost is then written again
+        // under the new epoch (no broker can tell it from a new one; librdkafka's
+        // INTRODUCTION, "Message timeout considerations"). With 30 s, the fault mix
+        // timed messages out and the checker saw exactly such duplicates.
+        .set("message.timeout.ms", "300000");
     let producer: ThreadedProducer<Reports> =
         match ThreadedProducer::from_config_and_context(&config, Reports(tally.clone())) {
             Ok(p) => p,

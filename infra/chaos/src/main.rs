@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
         work.display()
     );
-    let outcome = shale_chaos::run(shale_chaos::Options {
+    let run = shale_chaos::run(shale_chaos::Options {
         seed,
         script: None,
         duration: Duration::from_secs(cli.seconds),
@@ -85,8 +85,21 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         producers: cli.producers,
         rate: cli.rate,
         kafka: cli.kafka,
-    })
-    .await?;
+    });
+    // A signal drops the run, whose parts stop their processes and remove their
+    // namespaces, cgroups and database as they go.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let outcome = tokio::select! {
+        outcome = run => outcome?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("shale-chaos: interrupted; cleaned up");
+            return Ok(std::process::ExitCode::from(130));
+        }
+        _ = term.recv() => {
+            eprintln!("shale-chaos: terminated; cleaned up");
+            return Ok(std::process::ExitCode::from(143));
+        }
+    };
     println!("seed {seed}: faults");
     for line in &outcome.history {
         println!("  {line}");

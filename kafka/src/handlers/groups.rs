@@ -22,7 +22,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use shale_broker::error::Error;
 use shale_broker::groups::{GroupError, JoinRequest, OffsetCommit};
-use shale_broker::service::{CoordinatorType, Keyed, RequestContext, Service, SyncRequest};
+use shale_broker::service::{
+    CoordinatorType, Keyed, MemberRef, RequestContext, Service, SyncRequest,
+};
 
 use super::{code, message, str};
 
@@ -102,6 +104,8 @@ pub async fn join(
             .collect(),
         // v4+: a new member first gets its id, and joins again with it.
         require_known_member_id: version >= 4,
+        // v5+: a static member.
+        group_instance_id: r.group_instance_id.map(|i| i.to_string()),
     };
     let protocol_type = req.protocol_type.clone();
     let joined = s.join_group(ctx, req).await;
@@ -145,6 +149,7 @@ pub async fn sync(s: &Service, ctx: &RequestContext, r: SyncGroupRequest) -> Syn
         group: r.group_id.0.to_string(),
         generation: r.generation_id,
         member_id: r.member_id.to_string(),
+        group_instance_id: r.group_instance_id.map(|i| i.to_string()),
         assignments: r
             .assignments
             .into_iter()
@@ -165,8 +170,12 @@ pub async fn heartbeat(
     ctx: &RequestContext,
     r: HeartbeatRequest,
 ) -> HeartbeatResponse {
+    let member = MemberRef {
+        id: &r.member_id,
+        instance: r.group_instance_id.as_deref(),
+    };
     let beat = s
-        .heartbeat(ctx, &r.group_id.0, r.generation_id, &r.member_id)
+        .heartbeat(ctx, &r.group_id.0, r.generation_id, member)
         .await;
     let mut resp = HeartbeatResponse::default();
     resp.error_code = code(&beat);
@@ -182,12 +191,20 @@ pub async fn leave(
     let group = r.group_id.0.to_string();
     let mut resp = LeaveGroupResponse::default();
     if version < 3 {
-        resp.error_code = code(&s.leave_group(ctx, &group, &r.member_id).await);
+        let left = s
+            .leave_group(ctx, &group, MemberRef::id(&r.member_id))
+            .await;
+        resp.error_code = code(&left);
         return resp;
     }
-    // v3+: a batch of members; each gets its own answer.
+    // v3+: a batch of members, static ones possibly by instance id alone; each gets
+    // its own answer.
     for m in r.members {
-        let left = s.leave_group(ctx, &group, &m.member_id).await;
+        let member = MemberRef {
+            id: &m.member_id,
+            instance: m.group_instance_id.as_deref(),
+        };
+        let left = s.leave_group(ctx, &group, member).await;
         let mut out = MemberResponse::default();
         out.member_id = m.member_id;
         out.group_instance_id = m.group_instance_id;
@@ -226,7 +243,10 @@ pub async fn offset_commit(
             ctx,
             &r.group_id.0,
             r.generation_id_or_member_epoch,
-            &r.member_id,
+            MemberRef {
+                id: &r.member_id,
+                instance: r.group_instance_id.as_deref(),
+            },
             offsets,
         )
         .await;
@@ -433,6 +453,7 @@ pub async fn describe(
     s: &Service,
     ctx: &RequestContext,
     r: DescribeGroupsRequest,
+    version: i16,
 ) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for group in r.groups {
@@ -451,6 +472,10 @@ pub async fn describe(
                     .map(|m| {
                         let mut dm = DescribedGroupMember::default();
                         dm.member_id = str(&m.member_id);
+                        // v4+ carries it; older versions must leave it null.
+                        if version >= 4 {
+                            dm.group_instance_id = m.group_instance_id.as_deref().map(str);
+                        }
                         dm.client_id = str(&m.client_id);
                         dm.client_host = str(&m.client_host);
                         dm.member_metadata = m.metadata;

@@ -2,10 +2,12 @@
 //! 0 (the object store included) and compares the log with what was acknowledged and
 //! what the consumer group saw, and the remote log with itself.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use shale_client::{Client, Consumer, StartFrom};
+use shale_client::Client;
+use shale_records::batch::BatchIter;
+use shale_records::record::decode_records;
 
 use crate::cluster::Database;
 use crate::workload::{PARTITIONS, TOPIC, Tally};
@@ -17,16 +19,25 @@ pub struct Report {
     pub stored: usize,
     pub consumed: usize,
     pub remote_segments: usize,
+    /// librdkafka records written again under a later producer epoch (see `check`).
+    pub resent_after_epoch_bump: usize,
     pub violations: Vec<String>,
 }
 
-/// Every partition's records from offset 0 to its high watermark: offset -> value.
-pub async fn read_log(client: &Client) -> anyhow::Result<BTreeMap<i32, Vec<(i64, String)>>> {
+/// One stored record: its offset, value, and the producer epoch of its batch.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub offset: i64,
+    pub value: String,
+    pub epoch: i16,
+}
+
+/// Every partition's records from offset 0 to its high watermark, with the producer
+/// epoch of each record's batch.
+pub async fn read_log(client: &Client) -> anyhow::Result<BTreeMap<i32, Vec<Stored>>> {
     let mut out = BTreeMap::new();
     for p in 0..PARTITIONS {
         let end = client.list_offset(TOPIC, p, -1).await?.unwrap_or(0);
-        let mut c =
-            Consumer::new(client.clone(), TOPIC, Some(vec![p]), StartFrom::Offset(0)).await?;
         let mut records = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut next = 0;
@@ -35,13 +46,29 @@ pub async fn read_log(client: &Client) -> anyhow::Result<BTreeMap<i32, Vec<(i64,
                 Instant::now() < deadline,
                 "partition {p}: read stalled at offset {next} of {end}"
             );
-            for r in c.poll(Duration::from_secs(1)).await? {
-                let v = r
-                    .value
-                    .map(|v| String::from_utf8_lossy(&v).into_owned())
-                    .unwrap_or_default();
-                next = r.offset + 1;
-                records.push((r.offset, v));
+            let got = match client.fetch_partition(TOPIC, p, next, 1 << 20, 500).await {
+                Ok(got) if got.error_code == 0 => got,
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            for item in BatchIter::new(&got.records) {
+                let (h, range) = item?;
+                for r in decode_records(&got.records.slice(range))? {
+                    if r.offset < next {
+                        continue;
+                    }
+                    next = r.offset + 1;
+                    records.push(Stored {
+                        offset: r.offset,
+                        value: r
+                            .value
+                            .map(|v| String::from_utf8_lossy(&v).into_owned())
+                            .unwrap_or_default(),
+                        epoch: h.producer_epoch,
+                    });
+                }
             }
         }
         out.insert(p, records);
@@ -66,29 +93,56 @@ pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Res
         }
     };
 
-    // Dense offsets from 0, and each value stored once.
-    let mut where_stored: HashMap<&str, (i32, i64)> = HashMap::new();
+    // Dense offsets from 0, and each value stored once. One exception, counted apart:
+    // librdkafka's idempotent producer, when it bumps its epoch (after an
+    // OUT_OF_ORDER_SEQUENCE_NUMBER that followed a failed request, or a message
+    // timeout), renumbers and sends again what it still holds, including a batch
+    // whose first send was written but whose answer it never got. The second copy is
+    // then under a higher producer epoch, and no broker can tell it from a new batch.
+    let mut where_stored: HashMap<&str, (i32, i64, i16)> = HashMap::new();
+    let mut resent: HashSet<(i32, i64)> = HashSet::new();
     for (p, records) in &log {
-        for (i, (offset, value)) in records.iter().enumerate() {
-            if *offset != i as i64 {
+        for (i, s) in records.iter().enumerate() {
+            if s.offset != i as i64 {
                 v(format!(
-                    "partition {p}: offset {offset} at position {i} (a gap or a repeat)"
+                    "partition {p}: offset {} at position {i} (a gap or a repeat)",
+                    s.offset
                 ));
                 break;
             }
-            if let Some(first) = where_stored.insert(value, (*p, *offset)) {
-                v(format!(
-                    "{value} is stored twice: at {first:?} and at ({p}, {offset})"
-                ));
+            match where_stored.insert(&s.value, (*p, s.offset, s.epoch)) {
+                Some((fp, _, fe)) if fp == *p && fe < s.epoch && s.value.starts_with("kafka-") => {
+                    resent.insert((*p, s.offset));
+                }
+                Some(first) => v(format!(
+                    "{} is stored twice: at {first:?} and at ({p}, {}, epoch {})",
+                    s.value, s.offset, s.epoch
+                )),
+                None => {}
             }
         }
     }
-    // Every acknowledged record, at its offset.
+    r.resent_after_epoch_bump = resent.len();
+    // Every acknowledged record, at its offset (librdkafka acknowledges a batch the
+    // broker answered DUPLICATE_SEQUENCE_NUMBER without an offset: there, anywhere in
+    // its partition).
     for a in &acked {
+        if a.offset < 0 {
+            let stored = log
+                .get(&a.partition)
+                .is_some_and(|rs| rs.iter().any(|s| s.value == a.value));
+            if !stored {
+                v(format!(
+                    "acknowledged {} in partition {} (offset not known) but it is not there",
+                    a.value, a.partition
+                ));
+            }
+            continue;
+        }
         let got = log
             .get(&a.partition)
             .and_then(|rs| rs.get(a.offset as usize))
-            .map(|(_, value)| value.as_str());
+            .map(|s| s.value.as_str());
         if got != Some(a.value.as_str()) {
             v(format!(
                 "acknowledged {} at ({}, {}) but the log holds {got:?} there",
@@ -99,7 +153,11 @@ pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Res
     // Per-partition order of each producer's records.
     for (p, records) in &log {
         let mut last: HashMap<&str, &str> = HashMap::new();
-        for (offset, value) in records {
+        for s in records {
+            let (offset, value) = (s.offset, &s.value);
+            if resent.contains(&(*p, offset)) {
+                continue;
+            }
             let Some((producer, seq)) = value.rsplit_once('-') else {
                 continue;
             };
@@ -116,7 +174,8 @@ pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Res
     let committed = tally.committed.lock().unwrap().clone();
     for (p, records) in &log {
         let upto = committed.get(p).copied().unwrap_or(0);
-        for (offset, value) in records.iter().take_while(|(o, _)| *o < upto) {
+        for s in records.iter().take_while(|s| s.offset < upto) {
+            let (offset, value) = (&s.offset, &s.value);
             match consumed.get(&(*p, *offset)) {
                 None => v(format!(
                     "the group committed partition {p} up to {upto} but never saw offset {offset}"

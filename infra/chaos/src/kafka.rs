@@ -15,7 +15,14 @@ use crate::workload::{Ack, TOPIC, Tally, value};
 
 struct Reports(Arc<Tally>);
 
-impl ClientContext for Reports {}
+impl ClientContext for Reports {
+    /// librdkafka's own log, on stderr (into the run's log): its warnings and errors
+    /// always, and with `SHALE_CHAOS_RDKAFKA_DEBUG` (librdkafka's `debug`, e.g. `eos`)
+    /// its debug lines too.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("librdkafka {level:?} {fac}: {log_message}");
+    }
+}
 
 impl ProducerContext for Reports {
     type DeliveryOpaque = ();
@@ -54,6 +61,11 @@ pub fn produce(bootstrap: &str, rate: u64, tally: Arc<Tally>, stop: Arc<AtomicBo
         // INTRODUCTION, "Message timeout considerations"). With 30 s, the fault mix
         // timed messages out and the checker saw exactly such duplicates.
         .set("message.timeout.ms", "300000");
+    if let Ok(debug) = std::env::var("SHALE_CHAOS_RDKAFKA_DEBUG") {
+        config
+            .set("debug", debug)
+            .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+    }
     let producer: ThreadedProducer<Reports> =
         match ThreadedProducer::from_config_and_context(&config, Reports(tally.clone())) {
             Ok(p) => p,

@@ -107,12 +107,13 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let r = &outcome.report;
     println!(
         "seed {seed}: {} acknowledged, {} sends failed, {} stored, {} seen by the group, \
-         {} remote segments; faults: {}",
+         {} remote segments, {} librdkafka records sent again after an epoch bump; faults: {}",
         r.acked,
         outcome.failed_sends,
         r.stored,
         r.consumed,
         r.remote_segments,
+        r.resent_after_epoch_bump,
         outcome
             .counts
             .iter()

@@ -54,12 +54,10 @@ pub fn produce(bootstrap: &str, rate: u64, tally: Arc<Tally>, stop: Arc<AtomicBo
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
-        // librdkafka's default (300 s), stated: a message that times out makes the
-        // idempotent producer bump its epoch and renumber what it still holds, and a
-        // record of an in-flight request whose answer was lost is then written again
-        // under the new epoch (no broker can tell it from a new one; librdkafka's
-        // INTRODUCTION, "Message timeout considerations"). With 30 s, the fault mix
-        // timed messages out and the checker saw exactly such duplicates.
+        // librdkafka's default (300 s), stated: a message that times out (paused
+        // brokers hold requests for up to socket.timeout.ms) makes the idempotent
+        // producer bump its epoch, and a bump writes again what it held (the checker
+        // counts those copies apart); the faults should not time messages out.
         .set("message.timeout.ms", "300000");
     if let Ok(debug) = std::env::var("SHALE_CHAOS_RDKAFKA_DEBUG") {
         config

@@ -46,6 +46,12 @@ impl Broker {
             "segment upload",
             |b| async move { b.upload_pass().await },
         );
+        // Key filters of newly sealed segments (and, after a start, of older ones).
+        self.spawn_every(
+            self.config.tiering.upload_interval_ms,
+            "key filters",
+            |b| async move { b.key_filter_pass(8).await },
+        );
         self.spawn_every(log.flush_check_interval_ms, "flush", |b| async move {
             let parts: Vec<_> = b
                 .all_partitions()

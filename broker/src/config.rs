@@ -6,7 +6,7 @@
 //! [broker]
 //! broker_id = 0                       # Default: 0.
 //! listen = "127.0.0.1:9093"           # Shorthand for [listeners.grpc] listen.
-//! metrics_listen = "127.0.0.1:9095"   # Prometheus /metrics. Default: off.
+//! metrics_listen = "127.0.0.1:9644"   # Shorthand for [listeners.http] listen.
 //! data_dir = "./shale-data"           # Default: ./shale-data.
 //! metastore_url = "sqlite://./shale-data/metastore.db"    # Default: SQLite in data_dir.
 //! object_store_url = "file://./shale-data/objects"        # Default: objects/ in data_dir.
@@ -20,6 +20,10 @@
 //! max_connections = 10000             # Default: 10000.
 //! max_request_bytes = 104857600       # socket.request.max.bytes. Default: 100 MiB.
 //! max_inflight_requests = 16          # per connection. Default: 16.
+//!
+//! [listeners.http]                    # the console, the HTTP API and /metrics
+//! listen = "127.0.0.1:9644"           # Default: 127.0.0.1:9644.
+//! max_request_bytes = 1048576         # Largest request body. Default: 1 MiB.
 //!                                     # (configuring any listener drops the defaults)
 //!
 //! [listeners.internal]                # any name, with a protocol
@@ -79,6 +83,8 @@ use crate::topic_config::{ConfigError, TopicConfig};
 pub const GRPC_LISTENER: &str = "grpc";
 /// The listener `--kafka-listen` sets.
 pub const KAFKA_LISTENER: &str = "kafka";
+/// The listener `--http-listen` (and `metrics_listen`) sets.
+pub const HTTP_LISTENER: &str = "http";
 
 /// What the command line sets (each from a flag or a `SHALE_*` variable); `None`
 /// leaves the file's value, or the default.
@@ -93,7 +99,8 @@ pub struct Overrides {
     pub metastore_url: Option<String>,
     pub object_store_url: Option<String>,
     pub broker_id: Option<i32>,
-    pub metrics_listen: Option<String>,
+    /// The `http` listener's address (the console, the API, `/metrics`).
+    pub http_listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,7 +141,8 @@ struct BrokerSection {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListenerSection {
-    /// `grpc` or `kafka`; defaults to the listener's name when that is one of them.
+    /// `grpc`, `kafka` or `http`; defaults to the listener's name when that is one of
+    /// them.
     protocol: Option<String>,
     listen: Option<String>,
     advertised: Option<String>,
@@ -150,6 +158,8 @@ pub enum Protocol {
     Grpc,
     /// The Kafka wire protocol.
     Kafka,
+    /// The console, the JSON API and Prometheus metrics.
+    Http,
 }
 
 impl Protocol {
@@ -157,6 +167,7 @@ impl Protocol {
         match s {
             "grpc" => Some(Self::Grpc),
             "kafka" => Some(Self::Kafka),
+            "http" => Some(Self::Http),
             _ => None,
         }
     }
@@ -185,8 +196,6 @@ pub struct BrokerConfig {
     pub broker_id: i32,
     /// Every listener, by name.
     pub listeners: Vec<ListenerConfig>,
-    /// Prometheus metrics endpoint. Default: off.
-    pub metrics_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub metastore_url: String,
     pub object_store_url: String,
@@ -271,12 +280,9 @@ impl BrokerConfig {
             file.listeners,
             args.listen.or(file.broker.listen),
             args.kafka_listen,
+            args.http_listen.or(file.broker.metrics_listen),
             file.cluster.advertised_address.clone(),
         )?;
-        let metrics_listen = match args.metrics_listen.or(file.broker.metrics_listen) {
-            Some(addr) => Some(socket_addr("metrics_listen", &addr)?),
-            None => None,
-        };
         let metastore_url = args
             .metastore_url
             .or(file.broker.metastore_url)
@@ -309,7 +315,6 @@ impl BrokerConfig {
         let config = Self {
             broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
             listeners,
-            metrics_listen,
             data_dir,
             metastore_url,
             object_store_url,
@@ -415,18 +420,25 @@ impl BrokerConfig {
 
 /// `[listeners.*]` with the shorthands applied: `grpc_listen` (`--listen`,
 /// `[broker] listen`) and `grpc_advertised` (`[cluster] advertised_address`) set the
-/// `grpc` listener, `kafka_listen` the `kafka` one. With no listener configured at
-/// all, `kafka` on 127.0.0.1:9092 and `grpc` on 127.0.0.1:9093; without any gRPC
-/// listener, a `grpc` one on 127.0.0.1:9093 (brokers replicate through it).
+/// `grpc` listener, `kafka_listen` the `kafka` one, `http_listen` the `http` one. With
+/// no listener configured at all, `kafka` on 127.0.0.1:9092, `grpc` on 127.0.0.1:9093
+/// and `http` on 127.0.0.1:9644; without any gRPC listener, a `grpc` one on
+/// 127.0.0.1:9093 (brokers replicate through it).
 fn resolve_listeners(
     mut sections: BTreeMap<String, ListenerSection>,
     grpc_listen: Option<String>,
     kafka_listen: Option<String>,
+    http_listen: Option<String>,
     grpc_advertised: Option<String>,
 ) -> Result<Vec<ListenerConfig>, ConfigLoadError> {
     if sections.is_empty() && grpc_listen.is_none() && grpc_advertised.is_none() {
-        // The embedded default: Kafka clients on 9092 beside gRPC on 9093.
+        // The embedded default: Kafka clients on 9092 beside gRPC on 9093, and the
+        // console on 9644.
         sections.insert(KAFKA_LISTENER.into(), ListenerSection::default());
+        sections.insert(HTTP_LISTENER.into(), ListenerSection::default());
+    }
+    if let Some(listen) = http_listen {
+        sections.entry(HTTP_LISTENER.into()).or_default().listen = Some(listen);
     }
     let has_grpc = sections
         .iter()
@@ -460,13 +472,14 @@ fn resolve_listeners(
         let protocol = Protocol::parse(protocol).ok_or_else(|| {
             invalid(
                 key("protocol"),
-                format!("must be grpc or kafka, not '{protocol}'"),
+                format!("must be grpc, kafka or http, not '{protocol}'"),
             )
         })?;
         let listen = match (&s.listen, protocol) {
             (Some(addr), _) => socket_addr(&key("listen"), addr)?,
             (None, Protocol::Grpc) => SocketAddr::from(([127, 0, 0, 1], 9093)),
             (None, Protocol::Kafka) => SocketAddr::from(([127, 0, 0, 1], 9092)),
+            (None, Protocol::Http) => SocketAddr::from(([127, 0, 0, 1], 9644)),
         };
         let advertised = s.advertised.unwrap_or_else(|| listen.to_string());
         if advertised
@@ -490,7 +503,15 @@ fn resolve_listeners(
             listen,
             advertised,
             max_connections: positive("max_connections", s.max_connections, 10_000)?,
-            max_request_bytes: positive("max_request_bytes", s.max_request_bytes, 100 << 20)?,
+            max_request_bytes: positive(
+                "max_request_bytes",
+                s.max_request_bytes,
+                if protocol == Protocol::Http {
+                    1 << 20
+                } else {
+                    100 << 20
+                },
+            )?,
             max_inflight_requests: positive("max_inflight_requests", s.max_inflight_requests, 16)?,
             name,
         });

@@ -159,7 +159,7 @@ impl Broker {
         out
     }
 
-    async fn read_one(
+    pub(crate) async fn read_one(
         &self,
         p: &Partition,
         offset: i64,

@@ -17,6 +17,7 @@ pub mod delete_records;
 mod elections;
 pub mod error;
 pub mod fetch;
+pub mod find;
 pub mod groups;
 pub mod metrics;
 pub mod partition;

@@ -136,6 +136,8 @@ pub struct Partition {
     /// Serializes the tier's work on this partition (copies, remote retention), which
     /// reads and writes `remote` across awaits.
     pub(crate) tier_lock: tokio::sync::Mutex<()>,
+    /// Every sealed segment up to this offset has its key filter (or cannot have one).
+    pub(crate) key_filters_through: std::sync::atomic::AtomicI64,
 }
 impl Partition {
     /// Opens (creating or recovering) the partition's log. A directory left by an older
@@ -193,6 +195,7 @@ impl Partition {
             appended: shared.appended.clone(),
             remote: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
+            key_filters_through: std::sync::atomic::AtomicI64::new(-1),
         })
     }
 

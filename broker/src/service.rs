@@ -12,6 +12,7 @@ mod admin;
 mod data;
 mod groups;
 mod node;
+mod records;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use admin::{
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
+pub use records::{MAX_RECORDS_PER_READ, ReadFrom, RecordsRead};
 
 use crate::error::Result;
 

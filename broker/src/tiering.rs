@@ -264,6 +264,20 @@ impl Broker {
                 seg
             };
             let _cleanup = RemoveOnDrop(tail_dir);
+            let key_filter = {
+                let s = seg.clone();
+                match tokio::task::spawn_blocking(move || shale_log::ensure_key_filter(&s))
+                    .await
+                    .map_err(Error::from)?
+                {
+                    Ok(f) => Some(bytes::Bytes::from(f.encode())),
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, base_offset = seg.base_offset,
+                            error = %e, "cannot build the segment's key filter; copying it without one");
+                        None
+                    }
+                }
+            };
             let sealed = SealedSegment {
                 base_offset: seg.base_offset,
                 end_offset: seg.end_offset,
@@ -273,9 +287,13 @@ impl Broker {
                 log_path: seg.log_path,
                 index_path: seg.index_path,
                 time_index_path: seg.time_index_path,
+                key_filter,
             };
             match self.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {
+                    if let Some(f) = sealed.key_filter {
+                        self.reader.remember_key_filter(row.segment_id, f);
+                    }
                     state.end_offset = row.end_offset;
                     Arc::make_mut(&mut state.segments).push(row);
                     p.set_remote_state(state.clone());
@@ -529,7 +547,7 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn remote_read_error(e: ReadError) -> Error {
+pub(crate) fn remote_read_error(e: ReadError) -> Error {
     match e {
         ReadError::Corrupt { .. } | ReadError::NotFound { .. } => Error::RemoteCorrupt(e),
         other => Error::RemoteUnavailable(other),

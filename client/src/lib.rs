@@ -13,6 +13,7 @@ mod connection;
 pub mod consumer;
 mod data;
 mod error;
+mod find;
 pub mod format;
 pub mod group;
 mod group_admin;
@@ -31,6 +32,7 @@ pub use assignor::Assignor;
 pub use consumer::{ConsumedRecord, Consumer, StartFrom};
 pub use error::{Error, Result};
 pub(crate) use error::{check, check_result};
+pub use find::FindAnswer;
 pub use group::{GroupConfig, GroupConsumer, OffsetReset, RebalanceListener};
 pub use producer::{
     Acks, DeliveryFuture, Partitioner, Partitioning, Producer, ProducerConfig, ProducerRecord,

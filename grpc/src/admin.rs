@@ -198,6 +198,58 @@ impl Admin for Front {
         }))
     }
 
+    async fn find_records(
+        &self,
+        request: Request<FindRecordsRequest>,
+    ) -> Result<Response<FindRecordsResponse>, Status> {
+        let ctx = self.context(&request);
+        let r = request.into_inner();
+        let q = shale_broker::find::FindQuery {
+            topic: r.topic,
+            key: r.key,
+            from_time: r.from_time,
+            to_time: r.to_time,
+            limit: if r.limit <= 0 { 100 } else { r.limit as usize },
+        };
+        let result = self.service.find_records(&ctx, q).await;
+        let error = error_result(&result);
+        let Ok(f) = result else {
+            return Ok(Response::new(FindRecordsResponse {
+                error,
+                ..Default::default()
+            }));
+        };
+        let records = f
+            .records
+            .into_iter()
+            .map(|found| FoundRecord {
+                partition: found.partition,
+                offset: found.record.offset,
+                timestamp: found.record.timestamp,
+                key: found.record.key,
+                value: found.record.value,
+                headers: found
+                    .record
+                    .headers
+                    .into_iter()
+                    .map(|(key, value)| FoundHeader { key, value })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(FindRecordsResponse {
+            error,
+            records,
+            truncated: f.truncated,
+            segments_searched: f.segments_searched as i64,
+            segments_skipped: f.segments_skipped as i64,
+            segments_matched: f.segments_matched as i64,
+            segments_without_filter: f.segments_without_filter as i64,
+            remote_gets: f.remote_gets as i64,
+            bytes_read: f.bytes_read as i64,
+            partitions_not_led: f.partitions_not_led,
+        }))
+    }
+
     async fn metadata(
         &self,
         request: Request<MetadataRequest>,

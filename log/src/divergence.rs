@@ -76,6 +76,7 @@ impl PartitionLog {
         let cut = reader
             .seek_offset(seg.lookup_position(offset), offset)?
             .map_or(seg.size(), |b| b.position);
+        crate::keys::remove_key_filter(&self.dir, base)?;
         file.set_len(cut)?;
         file.sync_all()?;
         let reopened = Segment::open(

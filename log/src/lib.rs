@@ -18,6 +18,7 @@ mod divergence;
 mod epochs;
 pub mod files;
 mod index;
+mod keys;
 pub mod producers;
 mod read;
 mod recovery;
@@ -33,6 +34,9 @@ use std::sync::Arc;
 use epochs::EpochCache;
 pub use epochs::EpochEntry;
 pub use files::FileCache;
+pub use keys::{
+    build_key_filter, ensure_key_filter, key_filter_path, read_key_filter, write_key_filter,
+};
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;
 use recovery::{epochs_after, scan_epochs};
@@ -135,6 +139,11 @@ impl PartitionLog {
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
+            if name.contains(".keys.tmp") {
+                // A key filter a crash cut off before its rename.
+                std::fs::remove_file(dir.join(&*name))?;
+                continue;
+            }
             if let Some(base) = name
                 .strip_suffix(&format!(".{LOG_SUFFIX}"))
                 .and_then(|b| b.parse::<i64>().ok())
@@ -152,6 +161,10 @@ impl PartitionLog {
         if segments.is_empty() {
             segments.insert(0, Segment::create(dir, 0, &files)?);
             sync_dir(dir)?;
+        }
+        if let Some((base, _)) = segments.last_key_value() {
+            // The active segment is written again: no filter describes it.
+            keys::remove_key_filter(dir, *base)?;
         }
         let end = segments.last_key_value().map_or(0, |(_, s)| s.next_offset);
         let epochs = match EpochCache::load(dir)? {

@@ -327,6 +327,7 @@ impl Segment {
     /// Empties the segment in place: no batch, no index entry (a log reset to the
     /// segment's own base offset).
     pub fn clear(&mut self) -> io::Result<()> {
+        crate::keys::remove_key_filter(&self.dir, self.base_offset)?;
         let file = self.file()?;
         file.set_len(0)?;
         file.sync_all()?;
@@ -348,7 +349,12 @@ impl Segment {
     /// Deletes the segment's files.
     pub fn delete(self) -> io::Result<()> {
         self.files.forget(&self.path);
-        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for suffix in [
+            crate::keys::KEYS_SUFFIX,
+            LOG_SUFFIX,
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+        ] {
             match std::fs::remove_file(segment_path(&self.dir, self.base_offset, suffix)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}

@@ -1012,3 +1012,62 @@ fn a_damaged_offset_index_is_passed_over_and_reads_stay_right() {
     }
     assert_eq!(read_all(&log, 0, 4096).len(), 300);
 }
+
+fn keyed_batch(keys: &[&str], ts: i64) -> Vec<u8> {
+    let mut b = BatchBuilder::new(ts).with_compression(batch::Compression::Zstd);
+    for k in keys {
+        b.push(Record::new(Some(k.as_bytes()), Some(b"value"), ts));
+    }
+    b.build().to_vec()
+}
+
+#[test]
+fn key_filters_describe_their_sealed_segment_and_go_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    append(&mut log, keyed_batch(&["a", "b"], 10), 0);
+    log.force_roll(0).unwrap();
+    append(&mut log, keyed_batch(&["c", "c2"], 20), 0);
+    log.force_roll(0).unwrap();
+    append(&mut log, keyed_batch(&["d"], 30), 0);
+    let sealed = log.sealed_segments_after(-1);
+    assert_eq!(sealed.len(), 2);
+    assert!(
+        read_key_filter(&sealed[0]).is_none(),
+        "built only when asked"
+    );
+    let f = ensure_key_filter(&sealed[0]).unwrap();
+    assert!(f.may_contain(b"a") && f.may_contain(b"b"));
+    assert_eq!((f.summary.base_offset, f.summary.last_offset), (0, 1));
+    assert_eq!(read_key_filter(&sealed[0]), Some(f));
+    let second = ensure_key_filter(&sealed[1]).unwrap();
+    assert!(second.may_contain(b"c"));
+    // A filter that does not describe the segment (another size) is not trusted.
+    let mut other = sealed[0].clone();
+    other.size_bytes += 1;
+    assert!(read_key_filter(&other).is_none());
+
+    // Truncation into the second segment makes it active: its filter goes.
+    log.truncate_to(3).unwrap();
+    assert!(!key_filter_path(&sealed[1].log_path).exists());
+    assert!(key_filter_path(&sealed[0].log_path).exists());
+    // A reopened log's active segment keeps no filter either.
+    drop(log);
+    std::fs::write(key_filter_path(&sealed[1].log_path), b"stale").unwrap();
+    let log = open_log(dir.path(), small_config()).unwrap();
+    assert!(!key_filter_path(&sealed[1].log_path).exists());
+    // Retention deleting a segment deletes its filter.
+    drop(log);
+    let mut log = open_log(
+        dir.path(),
+        LogConfig {
+            retention_bytes: 1,
+            ..small_config()
+        },
+    )
+    .unwrap();
+    append(&mut log, keyed_batch(&["e"], 40), 0);
+    log.force_roll(0).unwrap();
+    log.apply_retention(0, None).unwrap();
+    assert!(!key_filter_path(&sealed[0].log_path).exists());
+}

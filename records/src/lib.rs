@@ -11,6 +11,7 @@ mod error_code;
 mod fuzz_tests;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod keyfilter;
 pub mod record;
 
 pub use error_code::ErrorCode;

@@ -33,9 +33,11 @@ pub struct Args {
     /// This broker's id.
     #[arg(long, env = "SHALE_BROKER_ID")]
     pub broker_id: Option<i32>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (off when unset).
-    #[arg(long, env = "SHALE_METRICS_LISTEN")]
-    pub metrics_listen: Option<String>,
+    /// Serve the console, the HTTP API and Prometheus metrics (/metrics) at ADDR
+    /// (the `http` listener; on 127.0.0.1:9644 by default when no listener is
+    /// configured).
+    #[arg(long, env = "SHALE_HTTP_LISTEN", alias = "metrics-listen")]
+    pub http_listen: Option<String>,
 }
 
 impl From<Args> for Overrides {
@@ -48,7 +50,7 @@ impl From<Args> for Overrides {
             metastore_url: a.metastore_url,
             object_store_url: a.object_store_url,
             broker_id: a.broker_id,
-            metrics_listen: a.metrics_listen,
+            http_listen: a.http_listen,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! `shale-broker`: with no configuration at all it runs the embedded default
 //! (data and SQLite metastore in ./shale-data, objects in ./shale-data/objects,
-//! gRPC on 127.0.0.1:9093).
+//! Kafka on 127.0.0.1:9092, gRPC on 127.0.0.1:9093, the console and HTTP API on
+//! 127.0.0.1:9644).
 //!
 //! Start-up binds every listener first (a taken port fails at once), starts the
 //! broker core, then serves each listener until SIGINT or SIGTERM; shutdown stops
 //! the listeners, lets in-flight requests finish, and closes the core.
 
 mod args;
-mod http;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -100,6 +100,7 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let mut grpc = Vec::new();
     let mut kafka = Vec::new();
+    let mut http = Vec::new();
     for l in &config.listeners {
         let socket = tokio::net::TcpListener::bind(l.listen)
             .await
@@ -107,25 +108,31 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
         match l.protocol {
             Protocol::Grpc => grpc.push((l.name.clone(), socket)),
             Protocol::Kafka => kafka.push((l.name.clone(), shale_kafka::Limits::from(l), socket)),
+            Protocol::Http => http.push((l.name.clone(), l.max_request_bytes, socket)),
         }
     }
-    let metrics = match config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
-        ),
-        None => None,
-    };
     let shutdown_timeout = Duration::from_millis(config.log.shutdown_timeout_ms);
     let connector = Arc::new(shale_grpc::GrpcReplicaConnector);
     let broker = Broker::start(config, connector, cancel.clone()).await?;
     broker.spawn_background();
     let service = Service::new(broker.clone());
-    if let Some(socket) = metrics {
-        let addr = socket.local_addr()?;
-        service.tasks().spawn(http::serve(service.clone(), socket));
-        tracing::info!(%addr, "metrics at /metrics");
+    if !http.is_empty() {
+        let rates = Arc::new(shale_http::Rates::default());
+        {
+            let (rates, service) = (rates.clone(), service.clone());
+            service
+                .tasks()
+                .clone()
+                .spawn(async move { rates.run(service).await });
+        }
+        for (name, max_request_bytes, socket) in http {
+            let addr = socket.local_addr()?;
+            tracing::info!(listener = %name, "console at http://{addr}/ (API at /api/v1/, metrics at /metrics)");
+            let (service, rates) = (service.clone(), rates.clone());
+            service.tasks().clone().spawn(async move {
+                shale_http::serve(service, &name, socket, max_request_bytes, rates).await
+            });
+        }
     }
     for (name, limits, socket) in kafka {
         let service = service.clone();

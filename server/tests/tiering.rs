@@ -152,14 +152,33 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
             assert_eq!(crc32c::crc32c(&index), m.index_crc32c);
             let time_index = s3.read_object(PREFIX, key.path(ObjectKind::TimeIndex).as_ref());
             assert_eq!(crc32c::crc32c(&time_index), m.time_index_crc32c);
+            // The key filter is the fifth object, named in .meta, the local one byte
+            // for byte.
+            let kf = m.key_filter.as_ref().expect(".meta names a key filter");
+            let keys = s3.read_object(PREFIX, key.path(ObjectKind::Keys).as_ref());
+            assert_eq!(
+                key.path(ObjectKind::Keys).filename(),
+                Some(kf.object.as_str())
+            );
+            assert_eq!(
+                (crc32c::crc32c(&keys), keys.len() as u64),
+                (kf.crc32c, kf.bytes)
+            );
+            assert_eq!(
+                keys,
+                std::fs::read(dir.join(format!("{:020}.keys", m.base_offset))).unwrap()
+            );
+            let filter = shale_records::keyfilter::KeyFilter::decode(&keys).unwrap();
+            assert_eq!(filter.summary.log_bytes, m.log_bytes);
+            assert_eq!(filter.summary.last_offset, m.end_offset);
             assert_eq!(m.topic, "t");
         }
     }
     let total_segments: i64 = status.iter().map(|s| s.remote_segments).sum();
     assert_eq!(
         objects.len() as i64,
-        4 * total_segments,
-        "four objects per segment, nothing else"
+        5 * total_segments,
+        "five objects per segment, nothing else"
     );
 
     // A restart neither re-uploads nor loses track of what is there.

@@ -1,26 +1,30 @@
 //! Where a remote segment's objects live. Keys are self-describing, so a bucket can be
 //! re-attached without the database:
-//! `{topic_id}/{partition}/{base_offset:020}-{end_offset:020}-{segment_id}.{log|index|timeindex|meta}`
-//! (under the store's prefix). `.meta` is a small JSON document describing the segment.
+//! `{topic_id}/{partition}/{base_offset:020}-{end_offset:020}-{segment_id}.{log|index|timeindex|keys|meta}`
+//! (under the store's prefix). `.meta` is a small JSON document describing the segment;
+//! `.keys` is the segment's key filter (see `shale_records::keyfilter`), named in
+//! `.meta` (segments copied before filters existed have none).
 
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The four objects of one remote segment.
+/// The five objects of one remote segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
     Log,
     Index,
     TimeIndex,
+    Keys,
     Meta,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 4] = [
+    pub const ALL: [ObjectKind; 5] = [
         ObjectKind::Log,
         ObjectKind::Index,
         ObjectKind::TimeIndex,
+        ObjectKind::Keys,
         ObjectKind::Meta,
     ];
 
@@ -29,6 +33,7 @@ impl ObjectKind {
             ObjectKind::Log => "log",
             ObjectKind::Index => "index",
             ObjectKind::TimeIndex => "timeindex",
+            ObjectKind::Keys => "keys",
             ObjectKind::Meta => "meta",
         }
     }
@@ -108,6 +113,18 @@ pub struct SegmentMeta {
     pub log_crc32c: u32,
     pub index_crc32c: u32,
     pub time_index_crc32c: u32,
+    /// The key filter's object (its file name), size and CRC-32C; absent for a
+    /// segment copied without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_filter: Option<KeyFilterObject>,
+}
+
+/// The `.keys` object as `.meta` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFilterObject {
+    pub object: String,
+    pub bytes: u64,
+    pub crc32c: u32,
 }
 
 impl SegmentMeta {

@@ -21,6 +21,7 @@ use foyer::{
 };
 use shale_metastore::RemoteSegment;
 use shale_records::batch::{BatchHeader, BatchIter, HEADER_LEN};
+use shale_records::keyfilter::KeyFilter;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
@@ -85,6 +86,8 @@ pub struct RemoteReader {
     /// position, so a sequential reader continuing there needs no index lookup (and
     /// no index GET).
     cursors: Cache<(Uuid, i64), u64>,
+    /// Decoded key filters (`None`: the segment has none).
+    filters: Cache<Uuid, Option<Arc<KeyFilter>>>,
     gets: Arc<Semaphore>,
     config: ReaderConfig,
     pub stats: Arc<ReaderStats>,
@@ -112,6 +115,11 @@ impl RemoteReader {
             chunks,
             indexes,
             cursors: CacheBuilder::new(4096).build(),
+            filters: CacheBuilder::new(64 << 20)
+                .with_weighter(|_: &Uuid, v: &Option<Arc<KeyFilter>>| {
+                    v.as_ref().map_or(0, |f| f.size_bytes()) + 64
+                })
+                .build(),
             gets: Arc::new(Semaphore::new(config.max_concurrent_gets.max(1))),
             config,
             stats: Arc::new(ReaderStats::default()),
@@ -144,6 +152,57 @@ impl RemoteReader {
     pub async fn close(&self) {
         if let Err(e) = self.chunks.close().await {
             tracing::warn!(error = %e, "closing the read cache failed");
+        }
+    }
+
+    /// The segment's key filter (`None`: copied without one), fetched once and kept in
+    /// the read cache (memory, and the disk tier as bytes).
+    pub async fn key_filter(
+        &self,
+        seg: &RemoteSegment,
+    ) -> Result<Option<Arc<KeyFilter>>, ReadError> {
+        if let Some(e) = self.filters.get(&seg.segment_id) {
+            return Ok(e.value().clone());
+        }
+        let path = SegmentKey::of(seg).path(ObjectKind::Keys);
+        let object = path.to_string();
+        let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
+        let fetched = self
+            .chunks
+            .get_or_fetch(&format!("{}/keys", seg.segment_id), move || async move {
+                get_whole(&store, &gets, &stats, &path)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+            .await;
+        let filter = match fetched {
+            Ok(entry) => Some(Arc::new(KeyFilter::decode(entry.value()).map_err(|e| {
+                ReadError::Corrupt {
+                    object: object.clone(),
+                    reason: e.to_string(),
+                }
+            })?)),
+            Err(e) => match e.downcast_ref::<ReadError>() {
+                Some(ReadError::NotFound { .. }) => None,
+                Some(inner) => return Err(inner.clone()),
+                None => {
+                    return Err(ReadError::Unavailable {
+                        object,
+                        reason: e.to_string(),
+                    });
+                }
+            },
+        };
+        self.filters.insert(seg.segment_id, filter.clone());
+        Ok(filter)
+    }
+
+    /// Keeps a just-copied segment's key filter in the cache, so lookups need no GET
+    /// for it.
+    pub fn remember_key_filter(&self, segment_id: Uuid, encoded: Bytes) {
+        if let Ok(f) = KeyFilter::decode(&encoded) {
+            self.filters.insert(segment_id, Some(Arc::new(f)));
+            self.chunks.insert(format!("{segment_id}/keys"), encoded);
         }
     }
 

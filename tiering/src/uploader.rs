@@ -1,7 +1,7 @@
 //! Copies sealed segments to the object store and keeps their metadata rows in step.
 //!
 //! One copy: insert the row `COPY_STARTED` → put `.log` (multipart above a threshold),
-//! `.index`, `.timeindex`, then `.meta` → move the row to `COPY_FINISHED`. Readers see
+//! `.index`, `.timeindex`, `.keys` (when the segment has a key filter), then `.meta` → move the row to `COPY_FINISHED`. Readers see
 //! only finished rows. Every attempt uses a fresh segment id, so object keys of two
 //! attempts never collide.
 //!
@@ -23,7 +23,7 @@ use shale_metastore::{Metastore, RemoteSegment, RemoteSegmentState};
 use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
-use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
+use crate::layout::{KeyFilterObject, ObjectKind, SegmentKey, SegmentMeta};
 use crate::store::ObjectStoreRef;
 
 /// A local segment that will never change again, ready to copy.
@@ -38,6 +38,8 @@ pub struct SealedSegment {
     pub log_path: PathBuf,
     pub index_path: PathBuf,
     pub time_index_path: PathBuf,
+    /// The segment's key filter, encoded (`None`: copied without one).
+    pub key_filter: Option<Bytes>,
 }
 
 /// Which partition a segment belongs to.
@@ -137,6 +139,20 @@ impl Uploader {
         let (time_index_bytes, time_index_crc32c) = self
             .put_file(&seg.time_index_path, &key, ObjectKind::TimeIndex)
             .await?;
+        let key_filter = match &seg.key_filter {
+            Some(bytes) => {
+                let path = key.path(ObjectKind::Keys);
+                self.store
+                    .put(&path, PutPayload::from(bytes.clone()))
+                    .await?;
+                Some(KeyFilterObject {
+                    object: path.filename().unwrap_or_default().to_string(),
+                    bytes: bytes.len() as u64,
+                    crc32c: crc32c::crc32c(bytes),
+                })
+            }
+            None => None,
+        };
         let meta = SegmentMeta {
             topic: p.topic.clone(),
             topic_id: p.topic_id,
@@ -152,6 +168,7 @@ impl Uploader {
             log_crc32c,
             index_crc32c,
             time_index_crc32c,
+            key_filter,
         };
         let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
         self.store

@@ -18,7 +18,15 @@ fn no_configuration_is_the_embedded_default() {
         c.listener(KAFKA_LISTENER).unwrap().listen.to_string(),
         "127.0.0.1:9092"
     );
-    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(
+        c.listener(HTTP_LISTENER).unwrap().listen.to_string(),
+        "127.0.0.1:9644"
+    );
+    assert_eq!(
+        c.listener(HTTP_LISTENER).unwrap().max_request_bytes,
+        1 << 20
+    );
+    assert_eq!(c.listeners.len(), 3);
     // Configuring a listener replaces the defaults.
     let c = BrokerConfig::load(Overrides {
         listen: Some("127.0.0.1:19093".into()),
@@ -26,6 +34,12 @@ fn no_configuration_is_the_embedded_default() {
     })
     .unwrap();
     assert_eq!(c.listeners.len(), 1);
+    // `metrics_listen` (and --http-listen) is the http listener's address.
+    let c = with_file("[broker]\nlisten = \"127.0.0.1:1\"\nmetrics_listen = \"127.0.0.1:2\"\n")
+        .unwrap();
+    assert_eq!(c.listener(HTTP_LISTENER).unwrap().protocol, Protocol::Http);
+    assert_eq!(c.listener(HTTP_LISTENER).unwrap().listen.port(), 2);
+    let c = BrokerConfig::load(Overrides::default()).unwrap();
     assert_eq!(c.data_dir, PathBuf::from("./shale-data"));
     assert_eq!(c.metastore_url, "sqlite://./shale-data/metastore.db");
     assert_eq!(c.object_store_url, "file://./shale-data/objects");

@@ -38,6 +38,19 @@ impl Service {
         crate::metrics::render(&self.broker).await
     }
 
+    /// The broker's traffic counters since it started: produced bytes, fetched bytes,
+    /// produce requests, fetch requests.
+    pub fn traffic(&self) -> [u64; 4] {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.broker.request_stats;
+        [
+            s.produced_bytes.load(Relaxed),
+            s.fetched_bytes.load(Relaxed),
+            s.produce_requests.load(Relaxed),
+            s.fetch_requests.load(Relaxed),
+        ]
+    }
+
     /// Ready to serve, or why not.
     pub fn health(&self) -> Result<(), String> {
         self.broker.health()

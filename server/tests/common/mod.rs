@@ -478,7 +478,7 @@ pub fn segment_objects_in(base: &Path) -> Vec<String> {
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
-                if [".log", ".index", ".timeindex", ".meta"]
+                if [".log", ".index", ".timeindex", ".keys", ".meta"]
                     .iter()
                     .any(|ext| rel.ends_with(ext))
                 {
@@ -568,12 +568,58 @@ pub async fn http_get(port: u16, path: &str) -> String {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// One HTTP/1.1 request (the connection closed after it): the status code and the body.
+pub async fn http(port: u16, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let body = body.unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // A refused body may be cut off: the answer still comes.
+    let _ = s.write_all(body).await;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
+    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    // Bodies come whole or chunked; the API's JSON is small enough to join the chunks.
+    let body = if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut joined = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            joined.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
+        joined
+    } else {
+        body.to_string()
+    };
+    (status, body)
 }
 
 /// A group member running in its own task, as in an application: it polls, commits

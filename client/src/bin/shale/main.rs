@@ -3,6 +3,7 @@
 
 mod admin;
 mod consume;
+mod find;
 mod group;
 mod out;
 mod produce;
@@ -83,6 +84,9 @@ enum Command {
     /// Tiered storage.
     #[command(subcommand)]
     Tiering(admin::TieringCommand),
+    /// Records by key: every record with a key in a topic, within a time range,
+    /// reading only the segments whose key filter may hold it.
+    Find(find::FindArgs),
 }
 
 fn main() -> ExitCode {
@@ -141,6 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Group(cmd) => group::run(client, cmd, output).await?,
         Command::Cluster(cmd) => admin::cluster(client, cmd, output).await?,
         Command::Tiering(cmd) => admin::tiering(client, cmd, output).await?,
+        Command::Find(args) => find::run(client, args, output).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

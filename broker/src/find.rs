@@ -1,0 +1,263 @@
+//! Records by key: every record with a given key in a topic, within a time range,
+//! without reading the whole log. Each sealed segment has a key filter (local:
+//! `.keys` beside it; remote: the `.keys` object, fetched once and cached); a segment
+//! whose filter rules the key out, or whose time range misses the query's, is skipped
+//! unread. Only the segments that may hold the key are read (remote ones through the
+//! read cache, chunk by chunk), and the active segment, which has no filter yet.
+//! Segments sealed or copied before filters existed have none and are read too.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shale_records::batch::BatchIter;
+use shale_records::keyfilter::KeyFilter;
+use shale_records::record::{Record, decode_records};
+
+use crate::broker::Broker;
+use crate::error::{Error, Result};
+use crate::partition::Partition;
+
+/// Bytes read at a time while a segment is read.
+const READ_BYTES: usize = 4 << 20;
+
+#[derive(Debug, Clone)]
+pub struct FindQuery {
+    pub topic: String,
+    pub key: Bytes,
+    /// Records with timestamps in `[from_time, to_time]` (ms; `None`: unbounded).
+    pub from_time: Option<i64>,
+    pub to_time: Option<i64>,
+    /// At most this many records are returned (the first ones of each partition, in
+    /// offset order).
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct FoundRecord {
+    pub partition: i32,
+    pub record: Record,
+}
+
+/// What a lookup found, and what it cost.
+#[derive(Debug, Clone, Default)]
+pub struct FindReport {
+    pub records: Vec<FoundRecord>,
+    /// Segments in the searched partitions (local, remote and active).
+    pub segments_searched: u64,
+    /// Skipped unread: their filter or time range rules the key out.
+    pub segments_skipped: u64,
+    /// Read because they have no filter (the active segment, older segments).
+    pub segments_without_filter: u64,
+    /// Read because their filter matched (a match or a false positive).
+    pub segments_matched: u64,
+    /// Requests this broker made to the object store during the lookup (all of its
+    /// remote reads in that time, this lookup's and any other's).
+    pub remote_gets: u64,
+    pub bytes_read: u64,
+    /// More records matched than `limit`.
+    pub truncated: bool,
+    /// Partitions this broker does not lead, so did not search.
+    pub partitions_not_led: Vec<i32>,
+}
+
+/// One piece of a partition's log the lookup considers.
+struct Piece {
+    /// First and last offset to read.
+    from: i64,
+    to: i64,
+    max_timestamp: i64,
+    filter: Filter,
+}
+
+enum Filter {
+    None,
+    Local(shale_log::SealedSegmentInfo),
+    Remote(shale_metastore::RemoteSegment),
+}
+
+impl Broker {
+    pub async fn find_records(&self, q: &FindQuery) -> Result<FindReport> {
+        let state = self
+            .topics_snapshot()
+            .into_iter()
+            .find(|t| t.meta.name == q.topic)
+            .ok_or_else(|| Error::UnknownTopic(q.topic.clone()))?;
+        let gets_before = self.remote_read_stats().0;
+        let mut report = FindReport::default();
+        for partition in 0..state.meta.partitions {
+            let p = match self.leader_partition(&q.topic, partition) {
+                Ok(p) => p,
+                Err(_) => {
+                    report.partitions_not_led.push(partition);
+                    continue;
+                }
+            };
+            self.find_in_partition(&p, q, &mut report).await?;
+        }
+        report.remote_gets = self.remote_read_stats().0 - gets_before;
+        Ok(report)
+    }
+
+    async fn find_in_partition(
+        &self,
+        p: &Arc<Partition>,
+        q: &FindQuery,
+        report: &mut FindReport,
+    ) -> Result<()> {
+        let remote = p.remote_state();
+        let offsets = p.offsets();
+        let mut pieces = Vec::new();
+        let start = offsets.log_start_offset;
+        for seg in remote.segments.iter() {
+            if seg.end_offset >= start && seg.base_offset < offsets.local_log_start_offset {
+                pieces.push(Piece {
+                    from: seg.base_offset.max(start),
+                    to: seg.end_offset.min(offsets.local_log_start_offset - 1),
+                    max_timestamp: seg.max_timestamp,
+                    filter: Filter::Remote(seg.clone()),
+                });
+            }
+        }
+        let mut next = offsets.local_log_start_offset.max(start);
+        for seg in p.sealed_segments_after(next - 1) {
+            pieces.push(Piece {
+                from: next.max(seg.base_offset),
+                to: seg.end_offset,
+                max_timestamp: seg.max_timestamp,
+                filter: Filter::Local(seg.clone()),
+            });
+            next = seg.end_offset + 1;
+        }
+        if next < offsets.high_watermark {
+            pieces.push(Piece {
+                from: next,
+                to: offsets.high_watermark - 1,
+                max_timestamp: i64::MAX,
+                filter: Filter::None,
+            });
+        }
+        for piece in pieces {
+            report.segments_searched += 1;
+            if q.from_time.is_some_and(|from| piece.max_timestamp < from) {
+                report.segments_skipped += 1;
+                continue;
+            }
+            let filter = match &piece.filter {
+                Filter::None => None,
+                Filter::Local(seg) => {
+                    let seg = seg.clone();
+                    tokio::task::spawn_blocking(move || shale_log::read_key_filter(&seg))
+                        .await?
+                        .map(Arc::new)
+                }
+                Filter::Remote(seg) => self
+                    .reader
+                    .key_filter(seg)
+                    .await
+                    .map_err(crate::tiering::remote_read_error)?,
+            };
+            match filter {
+                Some(f) if !may_hold(&f, q) => {
+                    report.segments_skipped += 1;
+                    continue;
+                }
+                Some(_) => report.segments_matched += 1,
+                None => report.segments_without_filter += 1,
+            }
+            self.read_piece(p, &piece, q, report).await?;
+            if report.truncated {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one piece of the log, keeping the records with the key.
+    async fn read_piece(
+        &self,
+        p: &Arc<Partition>,
+        piece: &Piece,
+        q: &FindQuery,
+        report: &mut FindReport,
+    ) -> Result<()> {
+        let mut offset = piece.from;
+        while offset <= piece.to {
+            let fetched = self.read_one(p, offset, READ_BYTES, true).await?;
+            if fetched.records.is_empty() {
+                break;
+            }
+            report.bytes_read += fetched.records.len() as u64;
+            let bytes = fetched.records;
+            for item in BatchIter::new(&bytes) {
+                let (h, range) = item.map_err(Error::from)?;
+                offset = offset.max(h.last_offset() + 1);
+                if h.is_control() {
+                    continue;
+                }
+                for r in decode_records(&bytes.slice(range)).map_err(Error::from)? {
+                    let in_time = q.from_time.is_none_or(|t| r.timestamp >= t)
+                        && q.to_time.is_none_or(|t| r.timestamp <= t);
+                    let wanted = r.offset >= piece.from && r.offset <= piece.to;
+                    if wanted && in_time && r.key.as_deref() == Some(&q.key[..]) {
+                        if report.records.len() >= q.limit {
+                            report.truncated = true;
+                            return Ok(());
+                        }
+                        report.records.push(FoundRecord {
+                            partition: p.index,
+                            record: r,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the key filters of sealed segments that have none yet (at most `budget`
+    /// segments a pass, so a broker with many old segments catches up gradually).
+    pub(crate) async fn key_filter_pass(&self, mut budget: usize) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        for p in self.all_partitions() {
+            let through = p.key_filters_through.load(Ordering::Relaxed);
+            if !p.has_sealed_after(through) {
+                continue;
+            }
+            for seg in p.sealed_segments_after(through) {
+                if budget == 0 || self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+                let end = seg.end_offset;
+                let built = tokio::task::spawn_blocking(move || {
+                    shale_log::read_key_filter(&seg)
+                        .map(|_| false)
+                        .map_or_else(|| shale_log::ensure_key_filter(&seg).map(|_| true), Ok)
+                })
+                .await?;
+                match built {
+                    Ok(true) => budget -= 1,
+                    Ok(false) => {}
+                    // Deleted by retention meanwhile, or unreadable: nothing to filter.
+                    Err(e) => tracing::debug!(topic = %p.topic, partition = p.index,
+                        error = %e, "cannot build a key filter"),
+                }
+                p.key_filters_through.store(end, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a segment with this filter may hold records the query wants.
+fn may_hold(f: &KeyFilter, q: &FindQuery) -> bool {
+    let s = &f.summary;
+    if s.records == 0 {
+        return false;
+    }
+    if q.from_time.is_some_and(|t| s.max_timestamp < t)
+        || q.to_time.is_some_and(|t| s.min_timestamp > t)
+    {
+        return false;
+    }
+    f.may_contain(&q.key)
+}

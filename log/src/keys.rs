@@ -1,0 +1,99 @@
+//! Key filters of sealed segments: `{base_offset:020}.keys` beside the segment (the
+//! format is [`shale_records::keyfilter`]'s). A filter is built after its segment
+//! seals, outside the partition's lock, by reading the sealed file (which never changes
+//! again); it is written to a temporary file, fsynced and renamed, so a crash leaves
+//! either the whole filter or none. A filter describes the exact `.log` it was built
+//! from (its size and last offset): one that does not match its segment (a segment
+//! truncated and grown again) is ignored and rebuilt, never trusted.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use shale_records::batch::{BatchHeader, HEADER_LEN};
+use shale_records::keyfilter::{KeyFilter, KeyFilterBuilder};
+
+use crate::SealedSegmentInfo;
+
+pub(crate) const KEYS_SUFFIX: &str = "keys";
+
+/// Where a segment's key filter lives.
+pub fn key_filter_path(log_path: &Path) -> PathBuf {
+    log_path.with_extension(KEYS_SUFFIX)
+}
+
+/// The segment's filter, if one exists on disk and describes this very segment.
+pub fn read_key_filter(seg: &SealedSegmentInfo) -> Option<KeyFilter> {
+    let bytes = std::fs::read(key_filter_path(&seg.log_path)).ok()?;
+    let filter = KeyFilter::decode(&bytes).ok()?;
+    matches(&filter, seg).then_some(filter)
+}
+
+fn matches(f: &KeyFilter, seg: &SealedSegmentInfo) -> bool {
+    f.summary.log_bytes == seg.size_bytes
+        && (f.summary.records == 0 || f.summary.last_offset == seg.end_offset)
+}
+
+/// Builds the filter of a sealed segment from its file, reading it once in order.
+pub fn build_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
+    let bad = |e: shale_records::batch::BatchError| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", seg.log_path.display()),
+        )
+    };
+    let mut r = BufReader::with_capacity(1 << 20, File::open(&seg.log_path)?);
+    let mut b = KeyFilterBuilder::new();
+    let mut pos = 0u64;
+    let mut head = [0u8; HEADER_LEN];
+    while pos < seg.size_bytes {
+        r.read_exact(&mut head)?;
+        let h = BatchHeader::parse(&head).map_err(bad)?;
+        let mut batch = vec![0u8; h.total_size()];
+        batch[..HEADER_LEN].copy_from_slice(&head);
+        r.read_exact(&mut batch[HEADER_LEN..])?;
+        b.add_batch(&Bytes::from(batch)).map_err(bad)?;
+        pos += h.total_size() as u64;
+    }
+    Ok(b.finish(seg.size_bytes))
+}
+
+/// Writes a segment's filter beside it (temporary file, fsync, rename, directory
+/// fsync), returning its bytes.
+pub fn write_key_filter(seg: &SealedSegmentInfo, filter: &KeyFilter) -> io::Result<Vec<u8>> {
+    // Two builders of one filter (the uploader and the background pass) each write
+    // their own temporary file; the last rename wins, with the same bytes.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let path = key_filter_path(&seg.log_path);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("keys.tmp{n}"));
+    let bytes = filter.encode();
+    let mut f = File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(bytes)
+}
+
+/// The segment's filter: the one on disk if it matches, else built and written now.
+pub fn ensure_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
+    if let Some(f) = read_key_filter(seg) {
+        return Ok(f);
+    }
+    let f = build_key_filter(seg)?;
+    write_key_filter(seg, &f)?;
+    Ok(f)
+}
+
+/// Removes a segment's filter (its segment is deleted, truncated or written again).
+pub(crate) fn remove_key_filter(dir: &Path, base_offset: i64) -> io::Result<()> {
+    let path = crate::segment::segment_path(dir, base_offset, KEYS_SUFFIX);
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -20,5 +20,7 @@ cargo nextest run --workspace --locked --profile ci
 infra/kafka-compat.sh
 # librdkafka's own test suite (from Debian's source package, built once) against a cluster.
 infra/librdkafka-suite.sh
+# The console in headless Chromium (installs chromium and chromium-driver).
+infra/console-tests.sh
 # The fault harness on fixed seeds (root: network namespaces, cgroups).
 infra/chaos.sh --ci

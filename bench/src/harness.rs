@@ -191,6 +191,8 @@ fn clock_ticks_per_second() -> f64 {
 pub struct S3Process {
     pub root: tempfile::TempDir,
     pub port: u16,
+    /// The server's own log of every request it received (`s3s::service` at debug).
+    log: PathBuf,
     child: Child,
 }
 
@@ -207,12 +209,15 @@ impl S3Process {
             "s3s-fs is not installed: run infra/test-services.sh or \
              `cargo install s3s-fs --version 0.14.1 --features binary --locked`",
         )?;
+        let log = base.join(format!("s3s-fs-{port}.log"));
         let child = Command::new(bin)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
             .arg(root.path())
+            .env("RUST_LOG", "s3s::service=debug")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("cannot start s3s-fs")?;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -225,7 +230,12 @@ impl S3Process {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(S3Process { root, port, child })
+        Ok(S3Process {
+            root,
+            port,
+            log,
+            child,
+        })
     }
 
     pub fn endpoint(&self) -> String {
@@ -244,12 +254,94 @@ impl S3Process {
     pub fn stats(&self) -> ProcessStats {
         ProcessStats::of(self.child.id())
     }
+
+    /// Every request the server has received so far, by kind, from its own log.
+    pub fn requests(&self) -> anyhow::Result<S3Requests> {
+        let text = std::fs::read_to_string(&self.log)?;
+        Ok(S3Requests::parse(&text, S3_BUCKET))
+    }
 }
 
 impl Drop for S3Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Requests an S3 server received, by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct S3Requests {
+    /// GET and HEAD of an object.
+    pub get: u64,
+    /// Single-request uploads.
+    pub put: u64,
+    /// Listings of a bucket.
+    pub list: u64,
+    pub delete: u64,
+    /// Parts of multipart uploads.
+    pub parts: u64,
+    /// Creations, completions and aborts of multipart uploads.
+    pub multipart: u64,
+}
+
+impl S3Requests {
+    /// Counts the requests in `s3s-fs`'s log (`s3s::service` debug lines: `req:
+    /// Request { method: GET, uri: /bucket/key?query, ...`).
+    pub fn parse(log: &str, bucket: &str) -> Self {
+        let mut out = Self::default();
+        for line in log.lines() {
+            let Some(rest) = line.split_once("req: Request { method: ").map(|(_, r)| r) else {
+                continue;
+            };
+            let Some((method, rest)) = rest.split_once(", uri: ") else {
+                continue;
+            };
+            let uri = rest.split(", version").next().unwrap_or("");
+            let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+            let object = path
+                .trim_start_matches('/')
+                .trim_start_matches(bucket)
+                .len()
+                > 1;
+            let has = |k: &str| {
+                query
+                    .split('&')
+                    .any(|q| q == k || q.starts_with(&format!("{k}=")))
+            };
+            match method {
+                "GET" | "HEAD" if object => out.get += 1,
+                "GET" => out.list += 1,
+                "PUT" if has("partNumber") => out.parts += 1,
+                "PUT" => out.put += 1,
+                "POST" => out.multipart += 1,
+                "DELETE" if has("uploadId") => out.multipart += 1,
+                "DELETE" => out.delete += 1,
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Every request of an upload: single PUTs, parts, multipart creations and
+    /// completions.
+    pub fn writes(&self) -> u64 {
+        self.put + self.parts + self.multipart
+    }
+}
+
+impl std::ops::Sub for S3Requests {
+    type Output = S3Requests;
+    fn sub(self, o: Self) -> Self {
+        S3Requests {
+            get: self.get - o.get,
+            put: self.put - o.put,
+            list: self.list - o.list,
+            delete: self.delete - o.delete,
+            parts: self.parts - o.parts,
+            multipart: self.multipart - o.multipart,
+        }
     }
 }
 
@@ -266,4 +358,37 @@ fn which(name: &str) -> Option<PathBuf> {
                 .join(name);
             home.is_file().then_some(home)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_requests_are_counted_by_kind_from_the_servers_log() {
+        let log = "\
+x DEBUG s3s::service: req: Request { method: GET, uri: /bench/replay/a/0/x.log, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: HEAD, uri: /bench/replay/a/0/x.meta, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: GET, uri: /bench?list-type=2&prefix=replay, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: PUT, uri: /bench/replay/a/0/x.index, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: POST, uri: /bench/replay/a/0/x.log?uploads, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: PUT, uri: /bench/replay/a/0/x.log?partNumber=1&uploadId=u, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: POST, uri: /bench/replay/a/0/x.log?uploadId=u, version: HTTP/1.1 }
+x DEBUG s3s::service: req: Request { method: DELETE, uri: /bench/replay/a/0/x.log, version: HTTP/1.1 }
+x DEBUG s3s::service: duration: 1ms, resp: Response { status: 200 }
+";
+        let r = S3Requests::parse(log, "bench");
+        assert_eq!(
+            r,
+            S3Requests {
+                get: 2,
+                put: 1,
+                list: 1,
+                delete: 1,
+                parts: 1,
+                multipart: 2
+            }
+        );
+        assert_eq!(r.writes(), 4);
+    }
 }

@@ -52,6 +52,8 @@ enum Scenario {
     Consume,
     E2e,
     Replay,
+    /// Lookup of records by key on a mostly-remote topic (2 GiB), against a full scan.
+    Lookup,
     Partitions,
     Recovery,
     /// Produce latency idle and during a cold replay of a mostly-remote topic.
@@ -107,27 +109,39 @@ async fn main() -> anyhow::Result<()> {
     let mut results: Vec<CaseResult> = Vec::new();
     let all = cli.scenario == Scenario::All;
     if all || cli.scenario == Scenario::Produce {
+        scenarios::running("produce", "starting");
         results.extend(scenarios::produce(&ctx).await?);
     }
     if all || cli.scenario == Scenario::Consume {
+        scenarios::running("consume", "starting");
         results.extend(scenarios::consume(&ctx).await?);
     }
     if all || cli.scenario == Scenario::E2e {
+        scenarios::running("e2e", "starting");
         results.extend(scenarios::e2e(&ctx).await?);
     }
     if all || cli.scenario == Scenario::Replay {
+        scenarios::running("replay", "starting");
         results.extend(scenarios::replay(&ctx).await?);
     }
+    if all || cli.scenario == Scenario::Lookup {
+        scenarios::running("lookup", "starting");
+        results.extend(scenarios::lookup_by_key(&ctx).await?);
+    }
     if all || cli.scenario == Scenario::Partitions {
+        scenarios::running("partitions", "starting");
         results.extend(scenarios::partitions(&ctx).await?);
     }
     if all || cli.scenario == Scenario::Recovery {
+        scenarios::running("recovery", "starting");
         results.extend(scenarios::recovery(&ctx).await?);
     }
     if all || cli.scenario == Scenario::Isolation {
+        scenarios::running("isolation", "starting");
         results.extend(scenarios::isolation(&ctx).await?);
     }
     if cli.scenario == Scenario::Kafka {
+        scenarios::running("kafka", "starting");
         results.extend(scenarios::kafka(&ctx).await?);
     }
     if cli.scenario == Scenario::KafkaIsolation {

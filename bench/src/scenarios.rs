@@ -5,6 +5,7 @@ mod isolation;
 mod kafka;
 mod latency;
 mod load;
+mod lookup;
 mod recovery;
 mod replay;
 mod targets;
@@ -21,6 +22,7 @@ pub use isolation::isolation;
 #[cfg(feature = "kafka")]
 pub use kafka::{kafka, kafka_isolation, replay_worker};
 pub use latency::e2e;
+pub use lookup::lookup_by_key;
 pub use recovery::recovery;
 pub use replay::replay;
 pub use throughput::{consume, partitions, produce};
@@ -42,6 +44,11 @@ pub struct Ctx {
     /// (`--bootstrap`, `--kafka-bootstrap`), so runs against one broker never meet an
     /// earlier run's topics; empty otherwise.
     pub run_tag: String,
+}
+
+/// Says on stderr which scenario and case runs now (a full run takes a while).
+pub fn running(scenario: &str, case: impl std::fmt::Display) {
+    eprintln!("shale-bench: {scenario}: {case}");
 }
 
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenarios.

@@ -229,9 +229,11 @@ impl Broker {
                 }
                 let end = seg.end_offset;
                 let built = tokio::task::spawn_blocking(move || {
-                    shale_log::read_key_filter(&seg)
-                        .map(|_| false)
-                        .map_or_else(|| shale_log::ensure_key_filter(&seg).map(|_| true), Ok)
+                    if shale_log::has_key_filter(&seg) {
+                        return Ok(false);
+                    }
+                    let f = shale_log::build_key_filter(&seg)?;
+                    shale_log::write_key_filter(&seg, &f).map(|_| true)
                 })
                 .await?;
                 match built {

@@ -14,7 +14,7 @@ function h(tag, attrs, ...children) {
     else if (k === "class") el.className = v;
     else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -24,7 +24,7 @@ function h(tag, attrs, ...children) {
 function svg(tag, attrs, ...children) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
-  for (const c of children.flat()) if (c) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  for (const c of children.flat(Infinity)) if (c) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return el;
 }
 
@@ -102,7 +102,7 @@ function lineChart(series, fmt, id) {
   const lines = series.map((s) => svg("polyline", { fill: "none", stroke: s.color, "stroke-width": 2,
     points: s.points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ") }));
   const keys = series.map((s, i) => svg("text", { x: L + 10 + i * 200, y: 14, "font-size": 12, fill: s.color }, s.name));
-  return h("div", { class: "chart", "data-chart": id }, svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" }, grid, lines, keys));
+  return h("div", { class: "chart", "data-chart": id }, svg("svg", { viewBox: `0 0 ${W} ${H}` }, grid, lines, keys));
 }
 
 // Horizontal bars: [{label, value}], for lag per partition.
@@ -164,7 +164,7 @@ async function overview(page) {
 }
 
 function brokerTable(brokers, controller) {
-  return table(["Broker", "State", "Lease left#", "Leader of#", "Replicas#", "Endpoints"], brokers.map((b) =>
+  return table(["Broker", "State", "Lease left (ms)#", "Leader of#", "Replicas#", "Endpoints"], brokers.map((b) =>
     h("tr", { "data-broker": b.broker_id },
       h("td", {}, String(b.broker_id), b.this_broker ? h("span", { class: "muted" }, " (this)") : null,
         controller && controller.broker_id === b.broker_id ? h("span", { class: "muted" }, " controller") : null),
@@ -210,17 +210,20 @@ function timeParam(input) {
 
 async function topicPage(page, name) {
   const t = await api(`/topics/${encodeURIComponent(name)}`);
+  const maxPart = Math.max(0, ...t.partitions.map((p) => (p.local_bytes || 0) + (p.remote_bytes || 0)));
   page.append(h("h1", {}, `Topic ${t.name}`),
     h("div", { class: "cards" }, card("partitions", t.partition_count, "partitions"), card("replication", t.replication_factor, "replication"),
       card("local", bytes(t.local_bytes), "local"), card("remote", bytes(t.remote_bytes), "remote"), card("retention", duration(t.retention_ms), "retention")),
     h("h2", {}, "Partitions"),
-    table(["Partition#", "Leader#", "ISR", "Log start#", "Local log start#", "High watermark#", "Log end#", "Local#", "Remote#"], t.partitions.map((p) =>
+    legend(),
+    table(["Partition#", "Leader#", "ISR", "Log start#", "Local log start#", "High watermark#", "Log end#", "Local#", "Remote#", "Size"], t.partitions.map((p) =>
       h("tr", { "data-partition": p.partition },
         num(p.partition, "partition"), num(p.leader, "leader"), h("td", { "data-field": "isr" }, p.isr.join(",")),
         num(p.log_start_offset, "log_start_offset"), num(p.local_log_start_offset, "local_log_start_offset"),
         num(p.high_watermark, "high_watermark"), num(p.log_end_offset, "log_end_offset"),
         h("td", { class: "num", "data-field": "local_bytes", "data-value": p.local_bytes ?? "" }, bytes(p.local_bytes)),
-        h("td", { class: "num", "data-field": "remote_bytes", "data-value": p.remote_bytes ?? "" }, bytes(p.remote_bytes))))),
+        h("td", { class: "num", "data-field": "remote_bytes", "data-value": p.remote_bytes ?? "" }, bytes(p.remote_bytes)),
+        h("td", {}, sizeBar(p.local_bytes || 0, p.remote_bytes || 0, maxPart))))),
     h("h2", {}, "Configs"), configEditor(t),
     h("h2", {}, "Records"), recordBrowser(t),
     h("h2", {}, "Find by key"), keySearch(t));

@@ -30,9 +30,22 @@ pub fn read_key_filter(seg: &SealedSegmentInfo) -> Option<KeyFilter> {
     matches(&filter, seg).then_some(filter)
 }
 
+/// Whether a filter describing this segment is on disk (its header alone is read).
+pub fn has_key_filter(seg: &SealedSegmentInfo) -> bool {
+    let mut header = [0u8; KeyFilter::HEADER_LEN];
+    File::open(key_filter_path(&seg.log_path))
+        .and_then(|mut f| f.read_exact(&mut header))
+        .ok()
+        .and_then(|()| KeyFilter::summary_of(&header).ok())
+        .is_some_and(|s| describes(&s, seg))
+}
+
 fn matches(f: &KeyFilter, seg: &SealedSegmentInfo) -> bool {
-    f.summary.log_bytes == seg.size_bytes
-        && (f.summary.records == 0 || f.summary.last_offset == seg.end_offset)
+    describes(&f.summary, seg)
+}
+
+fn describes(s: &shale_records::keyfilter::FilterSummary, seg: &SealedSegmentInfo) -> bool {
+    s.log_bytes == seg.size_bytes && (s.records == 0 || s.last_offset == seg.end_offset)
 }
 
 /// Builds the filter of a sealed segment from its file, reading it once in order.

@@ -35,7 +35,8 @@ use epochs::EpochCache;
 pub use epochs::EpochEntry;
 pub use files::FileCache;
 pub use keys::{
-    build_key_filter, ensure_key_filter, key_filter_path, read_key_filter, write_key_filter,
+    build_key_filter, ensure_key_filter, has_key_filter, key_filter_path, read_key_filter,
+    write_key_filter,
 };
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;

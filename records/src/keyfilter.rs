@@ -142,6 +142,32 @@ impl KeyFilter {
         out
     }
 
+    /// Bytes to read for [`KeyFilter::summary_of`].
+    pub const HEADER_LEN: usize = HEADER_LEN;
+
+    /// The summary in a filter's header alone (its bits are not read or checked), to
+    /// tell cheaply whether a filter on disk describes a given segment.
+    pub fn summary_of(header: &[u8]) -> Result<FilterSummary, KeyFilterError> {
+        use KeyFilterError::Malformed;
+        if header.len() < HEADER_LEN || &header[..4] != MAGIC || header[4] != VERSION {
+            return Err(Malformed("bad header"));
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&header[at..at + 8]);
+            u64::from_be_bytes(b)
+        };
+        Ok(FilterSummary {
+            base_offset: word(8) as i64,
+            last_offset: word(16) as i64,
+            log_bytes: word(24),
+            min_timestamp: word(32) as i64,
+            max_timestamp: word(40) as i64,
+            records: word(48),
+            keyed_records: word(56),
+        })
+    }
+
     pub fn decode(buf: &[u8]) -> Result<Self, KeyFilterError> {
         use KeyFilterError::Malformed;
         if buf.len() < HEADER_LEN + 4 {
@@ -161,25 +187,14 @@ impl KeyFilter {
         if !(1..=16).contains(&hashes) {
             return Err(Malformed("bad hash count"));
         }
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&body[at..at + 8]);
-            u64::from_be_bytes(b)
-        };
-        let m = word(64);
+        let mut m = [0u8; 8];
+        m.copy_from_slice(&body[64..72]);
+        let m = u64::from_be_bytes(m);
         if m == 0 || m % 8 != 0 || m / 8 != (body.len() - HEADER_LEN) as u64 {
             return Err(Malformed("bit count does not match the size"));
         }
         Ok(Self {
-            summary: FilterSummary {
-                base_offset: word(8) as i64,
-                last_offset: word(16) as i64,
-                log_bytes: word(24),
-                min_timestamp: word(32) as i64,
-                max_timestamp: word(40) as i64,
-                records: word(48),
-                keyed_records: word(56),
-            },
+            summary: Self::summary_of(body)?,
             hashes,
             bits: body[HEADER_LEN..].to_vec(),
         })
@@ -300,6 +315,7 @@ mod tests {
             );
             let decoded = KeyFilter::decode(&f.encode()).unwrap();
             assert_eq!(decoded, f);
+            assert_eq!(KeyFilter::summary_of(&f.encode()[..72]).unwrap(), f.summary);
         }
     }
 

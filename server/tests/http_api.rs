@@ -469,11 +469,27 @@ async fn the_http_api_reads_finds_and_changes_over_a_tiered_topic() {
     ] {
         assert!(spec["paths"][path].is_object(), "{path} is documented");
     }
-    assert!(
-        common::http_get(port, "/metrics")
-            .await
-            .contains("shale_produced_bytes_total")
-    );
+    // Metrics on the same listener; every series the Grafana dashboard plots exists.
+    let metrics = common::http_get(port, "/metrics").await;
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../infra/grafana/shale-dashboard.json"),
+    )
+    .unwrap();
+    let mut plotted: Vec<&str> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("shale_") || w.starts_with("process_"))
+        .map(|w| w.trim_end_matches("_bucket"))
+        .collect();
+    plotted.sort_unstable();
+    plotted.dedup();
+    assert!(plotted.len() >= 10, "{plotted:?}");
+    for name in plotted {
+        assert!(
+            metrics.contains(&format!("# TYPE {name} ")),
+            "the dashboard plots {name}, which /metrics lacks"
+        );
+    }
     let page = common::http_get(port, "/").await;
     assert!(
         page.starts_with("HTTP/1.1 200") && page.contains("/console/app.js"),

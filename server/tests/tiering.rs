@@ -312,7 +312,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
         .unwrap();
     broker.stop();
 
-    // Next start dies at the failpoint: all four objects written, row still COPY_STARTED.
+    // Next start dies at the failpoint: all five objects written, row still COPY_STARTED.
     broker.set_envs(&[("SHALE_FAILPOINTS", "upload-before-copy-finished")]);
     broker.start_again().await;
     let c = broker.client().await;
@@ -322,7 +322,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
     let orphans = s3.segment_objects(PREFIX);
     assert_eq!(
         orphans.len(),
-        4,
+        5,
         "objects of the interrupted copy: {orphans:?}"
     );
     let metastore = shale_metastore::open(&tiered.db.url()).await.unwrap();
@@ -348,7 +348,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
     );
     assert_eq!(
         s3.segment_objects(PREFIX).len(),
-        4 * metas.len(),
+        5 * metas.len(),
         "no orphaned object is left"
     );
     let rows = metastore

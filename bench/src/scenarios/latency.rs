@@ -34,6 +34,10 @@ pub async fn e2e(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let rtt_p99_ms = rtt.value_at_quantile(0.99) as f64 / 1000.0;
     let mut out = Vec::new();
     for load in [0.1, 0.5, 0.8] {
+        super::running(
+            "e2e",
+            format!("at {:.0}% of the producer's peak rate", load * 100.0),
+        );
         let hist = latency_at(client, &topic, max_rate * load, run_for).await?;
         let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;
         out.push(CaseResult {

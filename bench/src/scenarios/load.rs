@@ -72,6 +72,31 @@ pub(super) async fn produce_compressed(
     spread: Option<i32>,
     compression: Compression,
 ) -> anyhow::Result<Sent> {
+    produce_keyed(
+        client,
+        topic,
+        bytes,
+        record_size,
+        acks,
+        spread,
+        compression,
+        |_| None,
+    )
+    .await
+}
+
+/// [`produce_compressed`], record `i` with key `key(i)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn produce_keyed(
+    client: &Client,
+    topic: &str,
+    bytes: u64,
+    record_size: usize,
+    acks: Acks,
+    spread: Option<i32>,
+    compression: Compression,
+    key: impl Fn(u64) -> Option<Bytes>,
+) -> anyhow::Result<Sent> {
     let producer = Producer::new(client.clone(), topic, acks)
         .await?
         .with_compression(compression);
@@ -83,6 +108,7 @@ pub(super) async fn produce_compressed(
     let mut pending = Vec::with_capacity(total as usize);
     for i in 0..total {
         let record = ProducerRecord {
+            key: key(i),
             value: Some(sample_value(&pool, i, record_size)),
             partition: spread.map(|p| (i % p as u64) as i32),
             ..Default::default()

@@ -14,6 +14,7 @@ pub async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let mut out = Vec::new();
     let mut first = 0.0;
     for (i, bytes) in [small, small * 10].into_iter().enumerate() {
+        super::running("recovery", format!("{} MiB of local log", bytes >> 20));
         let mut broker = BrokerProcess::start("", &[], &ctx.base).await?;
         let client = Client::connect(&broker.address()).await?;
         let seg = segment.to_string();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use shale_client::{Acks, Client};
 
-use super::load::{consume_all, produce_bytes};
+use super::load::{consume_all, produce_bytes, produce_keyed};
 use super::{Ctx, MIB, configs};
 use crate::baseline;
 use crate::harness::{BrokerProcess, ProcessStats, S3_BUCKET, S3_KEY, S3_SECRET, S3Process};
@@ -44,6 +44,17 @@ pub(super) async fn mostly_remote_topic(
     bytes: u64,
     segment: u64,
 ) -> anyhow::Result<i64> {
+    mostly_remote_keyed(client, topic, bytes, segment, |_| None).await
+}
+
+/// [`mostly_remote_topic`] with record `i` keyed `key(i)`.
+pub(super) async fn mostly_remote_keyed(
+    client: &Client,
+    topic: &str,
+    bytes: u64,
+    segment: u64,
+    key: impl Fn(u64) -> Option<bytes::Bytes>,
+) -> anyhow::Result<i64> {
     let seg = segment.to_string();
     client
         .create_topic(
@@ -53,7 +64,8 @@ pub(super) async fn mostly_remote_topic(
             configs(&[("segment.bytes", &seg), ("local.retention.bytes", &seg)]),
         )
         .await?;
-    produce_bytes(client, topic, bytes, 1024, Acks::Leader, None).await?;
+    let none = shale_records::batch::Compression::None;
+    produce_keyed(client, topic, bytes, 1024, Acks::Leader, None, none, key).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let st = client.tiering_status(Some(topic)).await?;
@@ -117,7 +129,9 @@ pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
     let (s3, mut broker) = tiered_broker(ctx, "", &[]).await?;
     let client = Client::connect(&broker.address()).await?;
+    let before_upload = s3.requests()?;
     let remote = mostly_remote_topic(&client, "replay", bytes, segment).await?;
+    let upload = s3.requests()? - before_upload;
     client
         .create_topic(
             "local",
@@ -129,9 +143,13 @@ pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     produce_bytes(&client, "local", bytes, 1024, Acks::Leader, None).await?;
     let client = restart_cold(&mut broker).await?;
     let before = client.tiering_status_full(Some("replay")).await?;
+    let served_before = s3.requests()?;
     let cold = consume_all(&client, "replay").await?;
     let after = client.tiering_status_full(Some("replay")).await?;
+    let served_cold = s3.requests()? - served_before;
+    // A second group replaying the same range while it is in the cache.
     let warm = consume_all(&client, "replay").await?;
+    let served_warm = s3.requests()? - served_before - served_cold;
     let local = consume_all(&client, "local").await?;
     let gets = (after.remote_get_requests - before.remote_get_requests) as f64;
     let fetched = (after.remote_bytes_fetched - before.remote_bytes_fetched) as f64 / MIB;
@@ -181,7 +199,26 @@ pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
                 ("cache", "cold".into()),
                 ("measure", "object-store economy".into()),
             ]),
-            metrics: metrics(&[("gets_per_mib", gets / delivered.max(1e-9))]),
+            metrics: metrics(&[
+                ("gets_per_mib", gets / delivered.max(1e-9)),
+                // Counted by the server, every kind.
+                (
+                    "server_gets_per_mib",
+                    served_cold.get as f64 / delivered.max(1e-9),
+                ),
+                ("fetch_path_lists", served_cold.list as f64),
+                ("fetch_path_writes", served_cold.writes() as f64),
+                ("second_group_gets", served_warm.get as f64),
+                ("second_group_lists", served_warm.list as f64),
+                (
+                    "upload_requests_per_gib",
+                    upload.writes() as f64 / (remote as f64 / (1u64 << 30) as f64).max(1e-9),
+                ),
+                ("upload_puts", upload.put as f64),
+                ("upload_parts", upload.parts as f64),
+                ("upload_multipart_calls", upload.multipart as f64),
+                ("upload_lists", upload.list as f64),
+            ]),
             baselines: numbers(&[("target_gets_per_mib", 0.25)]),
             ratio: Some(Ratio::new(
                 "0.25 / gets_per_mib (≤ 1 GET per 4 MiB)",

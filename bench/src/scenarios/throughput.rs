@@ -38,6 +38,10 @@ pub async fn produce(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     };
     let mut out = Vec::new();
     for (i, (record, partitions, acks, codec)) in cases.drain(..).enumerate() {
+        super::running(
+            "produce",
+            format!("{record} B records, {partitions} partitions, acks={acks}, {codec:?}"),
+        );
         let topic = ctx.topic(&format!("produce-{i}"));
         client
             .create_topic(
@@ -206,6 +210,7 @@ pub async fn partitions(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let mut out = Vec::new();
     let mut one = 0.0;
     for &n in counts {
+        super::running("partitions", format!("{n} partitions"));
         let topic = ctx.topic(&format!("partitions-{n}"));
         client
             .create_topic(&topic, n, 1, configs(&[("remote.storage.enable", "false")]))

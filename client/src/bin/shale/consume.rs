@@ -215,54 +215,103 @@ async fn consume_loop(
     let mut seen = 0u64;
     let mut buf = Vec::with_capacity(1 << 16);
     let mut stop = Signals::new()?;
-    loop {
+    let mut progress = crate::progress::Progress::new("consumed");
+    let mut lag_checked: Option<Instant> = None;
+    let result = loop {
         if args.max_messages.is_some_and(|m| seen >= m) || out::stdout_closed() {
-            break;
+            break Ok(());
         }
         let wait = match idle {
             Some(idle) => {
                 let left = idle.saturating_sub(last_record.elapsed());
                 if left.is_zero() {
-                    break;
+                    break Ok(());
                 }
                 left.min(Duration::from_secs(1))
             }
             None => Duration::from_secs(1),
         };
         let records = tokio::select! {
-            r = source.poll(wait) => r?,
-            _ = stop.recv() => break,
+            r = source.poll(wait) => r,
+            _ = stop.recv() => break Ok(()),
+        };
+        let records = match records {
+            Ok(r) => r,
+            Err(e) => break Err(e.into()),
         };
         if records.is_empty() {
-            if args.exit && at_end(client, source, &args.topic).await? {
-                break;
+            match at_end_if(args.exit, client, source, &args.topic).await {
+                Ok(true) => break Ok(()),
+                Ok(false) => continue,
+                Err(e) => break Err(e),
             }
-            continue;
         }
         last_record = Instant::now();
         let mut printed = BTreeMap::new();
+        let (mut sizes, before) = (0u64, seen);
         for r in records {
             if args.max_messages.is_some_and(|m| seen >= m) {
                 break;
             }
+            sizes += (r.key.as_ref().map_or(0, |k| k.len())
+                + r.value.as_ref().map_or(0, |v| v.len())) as u64;
             args.format.write(&mut buf, &r);
             printed.insert((r.topic.to_string(), r.partition), r.offset + 1);
             seen += 1;
         }
         if let Err(e) = out::write(&buf) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
-                break; // nothing printed: nothing to commit
+                break Ok(()); // nothing printed: nothing to commit
             }
-            return Err(e.into());
+            break Err(e.into());
         }
         buf.clear();
+        if progress.enabled() {
+            // What is left of a bounded consume: its record budget, or the lag to the
+            // end (`-e`), looked up once a second.
+            let left = match args.max_messages {
+                Some(m) => Some(m.saturating_sub(seen)),
+                None if args.exit
+                    && lag_checked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) =>
+                {
+                    lag_checked = Some(Instant::now());
+                    lag(client, source, &args.topic).await.ok()
+                }
+                None => None,
+            };
+            if left.is_some() || args.max_messages.is_some() {
+                progress.set_left(left);
+            }
+            progress.add(seen - before, sizes);
+        }
         if let Err(e) = source.commit(printed).await {
             // The group moved on (rebalance): the next poll rejoins; records printed
             // since the last commit may be printed again by whoever takes them.
             tracing::warn!(error = %e, "commit failed");
         }
+    };
+    progress.finish();
+    result
+}
+
+/// With `-e`: whether every partition has been read to its end.
+async fn at_end_if(
+    exit: bool,
+    client: &Client,
+    source: &Source,
+    topic: &str,
+) -> anyhow::Result<bool> {
+    Ok(exit && at_end(client, source, topic).await?)
+}
+
+/// Records between the consumer's positions and the partitions' ends.
+async fn lag(client: &Client, source: &Source, topic: &str) -> anyhow::Result<u64> {
+    let mut left = 0;
+    for (t, p, position) in source.positions(topic) {
+        let end = client.list_offset(&t, p, -1).await?.unwrap_or(0);
+        left += (end - position).max(0) as u64;
     }
-    Ok(())
+    Ok(left)
 }
 
 /// Whether every assigned partition has been read to its high watermark (a group

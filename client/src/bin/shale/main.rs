@@ -7,6 +7,7 @@ mod find;
 mod group;
 mod out;
 mod produce;
+mod progress;
 mod topic;
 
 use std::process::ExitCode;

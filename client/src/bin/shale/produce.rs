@@ -84,7 +84,8 @@ impl ProduceArgs {
 }
 
 /// A record on its way: its line number and the answer to come.
-type Pending = (u64, shale_client::Result<DeliveryFuture>);
+/// A record's line number, size and answer.
+type Pending = (u64, u64, shale_client::Result<DeliveryFuture>);
 
 pub async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> {
     let mut producer = Producer::new(client, &args.topic, args.acks)
@@ -127,8 +128,9 @@ pub async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> 
             }
         };
         line_no += 1;
+        let size = line.len() as u64;
         let sent = producer.send(args.record(line)).await;
-        if pending_tx.send((line_no, sent)).is_err() {
+        if pending_tx.send((line_no, size, sent)).is_err() {
             break; // the reporter stopped: stdout is gone
         }
     }
@@ -154,7 +156,8 @@ async fn report(
     print_offsets: bool,
 ) -> anyhow::Result<(u64, u64)> {
     let (mut written, mut failed) = (0u64, 0u64);
-    while let Some((line, sent)) = pending.recv().await {
+    let mut progress = crate::progress::Progress::new("produced");
+    while let Some((line, size, sent)) = pending.recv().await {
         let answer = match sent {
             Ok(future) => future.await,
             Err(e) => Err(e),
@@ -162,6 +165,7 @@ async fn report(
         match answer {
             Ok(meta) => {
                 written += 1;
+                progress.add(1, size);
                 if print_offsets {
                     out::print(&format!("{}:{}\n", meta.partition, meta.offset))?;
                 }
@@ -172,6 +176,7 @@ async fn report(
             }
         }
     }
+    progress.finish();
     Ok((written, failed))
 }
 

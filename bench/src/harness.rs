@@ -216,8 +216,9 @@ impl S3Process {
             .arg(root.path())
             .env("RUST_LOG", "s3s::service=debug")
             .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
+            // It logs to stdout.
+            .stdout(std::fs::File::create(&log)?)
+            .stderr(Stdio::null())
             .spawn()
             .context("cannot start s3s-fs")?;
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -36,6 +36,7 @@ fn all_quick_writes_well_formed_results_for_every_scenario() {
         "consume",
         "e2e",
         "replay",
+        "lookup",
         "partitions",
         "recovery",
         "isolation",

@@ -19,6 +19,8 @@ use crate::partition::Partition;
 
 /// Bytes read at a time while a segment is read.
 const READ_BYTES: usize = 4 << 20;
+/// Remote key filters fetched at once (within the reader's own GET limit).
+const FILTER_FETCHES: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct FindQuery {
@@ -105,6 +107,14 @@ impl Broker {
         report: &mut FindReport,
     ) -> Result<()> {
         let remote = p.remote_state();
+        if p.config().remote_storage_enable && !remote.loaded {
+            // Its history may be in the object store: not knowing it yet, say so
+            // rather than answer from the local log alone.
+            return Err(Error::RemoteLogNotReady(format!(
+                "the remote log of partition {} of '{}' is not loaded yet",
+                p.index, p.topic
+            )));
+        }
         let offsets = p.offsets();
         let mut pieces = Vec::new();
         let start = offsets.log_start_offset;
@@ -136,6 +146,31 @@ impl Broker {
                 filter: Filter::None,
             });
         }
+        // Remote filters not cached yet are fetched at once (their GETs overlap), then
+        // read from the cache below.
+        let wanted: Vec<shale_metastore::RemoteSegment> = pieces
+            .iter()
+            .filter(|piece| q.from_time.is_none_or(|from| piece.max_timestamp >= from))
+            .filter_map(|piece| match &piece.filter {
+                Filter::Remote(seg) => Some(seg.clone()),
+                _ => None,
+            })
+            .collect();
+        {
+            use futures::StreamExt;
+            let reader = self.reader.clone();
+            futures::stream::iter(wanted)
+                .map(move |seg| {
+                    let reader = reader.clone();
+                    async move {
+                        // Errors are met again, and handled, below.
+                        let _ = reader.key_filter(&seg).await;
+                    }
+                })
+                .buffer_unordered(FILTER_FETCHES)
+                .for_each(|()| async {})
+                .await;
+        }
         for piece in pieces {
             report.segments_searched += 1;
             if q.from_time.is_some_and(|from| piece.max_timestamp < from) {
@@ -150,11 +185,16 @@ impl Broker {
                         .await?
                         .map(Arc::new)
                 }
-                Filter::Remote(seg) => self
-                    .reader
-                    .key_filter(seg)
-                    .await
-                    .map_err(crate::tiering::remote_read_error)?,
+                Filter::Remote(seg) => match self.reader.key_filter(seg).await {
+                    Ok(f) => f,
+                    Err(e) if e.is_retriable() => return Err(crate::tiering::remote_read_error(e)),
+                    // A damaged filter rules nothing out: the segment is read.
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, segment = %seg.segment_id,
+                            error = %e, "unusable key filter; reading the segment");
+                        None
+                    }
+                },
             };
             match filter {
                 Some(f) if !may_hold(&f, q) => {

@@ -29,8 +29,8 @@ pub struct FindQuery {
     /// Records with timestamps in `[from_time, to_time]` (ms; `None`: unbounded).
     pub from_time: Option<i64>,
     pub to_time: Option<i64>,
-    /// At most this many records are returned (the first ones of each partition, in
-    /// offset order).
+    /// At most this many records are returned, in partition then offset order (the
+    /// lookup stops at the limit).
     pub limit: usize,
 }
 
@@ -95,6 +95,9 @@ impl Broker {
                 }
             };
             self.find_in_partition(&p, q, &mut report).await?;
+            if report.truncated {
+                break;
+            }
         }
         report.remote_gets = self.remote_read_stats().0 - gets_before;
         Ok(report)
@@ -106,7 +109,7 @@ impl Broker {
         q: &FindQuery,
         report: &mut FindReport,
     ) -> Result<()> {
-        let remote = p.remote_state();
+        let (remote, offsets, sealed) = p.lookup_view();
         if p.config().remote_storage_enable && !remote.loaded {
             // Its history may be in the object store: not knowing it yet, say so
             // rather than answer from the local log alone.
@@ -115,7 +118,6 @@ impl Broker {
                 p.index, p.topic
             )));
         }
-        let offsets = p.offsets();
         let mut pieces = Vec::new();
         let start = offsets.log_start_offset;
         for seg in remote.segments.iter() {
@@ -129,7 +131,7 @@ impl Broker {
             }
         }
         let mut next = offsets.local_log_start_offset.max(start);
-        for seg in p.sealed_segments_after(next - 1) {
+        for seg in sealed {
             pieces.push(Piece {
                 from: next.max(seg.base_offset),
                 to: seg.end_offset,
@@ -222,7 +224,14 @@ impl Broker {
     ) -> Result<()> {
         let mut offset = piece.from;
         while offset <= piece.to {
-            let fetched = self.read_one(p, offset, READ_BYTES, true).await?;
+            let fetched = match self.read_one(p, offset, READ_BYTES, true).await {
+                Ok(f) => f,
+                // Retention deleted it meanwhile: nothing left to find there.
+                Err(Error::OffsetOutOfRange { log_start, .. }) if log_start > offset => {
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             if fetched.records.is_empty() {
                 break;
             }
@@ -263,17 +272,23 @@ impl Broker {
             if !p.has_sealed_after(through) {
                 continue;
             }
-            for seg in p.sealed_segments_after(through) {
+            let mut segs = p.sealed_segments_after(through);
+            let generation = segs.first().map_or(0, |s| s.generation);
+            if generation != p.key_filters_generation.swap(generation, Ordering::Relaxed) {
+                // The log was truncated since: segments below `through` may be new.
+                segs = p.sealed_segments_after(-1);
+            }
+            for seg in segs {
                 if budget == 0 || self.cancel.is_cancelled() {
                     return Ok(());
                 }
                 let end = seg.end_offset;
+                let part = p.clone();
                 let built = tokio::task::spawn_blocking(move || {
                     if shale_log::has_key_filter(&seg) {
                         return Ok(false);
                     }
-                    let f = shale_log::build_key_filter(&seg)?;
-                    shale_log::write_key_filter(&seg, &f).map(|_| true)
+                    key_filter_of(&part, &seg).map(|_| true)
                 })
                 .await?;
                 match built {
@@ -288,6 +303,24 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// A sealed segment's key filter: the one beside it if it matches, else built from
+/// the file and installed if the segment is unchanged meanwhile (`true`: installed).
+/// Blocking.
+pub(crate) fn key_filter_of(
+    p: &Partition,
+    seg: &shale_log::SealedSegmentInfo,
+) -> std::io::Result<(KeyFilter, bool)> {
+    if let Some(f) = shale_log::read_key_filter(seg) {
+        return Ok((f, false));
+    }
+    let f = shale_log::build_key_filter(seg)?;
+    let tmp = shale_log::write_key_filter_tmp(seg, &f)?;
+    let installed = p
+        .install_key_filter(seg, &tmp)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok((f, installed))
 }
 
 /// Whether a segment with this filter may hold records the query wants.

@@ -136,8 +136,10 @@ pub struct Partition {
     /// Serializes the tier's work on this partition (copies, remote retention), which
     /// reads and writes `remote` across awaits.
     pub(crate) tier_lock: tokio::sync::Mutex<()>,
-    /// Every sealed segment up to this offset has its key filter (or cannot have one).
+    /// Every sealed segment up to this offset has its key filter (or cannot have one),
+    /// as of the log's truncation count `key_filters_generation`.
     pub(crate) key_filters_through: std::sync::atomic::AtomicI64,
+    pub(crate) key_filters_generation: std::sync::atomic::AtomicU64,
 }
 impl Partition {
     /// Opens (creating or recovering) the partition's log. A directory left by an older
@@ -196,6 +198,7 @@ impl Partition {
             remote: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
             key_filters_through: std::sync::atomic::AtomicI64::new(-1),
+            key_filters_generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -450,6 +453,26 @@ impl Partition {
 
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
         self.replica().log.sealed_segments_after(after)
+    }
+
+    /// Installs a key filter written to `tmp` if `seg` is unchanged (see
+    /// `PartitionLog::install_key_filter`).
+    pub fn install_key_filter(&self, seg: &SealedSegmentInfo, tmp: &Path) -> Result<bool> {
+        self.replica()
+            .log
+            .install_key_filter(seg, tmp)
+            .map_err(Error::Storage)
+    }
+
+    /// The remote segments, the offsets and the sealed local segments from the local
+    /// log start, taken together under the partition's lock (local retention cannot
+    /// move a segment from one list to neither in between).
+    pub fn lookup_view(&self) -> (RemoteState, PartitionOffsets, Vec<SealedSegmentInfo>) {
+        let r = self.replica();
+        let offsets = self.offsets_of(&r.log);
+        let remote = self.remote_state();
+        let from = offsets.local_log_start_offset.max(offsets.log_start_offset);
+        (remote, offsets, r.log.sealed_segments_after(from - 1))
     }
 
     /// Whether a sealed segment holds offsets above `after` (cheap).

@@ -221,7 +221,7 @@ impl Broker {
     }
 
     /// Copies the partition's pending sealed segments; returns how many.
-    async fn copy_sealed_segments(&self, p: &Partition) -> Result<usize> {
+    async fn copy_sealed_segments(&self, p: &Arc<Partition>) -> Result<usize> {
         let _tier = p.tier_lock.lock().await;
         let mut state = self.load_remote_index_locked(p).await?;
         let pref = partition_ref(p);
@@ -250,7 +250,8 @@ impl Broker {
             }
             // The remote log ends inside this segment: copy the rest of it.
             let tail_dir;
-            let seg = if seg.base_offset <= state.end_offset {
+            let is_tail = seg.base_offset <= state.end_offset;
+            let seg = if is_tail {
                 tail_dir = tempfile_dir(&self.config.data_dir)?;
                 let (seg, from, dir) = (seg, state.end_offset + 1, tail_dir.clone());
                 let interval = p.config().index_interval_bytes.max(0) as u64;
@@ -265,10 +266,16 @@ impl Broker {
             };
             let _cleanup = RemoveOnDrop(tail_dir);
             let key_filter = {
-                let s = seg.clone();
-                match tokio::task::spawn_blocking(move || shale_log::ensure_key_filter(&s))
-                    .await
-                    .map_err(Error::from)?
+                let (s, part) = (seg.clone(), p.clone());
+                match tokio::task::spawn_blocking(move || {
+                    if is_tail {
+                        shale_log::ensure_key_filter(&s)
+                    } else {
+                        crate::find::key_filter_of(&part, &s).map(|(f, _)| f)
+                    }
+                })
+                .await
+                .map_err(Error::from)?
                 {
                     Ok(f) => Some(bytes::Bytes::from(f.encode())),
                     Err(e) => {

@@ -209,7 +209,11 @@ impl Admin for Front {
             key: r.key,
             from_time: r.from_time,
             to_time: r.to_time,
-            limit: if r.limit <= 0 { 100 } else { r.limit as usize },
+            limit: if r.limit <= 0 {
+                100
+            } else {
+                (r.limit as usize).min(shale_broker::service::MAX_RECORDS_PER_READ)
+            },
         };
         let result = self.service.find_records(&ctx, q).await;
         let error = error_result(&result);

@@ -61,6 +61,7 @@ impl PartitionLog {
         if offset <= self.log_start_offset() {
             return self.reset_to(offset);
         }
+        self.rewrites += 1;
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         for base in doomed {
             if let Some(seg) = self.segments.remove(&base) {
@@ -104,6 +105,7 @@ impl PartitionLog {
     /// `offset` is emptied in place), so a failure midway never leaves the log without
     /// one.
     pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
+        self.rewrites += 1;
         match self.segments.get_mut(&offset) {
             Some(seg) => seg.clear()?,
             None => {

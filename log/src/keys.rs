@@ -1,10 +1,14 @@
 //! Key filters of sealed segments: `{base_offset:020}.keys` beside the segment (the
 //! format is [`shale_records::keyfilter`]'s). A filter is built after its segment
-//! seals, outside the partition's lock, by reading the sealed file (which never changes
-//! again); it is written to a temporary file, fsynced and renamed, so a crash leaves
-//! either the whole filter or none. A filter describes the exact `.log` it was built
-//! from (its size and last offset): one that does not match its segment (a segment
-//! truncated and grown again) is ignored and rebuilt, never trusted.
+//! seals, outside the partition's lock, by reading the sealed file; it is written to a
+//! temporary file and fsynced, then installed (renamed) under the partition's lock by
+//! [`PartitionLog::install_key_filter`], only if the segment is still there, sealed,
+//! the same size, and the log was not truncated since the segment was listed: a
+//! follower's truncation can rewrite a sealed segment, and a filter of bytes that are
+//! gone would hide keys. Truncation, reset, deletion, reopening the active segment and
+//! creating a segment remove the filter at that base, under the same lock; open removes
+//! temporary files and filters without a segment. A filter whose size or last offset
+//! does not match its segment is ignored and rebuilt, never trusted.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -72,27 +76,29 @@ pub fn build_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
     Ok(b.finish(seg.size_bytes))
 }
 
-/// Writes a segment's filter beside it (temporary file, fsync, rename, directory
-/// fsync), returning its bytes.
-pub fn write_key_filter(seg: &SealedSegmentInfo, filter: &KeyFilter) -> io::Result<Vec<u8>> {
+/// Writes a filter to a temporary file beside the segment's, fsynced: install it with
+/// [`PartitionLog::install_key_filter`].
+pub fn write_key_filter_tmp(seg: &SealedSegmentInfo, filter: &KeyFilter) -> io::Result<PathBuf> {
     // Two builders of one filter (the uploader and the background pass) each write
-    // their own temporary file; the last rename wins, with the same bytes.
+    // their own temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let path = key_filter_path(&seg.log_path);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("keys.tmp{n}"));
-    let bytes = filter.encode();
+    let tmp = key_filter_path(&seg.log_path).with_extension(format!("keys.tmp{n}"));
     let mut f = File::create(&tmp)?;
-    f.write_all(&bytes)?;
+    f.write_all(&filter.encode())?;
     f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(bytes)
+    Ok(tmp)
 }
 
-/// The segment's filter: the one on disk if it matches, else built and written now.
+/// Writes a filter beside a segment that is not part of a log (an exported tail):
+/// temporary file, fsync, rename.
+pub fn write_key_filter(seg: &SealedSegmentInfo, filter: &KeyFilter) -> io::Result<()> {
+    let tmp = write_key_filter_tmp(seg, filter)?;
+    std::fs::rename(&tmp, key_filter_path(&seg.log_path))
+}
+
+/// The segment's filter: the one on disk if it matches, else built and written now
+/// (for segments outside a log; a log's go through [`PartitionLog::install_key_filter`]).
 pub fn ensure_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
     if let Some(f) = read_key_filter(seg) {
         return Ok(f);
@@ -100,6 +106,28 @@ pub fn ensure_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
     let f = build_key_filter(seg)?;
     write_key_filter(seg, &f)?;
     Ok(f)
+}
+
+impl crate::PartitionLog {
+    /// Installs a filter written by [`write_key_filter_tmp`] if `seg` is still one of
+    /// this log's sealed segments, unchanged, and the log was not truncated since `seg`
+    /// was listed; otherwise removes the temporary file. No directory fsync: a filter
+    /// lost to a crash is built again.
+    pub fn install_key_filter(&self, seg: &SealedSegmentInfo, tmp: &Path) -> io::Result<bool> {
+        let current = self
+            .sealed_segments_after(seg.base_offset - 1)
+            .into_iter()
+            .find(|s| s.base_offset == seg.base_offset);
+        let unchanged = self.rewrites == seg.generation
+            && current
+                .is_some_and(|c| c.end_offset == seg.end_offset && c.size_bytes == seg.size_bytes);
+        if unchanged {
+            std::fs::rename(tmp, key_filter_path(&seg.log_path))?;
+        } else {
+            let _ = std::fs::remove_file(tmp);
+        }
+        Ok(unchanged)
+    }
 }
 
 /// Removes a segment's filter (its segment is deleted, truncated or written again).

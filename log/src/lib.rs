@@ -36,7 +36,7 @@ pub use epochs::EpochEntry;
 pub use files::FileCache;
 pub use keys::{
     build_key_filter, ensure_key_filter, has_key_filter, key_filter_path, read_key_filter,
-    write_key_filter,
+    write_key_filter, write_key_filter_tmp,
 };
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;
@@ -126,6 +126,9 @@ pub struct PartitionLog {
     deleted_below: i64,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// Raised by every truncation or reset: a key filter built from a sealed segment
+    /// read before one may describe bytes that are gone (see `keys`).
+    rewrites: u64,
 }
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir` and recovers it.
@@ -137,6 +140,7 @@ impl PartitionLog {
     ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
         let mut bases = Vec::new();
+        let mut filters = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
@@ -146,6 +150,12 @@ impl PartitionLog {
                 continue;
             }
             if let Some(base) = name
+                .strip_suffix(".keys")
+                .and_then(|b| b.parse::<i64>().ok())
+            {
+                filters.push(base);
+            }
+            if let Some(base) = name
                 .strip_suffix(&format!(".{LOG_SUFFIX}"))
                 .and_then(|b| b.parse::<i64>().ok())
             {
@@ -153,6 +163,12 @@ impl PartitionLog {
             }
         }
         bases.sort_unstable();
+        for base in filters {
+            if bases.binary_search(&base).is_err() {
+                // The filter of a segment deleted since.
+                keys::remove_key_filter(dir, base)?;
+            }
+        }
         let mut segments = BTreeMap::new();
         for (i, base) in bases.iter().enumerate() {
             let next = bases.get(i + 1).copied();
@@ -203,6 +219,7 @@ impl PartitionLog {
             deleted_below: 0,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
+            rewrites: 0,
         };
         log.rebuild_producers()?;
         Ok(log)

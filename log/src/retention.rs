@@ -19,6 +19,9 @@ pub struct SealedSegmentInfo {
     pub log_path: PathBuf,
     pub index_path: PathBuf,
     pub time_index_path: PathBuf,
+    /// The log's truncation count when this was taken (a key filter built from the
+    /// file is installed only if no truncation happened since).
+    pub generation: u64,
 }
 
 /// Where the object store stands, for retention of a tiered partition's local log.
@@ -78,6 +81,7 @@ impl PartitionLog {
                 log_path: segment::segment_path(&self.dir, *base, LOG_SUFFIX),
                 index_path: segment::segment_path(&self.dir, *base, "index"),
                 time_index_path: segment::segment_path(&self.dir, *base, "timeindex"),
+                generation: self.rewrites,
             });
         }
         out
@@ -205,5 +209,6 @@ pub fn export_segment_tail(
         log_path: path,
         index_path: segment::segment_path(into, from, "index"),
         time_index_path: segment::segment_path(into, from, "timeindex"),
+        generation: 0,
     })
 }

@@ -61,6 +61,8 @@ pub(crate) struct Segment {
 impl Segment {
     /// Creates a new, empty segment.
     pub fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
+        // A filter left by an earlier segment at this base describes other bytes.
+        crate::keys::remove_key_filter(dir, base_offset)?;
         let path = segment_path(dir, base_offset, LOG_SUFFIX);
         files.create(&path)?;
         Ok(Self {

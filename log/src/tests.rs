@@ -1047,8 +1047,21 @@ fn key_filters_describe_their_sealed_segment_and_go_with_it() {
     other.size_bytes += 1;
     assert!(read_key_filter(&other).is_none());
 
-    // Truncation into the second segment makes it active: its filter goes.
+    // A filter built from a listing taken before a truncation is not installed: the
+    // bytes it describes may be gone.
+    let listed = log.sealed_segments_after(-1);
+    std::fs::remove_file(key_filter_path(&listed[0].log_path)).unwrap();
+    let stale = build_key_filter(&listed[0]).unwrap();
+    let tmp = write_key_filter_tmp(&listed[0], &stale).unwrap();
     log.truncate_to(3).unwrap();
+    assert!(!log.install_key_filter(&listed[0], &tmp).unwrap());
+    assert!(!tmp.exists() && !key_filter_path(&listed[0].log_path).exists());
+    // One taken after it is.
+    let now = log.sealed_segments_after(-1);
+    let tmp = write_key_filter_tmp(&now[0], &build_key_filter(&now[0]).unwrap()).unwrap();
+    assert!(log.install_key_filter(&now[0], &tmp).unwrap());
+    assert!(key_filter_path(&now[0].log_path).exists());
+    // Truncation into the second segment made it active: its filter went.
     assert!(!key_filter_path(&sealed[1].log_path).exists());
     assert!(key_filter_path(&sealed[0].log_path).exists());
     // A reopened log's active segment keeps no filter either.

@@ -242,10 +242,12 @@ impl KeyFilterBuilder {
             return Ok(());
         }
         for r in decode_records(batch)? {
-            s.records += 1;
-            if s.min_timestamp < 0 || r.timestamp < s.min_timestamp {
-                s.min_timestamp = r.timestamp;
+            // Timestamps may be negative: the first record sets both bounds.
+            if s.records == 0 {
+                (s.min_timestamp, s.max_timestamp) = (r.timestamp, r.timestamp);
             }
+            s.records += 1;
+            s.min_timestamp = s.min_timestamp.min(r.timestamp);
             s.max_timestamp = s.max_timestamp.max(r.timestamp);
             if let Some(k) = r.key {
                 self.hashes.push(XxHash3_64::oneshot(&k));
@@ -329,6 +331,18 @@ mod tests {
         assert!(KeyFilter::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(KeyFilter::decode(&bytes[..10]).is_err());
         assert!(KeyFilter::decode(b"").is_err());
+    }
+
+    #[test]
+    fn negative_timestamps_bound_the_range_too() {
+        let mut b = BatchBuilder::new(-1);
+        b.push(Record::new(Some(b"a"), None, -1));
+        b.push(Record::new(Some(b"b"), None, 1000));
+        let f = KeyFilter::build(&b.build()).unwrap();
+        assert_eq!(
+            (f.summary.min_timestamp, f.summary.max_timestamp),
+            (-1, 1000)
+        );
     }
 
     #[test]

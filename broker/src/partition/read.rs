@@ -25,7 +25,7 @@ impl Partition {
         self.offsets_of(&self.replica().log)
     }
 
-    fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
+    pub(super) fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
         let local = log.log_start_offset();
         let remote = self.remote_state().start_offset();
         let start = if remote >= 0 {

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Browser tests of the console: headless Chromium (through chromedriver) against a
+"""Browser tests of the console: headless Chromium (through chromedriver) and headless
+Firefox (through its built-in WebDriver BiDi) against a
 real shale-broker whose topic lives mostly in a real S3 server (s3s-fs) and whose
 group lags. Every page is opened and screenshotted; the numbers shown are compared
 with the API's; a config is edited, a group's offsets are reset (both through the
 confirmation dialog), and a record found by a key that lives only in the object
 store. Run by infra/console-tests.sh, which installs Chromium and chromedriver.
 
-Usage: console_tests.py [--screenshots DIR]
+Usage: console_tests.py [--screenshots DIR] [--chromium-only]
 """
 
 import argparse
@@ -23,6 +24,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
+from bidi import Firefox  # noqa: E402
 from webdriver import Browser  # noqa: E402
 
 RECORDS = 4000
@@ -192,7 +194,7 @@ def test_topics(b, stack, shots):
     b.wait("document.querySelector('main#page').dataset.page === 'topic'", what="the topic page")
 
 
-def test_topic(b, stack, shots, key, found):
+def test_topic(b, stack, shots, key, found, retention):
     open_page(b, stack, "#/topic/logs", "topic", shots)
     api = {str(p["partition"]): p for p in stack.api("/topics/logs")["partitions"]}
     rows = field_values(b, "tr[data-partition]")
@@ -226,19 +228,19 @@ def test_topic(b, stack, shots, key, found):
     b.screenshot(os.path.join(shots, "topic-find.png"))
 
     # A config edit asks first: Cancel changes nothing, Confirm writes it.
-    b.type("input[data-config='retention.ms']", "3600000")
+    b.type("input[data-config='retention.ms']", str(retention))
     b.click("button[data-save='retention.ms']")
     b.wait("!document.getElementById('confirm').hidden", what="the confirmation")
     b.click("#confirm-no")
     time.sleep(0.5)
-    assert stack.api("/topics/logs")["retention_ms"] != 3600000
+    assert stack.api("/topics/logs")["retention_ms"] != retention
     b.click("button[data-save='retention.ms']")
     b.wait("!document.getElementById('confirm').hidden", what="the confirmation")
     b.screenshot(os.path.join(shots, "topic-confirm.png"))
     b.click("#confirm-yes")
     b.wait("document.querySelector('[data-message=notice]')", what="the saved notice")
     t = stack.api("/topics/logs")
-    assert t["retention_ms"] == 3600000, t["retention_ms"]
+    assert t["retention_ms"] == retention, t["retention_ms"]
     assert any(c["name"] == "retention.ms" and c["source"] == "topic" for c in t["configs"])
     b.wait("document.querySelector(\"[data-source='retention.ms']\") && document.querySelector(\"[data-source='retention.ms']\").textContent === 'topic'",
            what="the page showing the new config")
@@ -292,6 +294,7 @@ def test_brokers(b, stack, shots):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--screenshots", default=os.path.join(harness.ROOT, "target", "console-screenshots"))
+    ap.add_argument("--chromium-only", action="store_true", help="skip Firefox")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shale-console-")
     stack = Stack(work)
@@ -300,14 +303,20 @@ def main():
     try:
         prepare(stack)
         key, found = remote_only_key(stack)
-        browser = Browser(log=os.path.join(work, "chromedriver.log"))
-        shots = args.screenshots
-        r.check("console", "overview: numbers, chart and brokers equal the API's", test_overview, browser, stack, shots)
-        r.check("console", "topics: sizes as bars, equal the API's; links to the topic", test_topics, browser, stack, shots)
-        r.check("console", "topic: offsets, remote records, find a remote-only key, edit a config", test_topic,
-                browser, stack, shots, key, found)
-        r.check("console", "groups: lag chart equals the API's; reset offsets", test_groups, browser, stack, shots)
-        r.check("console", "brokers page and navigation", test_brokers, browser, stack, shots)
+        browsers = [("chromium", lambda: Browser(log=os.path.join(work, "chromedriver.log")), 3600000)]
+        if not args.chromium_only:
+            browsers.append(("firefox", lambda: Firefox(log=os.path.join(work, "firefox.log")), 7200000))
+        for name, start, retention in browsers:
+            browser = start()
+            shots = os.path.join(args.screenshots, name)
+            r.check(name, "overview: numbers, chart and brokers equal the API's", test_overview, browser, stack, shots)
+            r.check(name, "topics: sizes as bars, equal the API's; links to the topic", test_topics, browser, stack, shots)
+            r.check(name, "topic: offsets, remote records, find a remote-only key, edit a config", test_topic,
+                    browser, stack, shots, key, found, retention)
+            r.check(name, "groups: lag chart equals the API's; reset offsets", test_groups, browser, stack, shots)
+            r.check(name, "brokers page and navigation", test_brokers, browser, stack, shots)
+            browser.quit()
+            browser = None
     finally:
         if browser:
             browser.quit()

@@ -56,8 +56,10 @@ pub struct FindReport {
     /// remote reads in that time, this lookup's and any other's).
     pub remote_gets: u64,
     pub bytes_read: u64,
-    /// More records matched than `limit`.
+    /// More records matched than `limit` (or than a page of bytes holds).
     pub truncated: bool,
+    /// Bytes of the records returned (keys, values, headers).
+    pub record_bytes: usize,
     /// Partitions this broker does not lead, so did not search.
     pub partitions_not_led: Vec<i32>,
 }
@@ -248,10 +250,13 @@ impl Broker {
                         && q.to_time.is_none_or(|t| r.timestamp <= t);
                     let wanted = r.offset >= piece.from && r.offset <= piece.to;
                     if wanted && in_time && r.key.as_deref() == Some(&q.key[..]) {
-                        if report.records.len() >= q.limit {
+                        if report.records.len() >= q.limit
+                            || report.record_bytes >= crate::service::MAX_BYTES_PER_READ
+                        {
                             report.truncated = true;
                             return Ok(());
                         }
+                        report.record_bytes += crate::service::record_bytes(&r);
                         report.records.push(FoundRecord {
                             partition: p.index,
                             record: r,

@@ -30,7 +30,8 @@ pub use admin::{
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
-pub use records::{MAX_RECORDS_PER_READ, ReadFrom, RecordsRead};
+pub(crate) use records::record_bytes;
+pub use records::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, ReadFrom, RecordsRead};
 
 use crate::error::Result;
 

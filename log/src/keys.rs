@@ -67,6 +67,15 @@ pub fn build_key_filter(seg: &SealedSegmentInfo) -> io::Result<KeyFilter> {
     while pos < seg.size_bytes {
         r.read_exact(&mut head)?;
         let h = BatchHeader::parse(&head).map_err(bad)?;
+        if pos + h.total_size() as u64 > seg.size_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: a batch at byte {pos} runs past the segment's end",
+                    seg.log_path.display()
+                ),
+            ));
+        }
         let mut batch = vec![0u8; h.total_size()];
         batch[..HEADER_LEN].copy_from_slice(&head);
         r.read_exact(&mut batch[HEADER_LEN..])?;

@@ -176,12 +176,22 @@ impl RemoteReader {
             })
             .await;
         let filter = match fetched {
-            Ok(entry) => Some(Arc::new(KeyFilter::decode(entry.value()).map_err(|e| {
-                ReadError::Corrupt {
+            Ok(entry) => {
+                let f = KeyFilter::decode(entry.value()).map_err(|e| ReadError::Corrupt {
                     object: object.clone(),
                     reason: e.to_string(),
+                })?;
+                if f.summary.log_bytes != seg.size_bytes as u64 {
+                    return Err(ReadError::Corrupt {
+                        object,
+                        reason: format!(
+                            "the filter describes {} bytes of log, the segment has {}",
+                            f.summary.log_bytes, seg.size_bytes
+                        ),
+                    });
                 }
-            })?)),
+                Some(Arc::new(f))
+            }
             Err(e) => match e.downcast_ref::<ReadError>() {
                 Some(ReadError::NotFound { .. }) => None,
                 Some(inner) => return Err(inner.clone()),

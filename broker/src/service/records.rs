@@ -29,6 +29,19 @@ pub struct RecordsRead {
 
 /// Most records one read returns.
 pub const MAX_RECORDS_PER_READ: usize = 1000;
+/// A read stops once its records' keys and values pass this many bytes (after the
+/// first record), so a page of large records stays a page.
+pub const MAX_BYTES_PER_READ: usize = 16 << 20;
+
+/// Bytes of a record's key, value and header values.
+pub(crate) fn record_bytes(r: &Record) -> usize {
+    r.key.as_ref().map_or(0, |k| k.len())
+        + r.value.as_ref().map_or(0, |v| v.len())
+        + r.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>()
+}
 
 impl Service {
     /// Up to `count` records of a partition from an offset or a time, local or remote.
@@ -73,7 +86,9 @@ impl Service {
         }
         let mut out = Vec::new();
         let mut offset = start;
-        while out.len() < count && offset < offsets.high_watermark {
+        let mut bytes_out = 0;
+        while out.len() < count && bytes_out < MAX_BYTES_PER_READ && offset < offsets.high_watermark
+        {
             let fetched = self.broker.read_one(&p, offset, 1 << 20, true).await?;
             if fetched.records.is_empty() {
                 break;
@@ -87,10 +102,11 @@ impl Service {
                         if r.offset < offset {
                             continue;
                         }
-                        if out.len() == count {
+                        if out.len() == count || bytes_out >= MAX_BYTES_PER_READ {
                             offset = r.offset;
                             break 'batches;
                         }
+                        bytes_out += record_bytes(&r);
                         out.push(r);
                     }
                 }

@@ -13,6 +13,8 @@ import subprocess
 import tempfile
 import time
 
+from webdriver import wait_for
+
 
 class BiDiError(Exception):
     pass
@@ -144,14 +146,7 @@ class Firefox:
         return _value(r["result"])
 
     def wait(self, script, timeout=20, what="a condition"):
-        deadline = time.time() + timeout
-        while True:
-            v = self.js(f"return ({script});")
-            if v:
-                return v
-            if time.time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: {script}")
-            time.sleep(0.1)
+        return wait_for(self, script, timeout, what)
 
     def _element(self, css):
         if not self.js("return !!document.querySelector(arguments[0]);", css):

@@ -17,6 +17,18 @@ class WebDriverError(Exception):
     pass
 
 
+def wait_for(browser, script, timeout=20, what="a condition"):
+    """Until the script (a JS expression) is truthy in the browser's page; its value."""
+    deadline = time.time() + timeout
+    while True:
+        v = browser.js(f"return ({script});")
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {script}")
+        time.sleep(0.1)
+
+
 class Browser:
     """A headless Chromium driven through chromedriver on a loopback port."""
 
@@ -84,15 +96,7 @@ class Browser:
         return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
 
     def wait(self, script, timeout=20, what="a condition"):
-        """Until the script (a JS expression) is truthy; returns its value."""
-        deadline = time.time() + timeout
-        while True:
-            v = self.js(f"return ({script});")
-            if v:
-                return v
-            if time.time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: {script}")
-            time.sleep(0.1)
+        return wait_for(self, script, timeout, what)
 
     def screenshot(self, path):
         os.makedirs(os.path.dirname(path), exist_ok=True)

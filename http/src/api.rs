@@ -345,26 +345,16 @@ async fn alter_configs(
     Ok(Json(topic_json(&s, &topic).await?["configs"].take()))
 }
 
-#[derive(Deserialize)]
-struct TieringQuery {
-    topic: Option<String>,
-}
-
 async fn tiering(
     State(s): State<AppState>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let q = TieringQuery {
-        topic: q.get("topic").cloned(),
-    };
-    if let Some(t) = &q.topic {
+    let topic = q.get("topic").map(String::as_str);
+    if let Some(t) = topic {
         // An unknown topic is a 404, not an empty list.
         s.service.describe_topic(&s.ctx(), t).await?;
     }
-    let r = s
-        .service
-        .tiering_status(&s.ctx(), q.topic.as_deref())
-        .await?;
+    let r = s.service.tiering_status(&s.ctx(), topic).await?;
     Ok(Json(json!({
         "partitions": r.partitions.iter().map(tier_json).collect::<Vec<_>>(),
         "remote_get_requests": r.remote_get_requests,

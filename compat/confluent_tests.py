@@ -241,3 +241,56 @@ def remote_replay(cluster):
     c.close()
     got = consume_all(cluster.bootstrap, topic, len(values), timeout=120)
     assert [m.value() for m in got] == values, f"{len(got)} of {len(values)} in order"
+
+
+def compacted(cluster):
+    """A compacted topic created through the Kafka admin API: a keyless record is
+    refused (INVALID_RECORD), tombstones delete their keys, and a consumer from the
+    beginning gets the latest value of each key after a cleaning."""
+    from confluent_kafka import KafkaError
+    from kcat_tests import wait_cleaned
+    topic = "ck-compacted"
+    create(cluster, topic, 1, config={"cleanup.policy": "compact", "segment.bytes": "4096",
+                                      "min.cleanable.dirty.ratio": "0.01",
+                                      "delete.retention.ms": "600000",
+                                      "remote.storage.enable": "false"})
+    a = admin(cluster)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(30)
+    assert configs["cleanup.policy"].value == "compact", configs["cleanup.policy"]
+    assert configs["delete.retention.ms"].value == "600000"
+    # A record without a key is refused.
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "retries": 0})
+    errors = []
+    p.produce(topic, value=b"no key", on_delivery=lambda err, _m: errors.append(err))
+    p.flush(30)
+    assert errors and errors[0] and errors[0].code() == KafkaError.INVALID_RECORD, errors
+    for rnd in range(20):
+        produce(cluster.bootstrap, topic, [(f"k{k}".encode(), f"{rnd}".encode())
+                                           for k in range(80)], acks="all")
+    produce(cluster.bootstrap, topic, [(f"k{k}".encode(), None) for k in range(10)],
+            acks="all")
+    produce(cluster.bootstrap, topic, [(b"filler", f"{i}".encode()) for i in range(300)],
+            acks="all")
+    wait_cleaned(cluster, topic)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"c-{uuid.uuid4()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.subscribe([topic])
+    latest, count, deadline = {}, 0, time.time() + 60
+    while time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                break
+            raise KafkaException(m.error())
+        latest[m.key()] = m.value()
+        count += 1
+    c.close()
+    want = {f"k{k}".encode(): b"19" for k in range(10, 80)}
+    want.update({f"k{k}".encode(): None for k in range(10)})
+    want[b"filler"] = b"299"
+    assert latest == want, {k: v for k, v in latest.items() if want.get(k) != v}
+    assert count < 80 * 20, f"{count} records read: nothing was compacted"

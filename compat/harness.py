@@ -24,6 +24,9 @@ def free_port():
 
 
 BROKER_TOML = """
+[log]
+cleaner_backoff_ms = 300
+
 [groups]
 initial_rebalance_delay_ms = 300
 min_session_timeout_ms = 1000

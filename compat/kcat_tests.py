@@ -94,3 +94,31 @@ def shared_group(cluster):
     parts_k = {line.split()[0] for line in out_k}
     parts_s = {line.split()[0] for line in out_s}
     assert not (parts_k & parts_s), f"a partition went to both: {parts_k} {parts_s}"
+
+
+def wait_cleaned(cluster, topic):
+    """Until the broker's cleaner has cleaned every partition of `topic` once."""
+    def cleaned():
+        d = json.loads(shale(cluster, "topic", "describe", topic, "-o", "json"))
+        return all((p.get("last_cleaned_ms") or -1) >= 0 for p in d["partitions"])
+    eventually(cleaned, timeout=60, what=f"a cleaning of {topic}")
+
+
+def compacted(cluster):
+    """A compacted topic: kcat produces 30 updates of 100 keys, and after a cleaning
+    reads each key once, with its latest value, from the beginning."""
+    topic = "kcat-compacted"
+    shale(cluster, "topic", "create", topic, "--config", "cleanup.policy=compact",
+          "--config", "segment.bytes=4096", "--config", "min.cleanable.dirty.ratio=0.01",
+          "--config", "remote.storage.enable=false")
+    for rnd in range(30):
+        lines = "".join(f"k{k}:{rnd}\n" for k in range(100)).encode()
+        kcat(cluster, "-P", "-t", topic, "-K", ":", "-X", "acks=all", input=lines)
+    wait_cleaned(cluster, topic)
+    got = kcat(cluster, "-C", "-t", topic, "-e", "-q", "-f", "%k %s %o\n").stdout.decode()
+    rows = [line.split() for line in got.splitlines()]
+    latest = {k: v for k, v, _ in rows}
+    assert latest == {f"k{k}": "29" for k in range(100)}, latest
+    assert len(rows) < 3000 // 2, f"{len(rows)} of 3000 records: nothing was compacted"
+    offsets = [int(o) for _, _, o in rows]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)

@@ -51,12 +51,15 @@ def main():
         r.check("kcat", "produce/consume none, gzip, snappy, lz4, zstd", kc.codecs, one)
         r.check("kcat", "keyed records on murmur2 partitions", kc.keyed, one)
         r.check("kcat", "one group with a `shale consume` member", kc.shared_group, one)
+        r.check("kcat", "a compacted topic read from the beginning", kc.compacted, one)
         r.check("confluent-kafka", "produce/consume every codec", ck.codecs, one)
         r.check("confluent-kafka", "keyed records on murmur2 partitions", ck.keyed, one)
         r.check("confluent-kafka", "2-member group rebalances when one leaves", ck.group_rebalance, one)
         r.check("confluent-kafka", "offsets for times", ck.offsets_for_times, one)
         r.check("confluent-kafka", "admin: create, configs, partitions, groups, delete", ck.admin_ops, one)
         r.check("confluent-kafka", "idempotent producer", ck.idempotent, one)
+        r.check("confluent-kafka", "compacted topic: keys required, tombstones, latest values",
+                ck.compacted, one)
         r.check("confluent-kafka", "DeleteRecords moves the low watermark", ck.delete_records, one)
         r.check("kafka-python 3", "DeleteRecords moves the low watermark",
                 script([sys.executable, kp_script, b, "delete_records"]))

@@ -1,4 +1,4 @@
-//! The broker's background work: retention, flushes, disk usage, uploads, metadata
+//! The broker's background work: retention, compaction (`cleaner`), flushes, disk usage, uploads, metadata
 //! refresh and the change feed, lease renewal, the controller, ISR shrinking, the
 //! group coordinator's ticks and replica fetchers; and shutdown.
 //!
@@ -52,6 +52,11 @@ impl Broker {
             "key filters",
             |b| async move { b.key_filter_pass(8).await },
         );
+        if log.cleaner_enable {
+            self.spawn_every(log.cleaner_backoff_ms, "log cleaner", |b| async move {
+                b.cleaner_pass().await
+            });
+        }
         self.spawn_every(log.flush_check_interval_ms, "flush", |b| async move {
             let parts: Vec<_> = b
                 .all_partitions()

@@ -59,6 +59,7 @@ pub struct Broker {
     /// append in between (for `log.local_disk_limit_bytes`).
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
     pub(crate) request_stats: crate::stats::RequestStats,
+    pub(crate) cleaner_stats: crate::cleaner::CleanerStats,
     pub(crate) topics: RwLock<HashMap<String, Arc<TopicState>>>,
     /// Registered brokers at the last refresh.
     pub(crate) brokers: RwLock<Vec<BrokerLease>>,
@@ -225,6 +226,10 @@ impl Broker {
             upload_permits,
             local_log_bytes: std::sync::atomic::AtomicU64::new(0),
             request_stats: crate::stats::RequestStats::default(),
+            cleaner_stats: crate::cleaner::CleanerStats {
+                last_pass_ms: std::sync::atomic::AtomicI64::new(-1),
+                ..Default::default()
+            },
             topics: RwLock::new(HashMap::new()),
             brokers: RwLock::new(Vec::new()),
             open_failures: std::sync::Mutex::new(HashMap::new()),

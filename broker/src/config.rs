@@ -35,6 +35,10 @@
 //! flush_check_interval_ms = 100          # Default: 100 ms.
 //! metadata_refresh_interval_ms = 2000    # Default: 2 s.
 //! shutdown_timeout_ms = 10000            # Default: 10 s.
+//! cleaner_enable = true                  # log.cleaner.enable. Default: true.
+//! cleaner_backoff_ms = 15000             # log.cleaner.backoff.ms. Default: 15 s.
+//! cleaner_dedupe_buffer_size = 134217728 # log.cleaner.dedupe.buffer.size. Default: 128 MiB.
+//! cleaner_io_max_bytes_per_second = 0    # log.cleaner.io.max.bytes.per.second. 0: no limit.
 //!
 //! [object_store]              # for s3:// URLs; unset keys come from AWS_* variables
 //! endpoint = "http://127.0.0.1:9000"
@@ -393,6 +397,11 @@ impl BrokerConfig {
                 log.retention_check_interval_ms,
             ),
             ("log.flush_check_interval_ms", log.flush_check_interval_ms),
+            ("log.cleaner_backoff_ms", log.cleaner_backoff_ms),
+            (
+                "log.cleaner_dedupe_buffer_size",
+                log.cleaner_dedupe_buffer_size / shale_log::MAP_ENTRY_BYTES,
+            ),
             (
                 "log.metadata_refresh_interval_ms",
                 log.metadata_refresh_interval_ms,

@@ -1,5 +1,5 @@
 //! The Shale broker's core: partition replicas (`partition`), the topic registry and
-//! background work (`broker`, `registry`, `background`), the cluster (`cluster`,
+//! background work (`broker`, `registry`, `background`, `cleaner`), the cluster (`cluster`,
 //! `controller`, `replication`), tiering glue (`tiering`), consumer groups (`groups`),
 //! and [`service::Service`], the one seam every front end calls. It knows no wire
 //! protocol: the gRPC and Kafka front ends and the `shale-broker` binary are crates of
@@ -7,6 +7,7 @@
 
 pub mod background;
 pub mod broker;
+pub mod cleaner;
 pub mod clock;
 pub mod cluster;
 pub mod config;

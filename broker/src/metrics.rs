@@ -81,6 +81,26 @@ pub async fn render(broker: &Broker) -> String {
             "Bytes fetched from the object store by reads.",
             fetched_remote,
         ),
+        (
+            "shale_cleaner_runs_total",
+            "Cleanings of compacted partitions.",
+            load(&broker.cleaner_stats().runs),
+        ),
+        (
+            "shale_cleaner_read_bytes_total",
+            "Bytes the log cleaner read.",
+            load(&broker.cleaner_stats().bytes_read),
+        ),
+        (
+            "shale_cleaner_written_bytes_total",
+            "Bytes of cleaned segments the log cleaner wrote.",
+            load(&broker.cleaner_stats().bytes_written),
+        ),
+        (
+            "shale_cleaner_removed_records_total",
+            "Records compaction removed (superseded, tombstones past delete.retention.ms, keyless).",
+            load(&broker.cleaner_stats().records_removed),
+        ),
     ] {
         let _ = writeln!(
             out,
@@ -173,6 +193,7 @@ pub async fn render(broker: &Broker) -> String {
         ),
     ];
     gauge_families(&mut out, &tier_gauges, &tier_rows);
+    cleaner_gauges(&mut out, &statuses);
     let offsets: Vec<_> = broker
         .topics_snapshot()
         .iter()
@@ -323,4 +344,41 @@ fn render_process(out: &mut String, broker: &Broker) {
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
         );
     }
+}
+
+/// The cleaner's standing on compacted partitions: dirty bytes per partition, the
+/// largest dirty ratio, and the cleaner's lag (how long the oldest dirty segment's
+/// newest record has waited).
+fn cleaner_gauges(out: &mut String, statuses: &[crate::tiering::TieringStatus]) {
+    let now = crate::clock::now_ms();
+    let compacted: Vec<_> = statuses
+        .iter()
+        .filter_map(|t| Some((t, t.cleaner?)))
+        .collect();
+    let rows: Vec<_> = compacted
+        .iter()
+        .map(|(t, c)| (t.topic.as_str(), t.partition, c))
+        .collect();
+    let gauges: [Gauge<shale_log::Cleanable>; 1] = [(
+        "shale_partition_dirty_bytes",
+        "Bytes of sealed segments of a compacted partition not cleaned yet.",
+        |c| c.dirty_bytes as i64,
+    )];
+    gauge_families(out, &gauges, &rows);
+    let max_ratio = compacted
+        .iter()
+        .map(|(_, c)| c.dirty_ratio())
+        .fold(0.0, f64::max);
+    let lag_s = compacted
+        .iter()
+        .filter(|(_, c)| c.dirty_bytes > 0 && c.oldest_dirty_timestamp >= 0)
+        .map(|(_, c)| (now - c.oldest_dirty_timestamp).max(0) as f64 / 1000.0)
+        .fold(0.0, f64::max);
+    let _ = writeln!(
+        out,
+        "# HELP shale_cleaner_max_dirty_ratio Largest dirty ratio of a compacted partition.\n\
+         # TYPE shale_cleaner_max_dirty_ratio gauge\nshale_cleaner_max_dirty_ratio {max_ratio}\n\
+         # HELP shale_cleaner_lag_seconds Age of the newest record of the oldest dirty segment of a compacted partition.\n\
+         # TYPE shale_cleaner_lag_seconds gauge\nshale_cleaner_lag_seconds {lag_s}"
+    );
 }

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::topic_config::{CompressionType, TimestampType, TopicConfig};
 use shale_log::{FileCache, PartitionLog, RetentionOutcome, SealedSegmentInfo, TierBounds};
 
+mod clean;
 mod follower;
 mod leader;
 mod read;
@@ -326,6 +327,9 @@ impl Partition {
     pub fn append(&self, records: &[u8], min_isr: Option<usize>, now_ms: i64) -> Result<Appended> {
         let config = self.config();
         let mut headers = validate_batches(records, config.max_message_bytes)?;
+        if config.cleanup_policy.compacts() {
+            require_keys(records, &headers)?;
+        }
         let mut buf = match config.compression_type {
             CompressionType::Codec(codec)
                 if headers.iter().any(|h| h.compression().ok() != Some(codec)) =>
@@ -542,6 +546,20 @@ fn recompress_batches(
 /// Checks every batch a producer sent: framing, size limit, CRC, format. Returns the
 /// headers in order.
 fn validate_batches(records: &[u8], max_message_bytes: i64) -> Result<Vec<BatchHeader>> {
+    check_batches(records, max_message_bytes, BatchHeader::validate)
+}
+
+/// Checks the batches a leader sent a follower: as a produce, except that a batch a
+/// cleaning rewrote may hold fewer records than its offset span, or none.
+pub(super) fn validate_replicated_batches(records: &[u8]) -> Result<Vec<BatchHeader>> {
+    check_batches(records, i64::MAX, BatchHeader::validate_stored)
+}
+
+fn check_batches(
+    records: &[u8],
+    max_message_bytes: i64,
+    validate: fn(&BatchHeader, &[u8]) -> std::result::Result<(), batch::BatchError>,
+) -> Result<Vec<BatchHeader>> {
     if records.is_empty() {
         return Err(Error::InvalidRecord(
             "the request holds no record batch".into(),
@@ -564,7 +582,7 @@ fn validate_batches(records: &[u8], max_message_bytes: i64) -> Result<Vec<BatchH
                 max: max_message_bytes,
             });
         }
-        h.validate(&rest[..h.total_size()])?;
+        validate(&h, &rest[..h.total_size()])?;
         if h.is_control() {
             return Err(Error::InvalidRecord(
                 "control batches cannot be produced".into(),
@@ -574,6 +592,28 @@ fn validate_batches(records: &[u8], max_message_bytes: i64) -> Result<Vec<BatchH
         pos += h.total_size();
     }
     Ok(headers)
+}
+
+/// A compacted topic keeps the latest record of each key: a record without one is
+/// refused (INVALID_RECORD, as Kafka does).
+fn require_keys(records: &[u8], headers: &[BatchHeader]) -> Result<()> {
+    let mut pos = 0;
+    for h in headers {
+        let mut keyless = None;
+        shale_records::compact::for_each_record(&records[pos..pos + h.total_size()], |r| {
+            if r.key.is_none() && keyless.is_none() {
+                keyless = Some(r.offset - h.base_offset);
+            }
+        })?;
+        if let Some(at) = keyless {
+            return Err(Error::InvalidRecord(format!(
+                "record {at} of a batch has no key: a compacted topic (cleanup.policy=compact) \
+                 needs a key on every record"
+            )));
+        }
+        pos += h.total_size();
+    }
+    Ok(())
 }
 
 fn write_metadata(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {

@@ -47,6 +47,8 @@ pub struct TieringStatus {
     pub upload_lag_bytes: u64,
     pub remote_segments: u64,
     pub remote_bytes: u64,
+    /// Where the cleaner stands (compacted topics).
+    pub cleaner: Option<shale_log::Cleanable>,
 }
 
 fn partition_ref(p: &Partition) -> PartitionRef {
@@ -341,20 +343,20 @@ impl Broker {
     /// segment holding only records below the offset records were deleted below.
     pub(crate) async fn remote_retention(&self, p: &Partition, now: i64) -> Result<()> {
         let _tier = p.tier_lock.lock().await;
-        let config = p.config();
+        let (retention_ms, retention_bytes) = p.config().total_retention();
         let state = p.remote_state();
         let deleted_below = p.deleted_below();
         if !state.loaded
             || state.segments.is_empty()
-            || (config.retention_ms < 0 && config.retention_bytes < 0 && deleted_below == 0)
+            || (retention_ms < 0 && retention_bytes < 0 && deleted_below == 0)
         {
             return Ok(());
         }
         let mut total = state.bytes() + p.bytes_after(state.end_offset);
         for (i, seg) in state.segments.iter().enumerate() {
-            let by_time = config.retention_ms >= 0 && seg.max_timestamp < now - config.retention_ms;
-            let by_size = config.retention_bytes >= 0
-                && total.saturating_sub(seg.size_bytes as u64) >= config.retention_bytes as u64;
+            let by_time = retention_ms >= 0 && seg.max_timestamp < now - retention_ms;
+            let by_size = retention_bytes >= 0
+                && total.saturating_sub(seg.size_bytes as u64) >= retention_bytes as u64;
             let deleted = seg.end_offset < deleted_below;
             if !(by_time || by_size || deleted) {
                 break;
@@ -513,6 +515,11 @@ impl Broker {
                     upload_lag_bytes: pending.iter().map(|s| s.size_bytes).sum(),
                     remote_segments: remote.segments.len() as u64,
                     remote_bytes: remote.bytes(),
+                    cleaner: t
+                        .config
+                        .cleanup_policy
+                        .compacts()
+                        .then(|| p.cleanable(crate::clock::now_ms())),
                 });
             }
         }

@@ -51,11 +51,55 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+/// `cleanup.policy`: what removes old records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupPolicy {
+    /// Retention by time and size.
+    Delete,
+    /// Compaction: the latest record of each key stays.
+    Compact,
+    /// Both: compaction, and retention of what it keeps.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    pub fn compacts(self) -> bool {
+        matches!(self, Self::Compact | Self::CompactDelete)
+    }
+
+    pub fn deletes(self) -> bool {
+        matches!(self, Self::Delete | Self::CompactDelete)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Delete => "delete",
+            Self::Compact => "compact",
+            Self::CompactDelete => "compact,delete",
+        }
+    }
+}
+
+/// `min.cleanable.dirty.ratio`, a fraction in [0, 1] (compared by its bits, so the
+/// config stays `Eq`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ratio(pub f64);
+
+impl Eq for Ratio {}
+
 /// Effective configuration of one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicConfig {
-    /// Only `delete` is supported (compaction is not).
-    pub cleanup_policy: String,
+    pub cleanup_policy: CleanupPolicy,
+    /// How long a tombstone stays once a cleaning has kept it.
+    pub delete_retention_ms: i64,
+    /// A partition is cleaned once dirty bytes make up this share of its log.
+    pub min_cleanable_dirty_ratio: Ratio,
+    /// Records newer than this are not compacted.
+    pub min_compaction_lag_ms: i64,
+    /// A record is compacted at the latest this long after it was written, whatever
+    /// the dirty ratio.
+    pub max_compaction_lag_ms: i64,
     pub retention_ms: i64,
     pub retention_bytes: i64,
     /// -2: same as `retention.ms`. Applies once segments are tiered.
@@ -80,7 +124,11 @@ pub struct TopicConfig {
 impl Default for TopicConfig {
     fn default() -> Self {
         Self {
-            cleanup_policy: "delete".to_string(),
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: Ratio(0.5),
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
             retention_ms: 604_800_000,
             retention_bytes: -1,
             local_retention_ms: -2,
@@ -106,14 +154,18 @@ impl Default for TopicConfig {
 pub const KEYS: &[&str] = &[
     "cleanup.policy",
     "compression.type",
+    "delete.retention.ms",
     "flush.messages",
     "flush.ms",
     "index.interval.bytes",
     "local.retention.bytes",
     "local.retention.ms",
+    "max.compaction.lag.ms",
     "max.message.bytes",
     "message.format.version",
     "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
     "min.insync.replicas",
     "remote.storage.enable",
     "retention.bytes",
@@ -165,14 +217,41 @@ impl TopicConfig {
         const MAX: i64 = i64::MAX;
         match key {
             "cleanup.policy" => {
-                if value.trim() != "delete" {
-                    return Err(ConfigError {
-                        key: key.into(),
-                        value: value.into(),
-                        reason: "only 'delete' is supported".into(),
-                    });
-                }
-                self.cleanup_policy = "delete".into();
+                let mut parts: Vec<&str> = value
+                    .trim()
+                    .trim_matches(['[', ']'])
+                    .split(',')
+                    .map(str::trim)
+                    .collect();
+                parts.sort_unstable();
+                parts.dedup();
+                self.cleanup_policy = match parts[..] {
+                    ["delete"] => CleanupPolicy::Delete,
+                    ["compact"] => CleanupPolicy::Compact,
+                    ["compact", "delete"] => CleanupPolicy::CompactDelete,
+                    _ => {
+                        return Err(ConfigError {
+                            key: key.into(),
+                            value: value.into(),
+                            reason: "must be delete, compact or compact,delete".into(),
+                        });
+                    }
+                };
+            }
+            "delete.retention.ms" => self.delete_retention_ms = long(key, value, 0, MAX)?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = long(key, value, 0, MAX)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = long(key, value, 1, MAX)?,
+            "min.cleanable.dirty.ratio" => {
+                let ratio = value
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (0.0..=1.0).contains(r));
+                self.min_cleanable_dirty_ratio = Ratio(ratio.ok_or_else(|| ConfigError {
+                    key: key.into(),
+                    value: value.into(),
+                    reason: "must be a number between 0 and 1".into(),
+                })?);
             }
             "retention.ms" => self.retention_ms = long(key, value, -1, MAX)?,
             "retention.bytes" => self.retention_bytes = long(key, value, -1, MAX)?,
@@ -276,7 +355,11 @@ impl TopicConfig {
     /// The value of a key as a string (for describe).
     pub fn get(&self, key: &str) -> Option<String> {
         Some(match key {
-            "cleanup.policy" => self.cleanup_policy.clone(),
+            "cleanup.policy" => self.cleanup_policy.as_str().into(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.0.to_string(),
             "retention.ms" => self.retention_ms.to_string(),
             "retention.bytes" => self.retention_bytes.to_string(),
             "local.retention.ms" => self.local_retention_ms.to_string(),
@@ -337,9 +420,20 @@ impl TopicConfig {
             .collect()
     }
 
+    /// Total retention by time and by size: none under `cleanup.policy=compact`
+    /// (compaction alone decides what goes).
+    pub fn total_retention(&self) -> (i64, i64) {
+        if self.cleanup_policy.deletes() {
+            (self.retention_ms, self.retention_bytes)
+        } else {
+            (-1, -1)
+        }
+    }
+
     /// What the partition log obeys. A tiered topic's local log keeps
     /// `local.retention.*` (-2: the same as the total), the object store the rest.
     pub fn log_config(&self) -> LogConfig {
+        let (retention_ms, retention_bytes) = self.total_retention();
         let local = |local: i64, total: i64| {
             if self.remote_storage_enable && local != -2 {
                 local
@@ -351,8 +445,8 @@ impl TopicConfig {
             segment_bytes: self.segment_bytes as u64,
             segment_ms: self.segment_ms,
             index_interval_bytes: self.index_interval_bytes as u64,
-            retention_ms: local(self.local_retention_ms, self.retention_ms),
-            retention_bytes: local(self.local_retention_bytes, self.retention_bytes),
+            retention_ms: local(self.local_retention_ms, retention_ms),
+            retention_bytes: local(self.local_retention_bytes, retention_bytes),
             flush_messages: self.flush_messages as u64,
             flush_ms: self.flush_ms,
         }
@@ -382,7 +476,9 @@ mod tests {
             ("retention.ms", "-5"),
             ("segment.bytes", "10"),
             ("message.timestamp.type", "Now"),
-            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "compact,nothing"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("delete.retention.ms", "-1"),
             ("remote.storage.enable", "yes"),
             ("compression.type", "brotli"),
             ("message.format.version", "latest"),
@@ -393,6 +489,28 @@ mod tests {
             assert!(e.to_string().contains(k));
         }
         assert_eq!(c, TopicConfig::default(), "failed sets change nothing");
+    }
+
+    #[test]
+    fn cleanup_policies_parse_in_any_order_and_compact_alone_turns_off_retention() {
+        let mut c = TopicConfig::default();
+        for (v, want) in [
+            ("compact", CleanupPolicy::Compact),
+            ("delete, compact", CleanupPolicy::CompactDelete),
+            ("[compact,delete]", CleanupPolicy::CompactDelete),
+            ("delete", CleanupPolicy::Delete),
+        ] {
+            c.set("cleanup.policy", v).unwrap();
+            assert_eq!(c.cleanup_policy, want, "{v}");
+        }
+        c.set("cleanup.policy", "compact").unwrap();
+        c.set("retention.ms", "1000").unwrap();
+        c.remote_storage_enable = false;
+        assert_eq!(c.log_config().retention_ms, -1);
+        c.set("cleanup.policy", "compact,delete").unwrap();
+        assert_eq!(c.log_config().retention_ms, 1000);
+        c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
+        assert_eq!(c.get("min.cleanable.dirty.ratio").unwrap(), "0.25");
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct PartitionDescription {
     pub isr: Vec<i32>,
     /// This broker's replica's offsets; `None` if it holds no replica.
     pub offsets: Option<PartitionOffsets>,
+    /// Where this broker's replica's cleaner stands (compacted topics).
+    pub cleaner: Option<shale_log::Cleanable>,
 }
 
 #[derive(Debug, Clone)]
@@ -414,6 +416,12 @@ impl Broker {
                     .partitions
                     .get(s.partition as usize)
                     .and_then(|p| p.as_ref().map(|p| p.offsets())),
+                cleaner: state
+                    .partitions
+                    .get(s.partition as usize)
+                    .and_then(|p| p.as_ref())
+                    .filter(|_| state.config.cleanup_policy.compacts())
+                    .map(|p| p.cleanable(crate::clock::now_ms())),
             })
             .collect();
         Ok(TopicDescription {

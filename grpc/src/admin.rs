@@ -105,6 +105,9 @@ impl Admin for Front {
                     log_end_offset: o.map_or(-1, |o| o.log_end_offset),
                     size_bytes: o.map_or(-1, |o| o.size_bytes as i64),
                     segments: o.map_or(-1, |o| o.segments as i32),
+                    cleanable_ratio: p.cleaner.map_or(0.0, |c| c.dirty_ratio()),
+                    dirty_bytes: p.cleaner.map_or(-1, |c| c.dirty_bytes as i64),
+                    last_cleaned_ms: p.cleaner.map_or(-1, |c| c.last_clean_ms),
                 }
             })
             .collect();
@@ -188,6 +191,9 @@ impl Admin for Front {
                 upload_lag_bytes: t.upload_lag_bytes as i64,
                 remote_segments: t.remote_segments as i64,
                 remote_bytes: t.remote_bytes as i64,
+                cleanable_ratio: t.cleaner.map_or(0.0, |c| c.dirty_ratio()),
+                dirty_bytes: t.cleaner.map_or(-1, |c| c.dirty_bytes as i64),
+                last_cleaned_ms: t.cleaner.map_or(-1, |c| c.last_clean_ms),
             })
             .collect();
         Ok(Response::new(TieringStatusResponse {

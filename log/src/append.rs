@@ -51,7 +51,8 @@ impl PartitionLog {
     }
 
     /// Appends batches copied from the leader, which carry their offsets and epochs.
-    /// The first must start at the log end and each follow the previous one.
+    /// Each must start at or after the end of what precedes it: after, where the
+    /// leader's cleaner removed the offsets between (a compacted topic).
     pub fn append_replicated(
         &mut self,
         records: &[u8],
@@ -60,7 +61,7 @@ impl PartitionLog {
     ) -> Result<AppendInfo, LogError> {
         let mut next = self.log_end_offset();
         for h in headers {
-            if h.base_offset != next {
+            if h.base_offset < next {
                 return Err(LogError::OutOfSequence {
                     expected: next,
                     found: h.base_offset,
@@ -153,7 +154,11 @@ impl PartitionLog {
                 (start, run_start, run_bytes) = (end, i, 0);
             }
             if roll && !self.active().is_empty() {
-                self.roll(headers[i].base_offset, now_ms)?;
+                // At the log end, not at the batch: where a cleaning on the leader left
+                // a gap before it, the gap opens the new segment, and every sealed
+                // segment ends at its last batch (a read in a gap finds the next one).
+                let next = self.log_end_offset();
+                self.roll(next, now_ms)?;
             }
             run_bytes += size;
         }

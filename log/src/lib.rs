@@ -14,6 +14,7 @@
 //! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
 
 mod append;
+mod clean;
 mod divergence;
 mod epochs;
 pub mod files;
@@ -31,6 +32,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use clean::{
+    CleanJob, CleanStats, Cleanable, CleanerCheckpoint, CleanerSettings, MAP_ENTRY_BYTES,
+    StagedClean,
+};
 use epochs::EpochCache;
 pub use epochs::EpochEntry;
 pub use files::FileCache;
@@ -126,9 +131,12 @@ pub struct PartitionLog {
     deleted_below: i64,
     unflushed_messages: u64,
     last_flush_ms: i64,
-    /// Raised by every truncation or reset: a key filter built from a sealed segment
-    /// read before one may describe bytes that are gone (see `keys`).
+    /// Raised by every truncation, reset and cleaning: a key filter built from a
+    /// sealed segment read before one may describe bytes that are gone (see `keys`),
+    /// and a cleaning prepared before one is dropped.
     rewrites: u64,
+    /// Where the cleaner stands (compacted topics).
+    cleaner: CleanerCheckpoint,
 }
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir` and recovers it.
@@ -139,6 +147,7 @@ impl PartitionLog {
         files: Arc<FileCache>,
     ) -> Result<Self, LogError> {
         std::fs::create_dir_all(dir)?;
+        clean::recover_cleaning(dir, &files)?;
         let mut bases = Vec::new();
         let mut filters = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -220,6 +229,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             rewrites: 0,
+            cleaner: CleanerCheckpoint::load(dir),
         };
         log.rebuild_producers()?;
         Ok(log)

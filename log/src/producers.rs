@@ -85,8 +85,9 @@ pub enum SequenceCheck {
 }
 
 fn last_seq(h: &BatchHeader) -> i32 {
-    // Sequences wrap at i32::MAX, as in Kafka.
-    let n = i64::from(h.base_sequence) + i64::from(h.record_count.max(1)) - 1;
+    // Sequences wrap at i32::MAX, as in Kafka. The span is the batch's offset span: a
+    // cleaned batch keeps it while holding fewer records.
+    let n = i64::from(h.base_sequence) + i64::from(h.last_offset_delta.max(0));
     (n % (i64::from(i32::MAX) + 1)) as i32
 }
 
@@ -110,6 +111,15 @@ impl ProducerStates {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// The last offset of every batch the state remembers (what a cleaning keeps, so
+    /// that the state reads the same from a cleaned log).
+    pub fn batch_last_offsets(&self) -> std::collections::HashSet<i64> {
+        self.producers
+            .values()
+            .flat_map(|e| e.batches.iter().map(|b| b.last_offset))
+            .collect()
     }
 
     /// Checks a producer's batches (as sent, in order) against the state. Nothing

@@ -29,10 +29,12 @@ impl PartitionLog {
             .expect("offset >= log start");
         // Older than the active segment and the newest sealed one: a catch-up read.
         let cold = self.segments.range(base..).nth(2).is_some();
+        let (start, start_offset) = seg.lookup_entry(offset);
         Ok(ReadPlan {
             file: seg.file()?,
             path: crate::segment::segment_path(&self.dir, base, crate::segment::LOG_SUFFIX),
-            start: seg.lookup_position(offset),
+            start,
+            start_offset,
             end: seg.size(),
             offset,
             max_offset: max_offset.min(log_end),
@@ -74,6 +76,8 @@ pub struct ReadPlan {
     path: std::path::PathBuf,
     /// Where the offset index says to start looking.
     start: u64,
+    /// The base offset of the batch the index entry names at `start`.
+    start_offset: i64,
     /// Segment size when planned: bytes past it may be half written.
     end: u64,
     offset: i64,
@@ -96,8 +100,17 @@ impl ReadPlan {
             return Ok(Bytes::new());
         }
         let mut reader = ChunkReader::new(&self.file, self.end, SEEK_CHUNK);
+        // The batch found may start past `offset` where a cleaning removed the offsets
+        // between; it is where the index led unless the index names another batch.
         let found = match reader.seek_offset(self.start, self.offset) {
-            Ok(Some(b)) if b.header.base_offset <= self.offset || self.start == 0 => Some(b),
+            Ok(Some(b))
+                if b.header.base_offset <= self.offset
+                    || self.start == 0
+                    || b.position > self.start
+                    || b.header.base_offset == self.start_offset =>
+            {
+                Some(b)
+            }
             Ok(None) if self.start == 0 => None,
             // The index pointed past the batch, or at no batch: scan from the start.
             _ => {
@@ -134,7 +147,7 @@ impl ReadPlan {
             if h.last_offset() >= self.max_offset {
                 break;
             }
-            if let Err(e) = h.validate(&buf[range.clone()]) {
+            if let Err(e) = h.validate_stored(&buf[range.clone()]) {
                 // Batches before the damaged one are good; a read at the damaged one
                 // is an error, unless the index led here (a damaged index can point at
                 // bytes that merely parse): then the segment is read from its start.

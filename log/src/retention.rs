@@ -182,8 +182,9 @@ pub fn export_segment_tail(
     let mut pos = 0;
     let start = loop {
         match reader.next_batch(pos, false) {
-            Some(Ok(h)) if h.base_offset == from => break pos,
-            Some(Ok(h)) if h.base_offset < from => pos += h.total_size() as u64,
+            // At or after: a cleaning may have removed the offsets from `from` on.
+            Some(Ok(h)) if h.base_offset >= from => break pos,
+            Some(Ok(h)) if h.last_offset() < from => pos += h.total_size() as u64,
             _ => {
                 return Err(LogError::Io(io::Error::other(format!(
                     "no batch starts at offset {from} in {}",

@@ -63,7 +63,42 @@ impl Segment {
     pub fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
         // A filter left by an earlier segment at this base describes other bytes.
         crate::keys::remove_key_filter(dir, base_offset)?;
-        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        Self::create_with(dir, base_offset, files, "")
+    }
+
+    /// Creates the files of a segment a cleaning writes, under staged names
+    /// (`{base}.log.cleaned`, …): written, sealed and renamed into place by the cleaner.
+    pub fn create_staged(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
+        let staged = format!(".{}", crate::clean::STAGED_SUFFIX);
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            // Leftovers of a cleaning that failed before its swap.
+            match std::fs::remove_file(segment_path(dir, base_offset, &format!("{suffix}{staged}")))
+            {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Self::create_with(dir, base_offset, files, &staged)
+    }
+
+    /// The staged files' paths: log, offset index, time index.
+    pub fn staged_paths(dir: &Path, base_offset: i64) -> [(PathBuf, PathBuf); 3] {
+        let staged = format!(".{}", crate::clean::STAGED_SUFFIX);
+        [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|suffix| {
+            (
+                segment_path(dir, base_offset, &format!("{suffix}{staged}")),
+                segment_path(dir, base_offset, suffix),
+            )
+        })
+    }
+
+    fn create_with(
+        dir: &Path,
+        base_offset: i64,
+        files: &Arc<FileCache>,
+        staged: &str,
+    ) -> io::Result<Self> {
+        let path = segment_path(dir, base_offset, &format!("{LOG_SUFFIX}{staged}"));
         files.create(&path)?;
         Ok(Self {
             base_offset,
@@ -74,12 +109,26 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: -1,
             rolling_timestamp: None,
-            index: IndexFile::create(&segment_path(dir, base_offset, INDEX_SUFFIX))?,
-            time_index: IndexFile::create(&segment_path(dir, base_offset, TIME_INDEX_SUFFIX))?,
+            index: IndexFile::create(&segment_path(
+                dir,
+                base_offset,
+                &format!("{INDEX_SUFFIX}{staged}"),
+            ))?,
+            time_index: IndexFile::create(&segment_path(
+                dir,
+                base_offset,
+                &format!("{TIME_INDEX_SUFFIX}{staged}"),
+            ))?,
             bytes_since_index_entry: 0,
             time_indexed_max: -1,
             recovered_epochs: None,
         })
+    }
+
+    /// Forgets the cached handle of this segment's log file (its files are renamed
+    /// or deleted by the caller).
+    pub fn forget_file(&self) {
+        self.files.forget(&self.path);
     }
 
     /// Opens an existing segment. `next_offset` is known for a sealed segment (the next
@@ -151,9 +200,12 @@ impl Segment {
             recovered_epochs: Some(Vec::new()),
         };
         seg.recover(index_interval, next_offset.is_none())?;
-        if next_offset.is_some() {
-            // A sealed segment's rebuilt indexes end as seal left them, durably.
+        if let Some(next) = next_offset {
+            // A sealed segment's rebuilt indexes end as seal left them, durably. It
+            // covers the offsets up to the next segment's base, whether or not its last
+            // batch reaches it (a cleaning may have removed the offsets between).
             seg.seal()?;
+            seg.next_offset = seg.next_offset.max(next);
         }
         Ok(seg)
     }
@@ -172,10 +224,11 @@ impl Segment {
                     break;
                 }
             };
+            // Offsets only grow; a cleaned (compacted) segment has gaps between batches.
             let in_sequence = if pos == 0 {
                 h.base_offset >= self.base_offset
             } else {
-                h.base_offset == self.next_offset
+                h.base_offset >= self.next_offset
             };
             if !in_sequence || h.last_offset() - self.base_offset > i64::from(u32::MAX) {
                 tracing::warn!(
@@ -300,12 +353,23 @@ impl Segment {
 
     /// File position from which to scan for `offset`: the last indexed batch at or before it.
     pub fn lookup_position(&self, offset: i64) -> u64 {
+        self.lookup_entry(offset).0
+    }
+
+    /// The last indexed batch at or before `offset`: its position and base offset
+    /// (0 and the segment's base when none is).
+    pub fn lookup_entry(&self, offset: i64) -> (u64, i64) {
         let rel = offset
             .saturating_sub(self.base_offset)
             .clamp(0, i64::from(u32::MAX)) as u32;
         self.index
             .floor(|e| e.relative_offset <= rel)
-            .map_or(0, |e| u64::from(e.position))
+            .map_or((0, self.base_offset), |e| {
+                (
+                    u64::from(e.position),
+                    self.base_offset + i64::from(e.relative_offset),
+                )
+            })
     }
 
     /// File position from which to scan for the first batch whose timestamps reach `ts`.
@@ -445,7 +509,7 @@ impl<'a> ChunkReader<'a> {
             if let Err(e) = self.fill(pos, header.total_size()).map_err(io_err) {
                 return Some(Err(e));
             }
-            if let Err(e) = header.validate(self.slice(pos, header.total_size())) {
+            if let Err(e) = header.validate_stored(self.slice(pos, header.total_size())) {
                 return Some(Err(e));
             }
         }

@@ -28,6 +28,10 @@ const MAX_TIMESTAMP_OFFSET: usize = 35;
 pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 1 << 3;
 const COMPRESSION_MASK: i16 = 0x07;
 const CONTROL_BIT: i16 = 1 << 5;
+/// Attribute bit of a batch the log cleaner has rewritten keeping tombstones: its base
+/// timestamp is then the delete horizon (the time after which the cleaner may drop
+/// them), and its records' timestamp deltas are relative to that.
+pub const DELETE_HORIZON_BIT: i16 = 1 << 6;
 
 /// Why a byte range is not a valid batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -186,10 +190,30 @@ impl BatchHeader {
         self.attributes & CONTROL_BIT != 0
     }
 
-    /// Full check of a batch that a producer sent or that recovery reads back:
-    /// `batch` must be exactly this header's batch. Verifies the CRC, the codec and
-    /// that the record count agrees with the offset span.
-    pub fn validate(&self, batch: &[u8]) -> Result<(), BatchError> {
+    /// The delete horizon a cleaning wrote into the batch (see [`DELETE_HORIZON_BIT`]).
+    pub fn delete_horizon(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_BIT != 0).then_some(self.base_timestamp)
+    }
+
+    /// Check of a batch read back from a log: like [`BatchHeader::validate`], except
+    /// that a cleaned (compacted) batch may hold fewer records than its offset span,
+    /// none at all when it is kept only for its producer's state.
+    pub fn validate_stored(&self, batch: &[u8]) -> Result<(), BatchError> {
+        self.check_crc(batch)?;
+        if self.last_offset_delta < 0 {
+            return Err(BatchError::Invalid("negative last offset delta"));
+        }
+        if self.record_count < 0
+            || i64::from(self.record_count) > i64::from(self.last_offset_delta) + 1
+        {
+            return Err(BatchError::Invalid(
+                "record count does not fit the batch's offset span",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_crc(&self, batch: &[u8]) -> Result<(), BatchError> {
         if batch.len() != self.total_size() {
             return Err(BatchError::Truncated {
                 needed: self.total_size(),
@@ -204,6 +228,14 @@ impl BatchHeader {
             });
         }
         self.compression()?;
+        Ok(())
+    }
+
+    /// Full check of a batch that a producer sent or that recovery reads back:
+    /// `batch` must be exactly this header's batch. Verifies the CRC, the codec and
+    /// that the record count agrees with the offset span.
+    pub fn validate(&self, batch: &[u8]) -> Result<(), BatchError> {
+        self.check_crc(batch)?;
         if self.last_offset_delta < 0 {
             return Err(BatchError::Invalid("negative last offset delta"));
         }

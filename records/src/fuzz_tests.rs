@@ -3,7 +3,8 @@
 //! section (before compression, so the damage survives decompression and reaches the
 //! record decoder), with length and CRC made right again so the mutation gets past the
 //! checks that would otherwise stop it at the door. Every decoder must answer or
-//! refuse, never panic; what validates must decode. `PROPTEST_CASES` raises the count
+//! refuse, never panic; what validates must decode, and cleans (log compaction) into
+//! a subset of its records. `PROPTEST_CASES` raises the count
 //! (infra/fuzz.sh runs it for longer).
 
 use bytes::Bytes;
@@ -91,6 +92,28 @@ fn decode_all(batch: &[u8]) -> Result<(), TestCaseError> {
     let _ = first_at_or_after(&bytes, 1_700_000_050_000);
     for item in BatchIter::new(batch).flatten() {
         let _ = item.0.validate(&batch[item.1]);
+    }
+    // The cleaner's decoders: a damaged batch is refused, never a panic; a good one
+    // cleans into a batch that holds a subset of its records, unchanged.
+    let _ = crate::compact::for_each_record(batch, |_| {});
+    let how = crate::compact::CleanBatch {
+        now_ms: 1_700_000_050_000,
+        delete_retention_ms: 1_000,
+        keep_empty: batch.len().is_multiple_of(2),
+        protect_from: i64::MAX,
+    };
+    let cleaned = crate::compact::clean_batch(batch, how, |r| r.offset % 2 == 0);
+    if valid
+        && let (Ok(records), Ok(crate::compact::Cleaned::Rewritten(out))) = (&decoded, &cleaned)
+    {
+        let h = BatchHeader::parse(out).unwrap();
+        prop_assert!(h.validate_stored(out).is_ok());
+        for r in decode_records(&Bytes::copy_from_slice(out)).unwrap() {
+            prop_assert!(
+                records.contains(&r),
+                "a cleaned record differs from the original"
+            );
+        }
     }
     if valid && let Ok(records) = &decoded {
         for codec in CODECS {

@@ -32,7 +32,7 @@ impl Record {
     }
 }
 
-fn put_varlong(buf: &mut BytesMut, v: i64) {
+pub(crate) fn put_varlong(buf: &mut BytesMut, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         buf.put_u8((z as u8) | 0x80);
@@ -148,13 +148,13 @@ impl BatchBuilder {
     }
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn varlong(&mut self) -> Result<i64, BatchError> {
+    pub(crate) fn varlong(&mut self) -> Result<i64, BatchError> {
         let mut z: u64 = 0;
         for shift in (0..70).step_by(7) {
             let b = *self
@@ -171,7 +171,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-prefixed field, as a range of `buf` (`None` for a null field).
-    fn bytes(&mut self) -> Result<Option<std::ops::Range<usize>>, BatchError> {
+    pub(crate) fn bytes(&mut self) -> Result<Option<std::ops::Range<usize>>, BatchError> {
         let len = self.varlong()?;
         if len < 0 {
             return Ok(None);
@@ -186,7 +186,7 @@ impl<'a> Reader<'a> {
         Ok(Some(range))
     }
 
-    fn i8(&mut self) -> Result<i8, BatchError> {
+    pub(crate) fn i8(&mut self) -> Result<i8, BatchError> {
         let b = *self
             .buf
             .get(self.pos)

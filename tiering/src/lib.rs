@@ -3,7 +3,7 @@
 //! through a cache ([`reader`]).
 
 pub mod credentials;
-pub mod failpoint;
+pub use shale_records::failpoint;
 pub mod layout;
 pub mod reader;
 pub mod store;

@@ -393,7 +393,7 @@ impl RemoteReader {
                 object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
                 reason: e.to_string(),
             })?;
-            h.validate(&buf[range.clone()]).map_err(|e| {
+            h.validate_stored(&buf[range.clone()]).map_err(|e| {
                 let object = SegmentKey::of(seg).path(ObjectKind::Log).to_string();
                 tracing::error!(object = %object, offset = h.base_offset, error = %e, "corrupt batch in remote segment");
                 ReadError::Corrupt { object, reason: format!("batch at offset {}: {e}", h.base_offset) }

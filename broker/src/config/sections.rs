@@ -24,6 +24,18 @@ pub struct LogSection {
     /// is closed first (and reopened when needed). Default: 0 = half the open-files
     /// limit (`RLIMIT_NOFILE`, which the broker raises to its hard limit at start).
     pub max_open_segment_files: usize,
+    /// Whether compacted topics are cleaned (`log.cleaner.enable`). Default: true.
+    pub cleaner_enable: bool,
+    /// How often the cleaner looks for partitions to clean (`log.cleaner.backoff.ms`).
+    /// Default: 15000 ms.
+    pub cleaner_backoff_ms: u64,
+    /// Memory of the cleaner's key-hash → offset map, 24 bytes an entry
+    /// (`log.cleaner.dedupe.buffer.size`); a cleaning stops where it fills. Default:
+    /// 134217728 (128 MiB).
+    pub cleaner_dedupe_buffer_size: u64,
+    /// The cleaner's reads and writes together stay below this many bytes a second
+    /// (`log.cleaner.io.max.bytes.per.second`). Default: 0 = no limit (as Kafka).
+    pub cleaner_io_max_bytes_per_second: u64,
 }
 
 impl LogSection {
@@ -48,6 +60,10 @@ impl Default for LogSection {
             shutdown_timeout_ms: 10_000,
             local_disk_limit_bytes: 0,
             max_open_segment_files: 0,
+            cleaner_enable: true,
+            cleaner_backoff_ms: 15_000,
+            cleaner_dedupe_buffer_size: 128 << 20,
+            cleaner_io_max_bytes_per_second: 0,
         }
     }
 }

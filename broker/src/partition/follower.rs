@@ -2,7 +2,7 @@
 //! next fetch, and applying the leader's answers (batches, a divergence to cut, a log
 //! start to restart at). Each does nothing if the answer went stale meanwhile.
 
-use super::{Partition, Replica, validate_batches};
+use super::{Partition, Replica, validate_replicated_batches};
 use crate::error::Result;
 
 /// A follower's log end, the epoch of its last batch, and whom it follows at which
@@ -46,7 +46,7 @@ impl Partition {
         let headers = if records.is_empty() {
             Vec::new()
         } else {
-            validate_batches(records, i64::MAX)?
+            validate_replicated_batches(records)?
         };
         let mut r = self.replica();
         if !self.still_at(&r, from) {

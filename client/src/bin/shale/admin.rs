@@ -197,17 +197,22 @@ pub async fn tiering(
                 "upload_lag_bytes": r.upload_lag_bytes,
                 "remote_segments": r.remote_segments,
                 "remote_bytes": r.remote_bytes,
+                "cleanable_ratio": (r.dirty_bytes >= 0).then_some(r.cleanable_ratio),
+                "dirty_bytes": (r.dirty_bytes >= 0).then_some(r.dirty_bytes),
+                "last_cleaned_ms": (r.dirty_bytes >= 0).then_some(r.last_cleaned_ms),
             })).collect::<Vec<_>>(),
             "remote_get_requests": status.remote_get_requests,
             "remote_bytes_fetched": status.remote_bytes_fetched,
         })),
         OutputFormat::Text => {
             let mut text = String::from(
-                "TOPIC\tPARTITION\tTIERED\tLOG_START\tLOCAL_LOG_START\tREMOTE_START\tUPLOADED_TO\tLAG_SEGMENTS\tLAG_BYTES\tREMOTE_SEGMENTS\tREMOTE_BYTES\n",
+                "TOPIC\tPARTITION\tTIERED\tLOG_START\tLOCAL_LOG_START\tREMOTE_START\tUPLOADED_TO\tLAG_SEGMENTS\tLAG_BYTES\tREMOTE_SEGMENTS\tREMOTE_BYTES\tCLEANABLE_RATIO\n",
             );
             for r in status.partitions {
+                let cleaner = out::cleaner(r.cleanable_ratio, r.dirty_bytes, r.last_cleaned_ms)
+                    .unwrap_or_else(|| "-".into());
                 text.push_str(&format!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{cleaner}\n",
                     r.topic,
                     r.partition,
                     r.remote_storage_enabled,

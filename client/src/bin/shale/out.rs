@@ -62,3 +62,20 @@ pub fn relative_ms(ms: i64) -> String {
         format!("{s:.1} s ago")
     }
 }
+
+/// Where a compacted partition's cleaner stands, for text output: `ratio 0.42, 1200
+/// dirty bytes, cleaned 12.0 s ago` (`None` for a topic that is not compacted).
+pub fn cleaner(ratio: f64, dirty_bytes: i64, last_cleaned_ms: i64) -> Option<String> {
+    if dirty_bytes < 0 {
+        return None;
+    }
+    let when = if last_cleaned_ms < 0 {
+        "never cleaned".to_string()
+    } else {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        format!("cleaned {}", relative_ms(last_cleaned_ms - now))
+    };
+    Some(format!("{ratio:.2} ({dirty_bytes} dirty bytes, {when})"))
+}

@@ -296,6 +296,10 @@ fn describe_text(d: &DescribeTopicResponse, filter: &Filter) -> Option<String> {
             p.size_bytes,
             p.segments
         ));
+        if let Some(c) = out::cleaner(p.cleanable_ratio, p.dirty_bytes, p.last_cleaned_ms) {
+            text.pop();
+            text.push_str(&format!("\tCleanableRatio: {c}\n"));
+        }
     }
     Some(text)
 }
@@ -319,6 +323,9 @@ fn describe_json(d: &DescribeTopicResponse, filter: &Filter) -> Option<serde_jso
                 "log_end_offset": p.log_end_offset,
                 "size_bytes": p.size_bytes,
                 "segments": p.segments,
+                "cleanable_ratio": (p.dirty_bytes >= 0).then_some(p.cleanable_ratio),
+                "dirty_bytes": (p.dirty_bytes >= 0).then_some(p.dirty_bytes),
+                "last_cleaned_ms": (p.dirty_bytes >= 0).then_some(p.last_cleaned_ms),
             })
         })
         .collect();

@@ -1,0 +1,665 @@
+//! Log compaction (`cleanup.policy=compact`): keep the latest record of every key.
+//!
+//! A cleaning works on sealed segments only, never on the active one and never on a
+//! segment reaching above the offset it is given (the high watermark). It has three
+//! steps, so that the partition's lock is held only for the first and the last:
+//!
+//! 1. [`PartitionLog::prepare_clean`] (under the lock) lists the segments from the log
+//!    start to the end of the dirty section, with open handles, and the batches
+//!    idempotent producers' state names.
+//! 2. [`CleanJob::run`] (without it) maps each key hash of the dirty section to its
+//!    latest offset (a bounded map: when it fills, the cleaning stops at that offset),
+//!    then rewrites the segments from the log start, in groups of up to `segment.bytes`,
+//!    into staged files (`{base}.log.cleaned` and its indexes), fsynced.
+//! 3. [`PartitionLog::install_clean`] (under the lock) swaps each group in, if the log
+//!    was not truncated meanwhile: it renames the staged log to `{base}.{end}.swap` and
+//!    fsyncs the directory (from here the swap is decided), deletes the group's old
+//!    segments, renames the staged files to their final names and fsyncs again.
+//!
+//! After a crash, opening the log deletes `*.cleaned` leftovers (the old segments are
+//! intact) and completes every `.swap` (deletes the old segments it covers, renames it
+//! into place, rebuilds its indexes): old segments or new ones, never a mix.
+//!
+//! What a cleaning keeps: every record whose key has no later record in the map, each
+//! batch's offsets (gaps where records went), a batch whose offsets idempotent
+//! producers' state names (empty if none of its records stays), and the last batch of
+//! each rewritten group (so a segment always ends at its last offset and a read in a
+//! gap finds the next batch in the same segment). Records without a key go. A kept
+//! tombstone stays until `delete.retention.ms` after the cleaning that first kept it
+//! (see `shale_records::compact`).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use shale_records::batch::BatchHeader;
+use shale_records::compact::{CleanBatch, Cleaned, clean_batch, for_each_record, key_hash};
+use shale_records::failpoint;
+
+use crate::files::FileCache;
+use crate::segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, Segment, segment_path};
+use crate::{LogError, PartitionLog, sync_dir};
+
+/// Suffix of the files a cleaning writes before its swap.
+pub(crate) const STAGED_SUFFIX: &str = "cleaned";
+const SWAP_SUFFIX: &str = "swap";
+const CHECKPOINT_FILE: &str = "cleaner.checkpoint";
+/// Bytes one entry of the offset map accounts for in `log.cleaner.dedupe.buffer.size`
+/// (a 16-byte key hash and an 8-byte offset, as Kafka counts them).
+pub const MAP_ENTRY_BYTES: u64 = 24;
+/// Output buffered before it is appended to the staged segment.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// How a cleaning runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanerSettings {
+    /// `log.cleaner.dedupe.buffer.size`: bytes of the key-hash → offset map.
+    pub dedupe_buffer_bytes: u64,
+    /// `delete.retention.ms`.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a segment with records newer than this stays dirty.
+    pub min_compaction_lag_ms: i64,
+}
+
+/// What the cleaner remembers of a log between cleanings (`cleaner.checkpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanerCheckpoint {
+    /// Offsets below this have been cleaned; the dirty section starts here.
+    pub first_dirty: i64,
+    /// Wall-clock ms of the last cleaning that changed the log; -1: none yet.
+    pub last_clean_ms: i64,
+}
+
+impl Default for CleanerCheckpoint {
+    fn default() -> Self {
+        Self {
+            first_dirty: 0,
+            last_clean_ms: -1,
+        }
+    }
+}
+
+impl CleanerCheckpoint {
+    pub(crate) fn load(dir: &Path) -> Self {
+        let Ok(text) = std::fs::read_to_string(dir.join(CHECKPOINT_FILE)) else {
+            return Self::default();
+        };
+        let mut lines = text.lines();
+        let parsed = (|| {
+            if lines.next()? != "v1" {
+                return None;
+            }
+            Some(Self {
+                first_dirty: lines.next()?.parse().ok()?,
+                last_clean_ms: lines.next()?.parse().ok()?,
+            })
+        })();
+        // A damaged checkpoint costs a cleaning of the whole log, nothing more.
+        parsed.unwrap_or_default()
+    }
+
+    pub(crate) fn persist(&self, dir: &Path) -> io::Result<()> {
+        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        std::fs::write(
+            &tmp,
+            format!("v1\n{}\n{}\n", self.first_dirty, self.last_clean_ms),
+        )?;
+        File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
+        sync_dir(dir)
+    }
+}
+
+/// How much of a log a cleaning could work on now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleanable {
+    /// Bytes of sealed segments wholly below the first dirty offset.
+    pub clean_bytes: u64,
+    /// Bytes of the sealed segments a cleaning may take as dirty.
+    pub dirty_bytes: u64,
+    pub first_dirty: i64,
+    /// End (exclusive) of the dirty section a cleaning may take.
+    pub dirty_end: i64,
+    /// Max timestamp of the oldest cleanable dirty segment (-1: none), for
+    /// `max.compaction.lag.ms`.
+    pub oldest_dirty_timestamp: i64,
+    pub last_clean_ms: i64,
+}
+
+impl Cleanable {
+    /// Dirty bytes over all cleanable bytes (Kafka's cleanable ratio).
+    pub fn dirty_ratio(&self) -> f64 {
+        let total = self.clean_bytes + self.dirty_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.dirty_bytes as f64 / total as f64
+        }
+    }
+}
+
+/// One segment a cleaning reads.
+struct JobSegment {
+    base: i64,
+    /// The next segment's base.
+    next: i64,
+    file: Arc<File>,
+    size: u64,
+}
+
+/// A cleaning prepared under the partition's lock, to run without it.
+pub struct CleanJob {
+    dir: PathBuf,
+    files: Arc<FileCache>,
+    segments: Vec<JobSegment>,
+    first_dirty: i64,
+    dirty_end: i64,
+    /// Last offsets of the batches idempotent producers' state names.
+    retained: HashSet<i64>,
+    generation: u64,
+    segment_bytes: u64,
+    index_interval: u64,
+}
+
+/// One rewritten group, staged under `{base}.*.cleaned`.
+struct StagedGroup {
+    base: i64,
+    end: i64,
+    /// The old segments it replaces, with their sizes when read.
+    replaces: Vec<(i64, u64)>,
+}
+
+/// What a cleaning counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_read: u64,
+    pub records_removed: u64,
+    /// Old segments replaced / new segments written.
+    pub segments_replaced: usize,
+    pub segments_written: usize,
+    /// Entries of the offset map.
+    pub map_entries: usize,
+}
+
+/// A cleaning whose output is staged, to be installed under the lock.
+pub struct StagedClean {
+    groups: Vec<StagedGroup>,
+    /// The dirty section ended here (the map may have filled before `dirty_end`).
+    covered_end: i64,
+    generation: u64,
+    pub stats: CleanStats,
+}
+
+impl PartitionLog {
+    /// Where the cleaner stands: its checkpoint, clamped to the log.
+    pub fn cleaner_checkpoint(&self) -> CleanerCheckpoint {
+        CleanerCheckpoint {
+            first_dirty: self
+                .cleaner
+                .first_dirty
+                .clamp(self.log_start_offset(), self.log_end_offset()),
+            ..self.cleaner
+        }
+    }
+
+    /// The dirty section a cleaning bounded by `clean_below` (the high watermark)
+    /// could take now, and the sizes of the clean and dirty parts.
+    pub fn cleanable(&self, clean_below: i64, now_ms: i64, min_lag_ms: i64) -> Cleanable {
+        let checkpoint = self.cleaner_checkpoint();
+        let mut out = Cleanable {
+            clean_bytes: 0,
+            dirty_bytes: 0,
+            first_dirty: checkpoint.first_dirty,
+            dirty_end: checkpoint.first_dirty,
+            oldest_dirty_timestamp: -1,
+            last_clean_ms: checkpoint.last_clean_ms,
+        };
+        let active = self.active().base_offset;
+        let mut iter = self.segments.iter().peekable();
+        let mut blocked = false;
+        while let Some((base, seg)) = iter.next() {
+            let Some((next, _)) = iter.peek() else { break };
+            let next = **next;
+            if next <= checkpoint.first_dirty {
+                out.clean_bytes += seg.size();
+                continue;
+            }
+            let too_new = min_lag_ms > 0 && seg.max_timestamp > now_ms.saturating_sub(min_lag_ms);
+            blocked |= *base >= active || next > clean_below || too_new;
+            if blocked {
+                break;
+            }
+            if out.oldest_dirty_timestamp < 0 {
+                out.oldest_dirty_timestamp = seg.max_timestamp;
+            }
+            out.dirty_bytes += seg.size();
+            out.dirty_end = next;
+        }
+        out
+    }
+
+    /// Prepares a cleaning of the sealed segments below `clean_below`, or `None` when
+    /// none of them is dirty.
+    pub fn prepare_clean(
+        &self,
+        clean_below: i64,
+        now_ms: i64,
+        settings: &CleanerSettings,
+    ) -> Result<Option<CleanJob>, LogError> {
+        let c = self.cleanable(clean_below, now_ms, settings.min_compaction_lag_ms);
+        if c.dirty_end <= c.first_dirty {
+            return Ok(None);
+        }
+        let mut segments = Vec::new();
+        let mut iter = self.segments.range(..c.dirty_end).peekable();
+        while let Some((base, seg)) = iter.next() {
+            let next = iter.peek().map_or(c.dirty_end, |(n, _)| **n);
+            segments.push(JobSegment {
+                base: *base,
+                next,
+                file: seg.file()?,
+                size: seg.size(),
+            });
+        }
+        Ok(Some(CleanJob {
+            dir: self.dir.clone(),
+            files: self.files.clone(),
+            segments,
+            first_dirty: c.first_dirty,
+            dirty_end: c.dirty_end,
+            retained: self.producers.batch_last_offsets(),
+            generation: self.rewrites,
+            segment_bytes: self.config.segment_bytes,
+            index_interval: self.config.index_interval_bytes,
+        }))
+    }
+
+    /// Swaps a staged cleaning in (see the module doc), unless the log was truncated
+    /// or reset since it was prepared; groups whose segments retention removed
+    /// meanwhile are dropped. Returns the number of groups installed.
+    pub fn install_clean(&mut self, staged: StagedClean, now_ms: i64) -> Result<usize, LogError> {
+        if staged.generation != self.rewrites {
+            tracing::info!(dir = %self.dir.display(), "log truncated during a cleaning: its output is dropped");
+            staged.discard(&self.dir);
+            return Ok(0);
+        }
+        let mut installed = 0;
+        let StagedClean {
+            groups,
+            covered_end,
+            ..
+        } = staged;
+        for group in groups {
+            let intact = group
+                .replaces
+                .iter()
+                .all(|(b, size)| self.segments.get(b).is_some_and(|s| s.size() == *size))
+                && self.segments.contains_key(&group.end);
+            if !intact {
+                remove_staged(&self.dir, group.base);
+                continue;
+            }
+            self.swap_in(&group)?;
+            installed += 1;
+        }
+        self.rewrites += 1;
+        self.cleaner = CleanerCheckpoint {
+            first_dirty: covered_end.max(self.cleaner.first_dirty),
+            last_clean_ms: now_ms,
+        };
+        self.cleaner.persist(&self.dir)?;
+        Ok(installed)
+    }
+
+    fn swap_in(&mut self, group: &StagedGroup) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        failpoint::hit("clean-before-swap");
+        let [log, index, time_index] = Segment::staged_paths(&dir, group.base);
+        let swap = swap_path(&dir, group.base, group.end);
+        std::fs::rename(&log.0, &swap)?;
+        sync_dir(&dir)?;
+        failpoint::hit("clean-after-swap");
+        for (base, _) in &group.replaces {
+            if let Some(seg) = self.segments.remove(base) {
+                seg.delete()?;
+            }
+        }
+        failpoint::hit("clean-after-delete");
+        std::fs::rename(&index.0, &index.1)?;
+        std::fs::rename(&time_index.0, &time_index.1)?;
+        std::fs::rename(&swap, &log.1)?;
+        sync_dir(&dir)?;
+        failpoint::hit("clean-after-rename");
+        let seg = Segment::open(
+            &dir,
+            group.base,
+            Some(group.end),
+            self.config.index_interval_bytes,
+            &self.files,
+        )?;
+        self.segments.insert(group.base, seg);
+        Ok(())
+    }
+
+    /// After a truncation or reset to `offset`: offsets from there are dirty again.
+    pub(crate) fn forget_cleaned_from(&mut self, offset: i64) -> io::Result<()> {
+        if self.cleaner.first_dirty > offset {
+            self.cleaner.first_dirty = offset;
+            self.cleaner.persist(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl CleanJob {
+    /// Builds the offset map and writes the cleaned segments to staged files.
+    /// `throttle` is told of every chunk of bytes read or written (the I/O limit).
+    pub fn run(
+        self,
+        settings: &CleanerSettings,
+        now_ms: i64,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<StagedClean, LogError> {
+        let mut stats = CleanStats::default();
+        let capacity = (settings.dedupe_buffer_bytes / MAP_ENTRY_BYTES) as usize;
+        let mut map: HashMap<u128, i64> = HashMap::with_capacity(capacity.min(1 << 20));
+        let mut covered_end = self.dirty_end;
+        'map: for seg in self.segments.iter().filter(|s| s.next > self.first_dirty) {
+            let mut full_at = None;
+            let done = for_each_batch(seg, &self.dir, |h, batch| {
+                stats.bytes_read += batch.len() as u64;
+                throttle(batch.len() as u64);
+                if h.last_offset() < self.first_dirty {
+                    return Ok(true);
+                }
+                for_each_record(batch, |r| {
+                    let Some(key) = r.key else { return };
+                    if r.offset < self.first_dirty || full_at.is_some() {
+                        return;
+                    }
+                    let hash = key_hash(key);
+                    if map.len() >= capacity && !map.contains_key(&hash) {
+                        full_at = Some(r.offset);
+                        return;
+                    }
+                    map.insert(hash, r.offset);
+                })
+                .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
+                Ok(full_at.is_none())
+            })?;
+            if !done {
+                covered_end = full_at.expect("stopped because the map is full");
+                tracing::info!(dir = %self.dir.display(), offset = covered_end, entries = map.len(),
+                    "the cleaner's offset map is full: this cleaning stops at this offset");
+                break 'map;
+            }
+        }
+        stats.map_entries = map.len();
+        if covered_end <= self.first_dirty {
+            return Ok(StagedClean {
+                groups: Vec::new(),
+                covered_end: self.first_dirty,
+                generation: self.generation,
+                stats,
+            });
+        }
+        let mut groups = Vec::new();
+        let segments: Vec<&JobSegment> = self
+            .segments
+            .iter()
+            .filter(|s| s.base < covered_end)
+            .collect();
+        let mut i = 0;
+        while i < segments.len() {
+            let mut j = i + 1;
+            let mut bytes = segments[i].size;
+            while j < segments.len()
+                && bytes + segments[j].size <= self.segment_bytes
+                && segments[j].next - segments[i].base <= i64::from(u32::MAX)
+            {
+                bytes += segments[j].size;
+                j += 1;
+            }
+            let group = &segments[i..j];
+            let clean = GroupClean {
+                map: &map,
+                covered_end,
+                settings,
+                now_ms,
+            };
+            match self.write_group(group, &clean, throttle, &mut stats) {
+                Ok(Some(g)) => groups.push(g),
+                Ok(None) => {}
+                Err(e) => {
+                    remove_staged(&self.dir, group[0].base);
+                    StagedClean {
+                        groups,
+                        covered_end,
+                        generation: self.generation,
+                        stats,
+                    }
+                    .discard(&self.dir);
+                    return Err(e);
+                }
+            }
+            i = j;
+        }
+        Ok(StagedClean {
+            groups,
+            covered_end,
+            generation: self.generation,
+            stats,
+        })
+    }
+
+    /// Writes one group's cleaned segment; `None` if it would be the one segment it
+    /// replaces, unchanged.
+    fn write_group(
+        &self,
+        group: &[&JobSegment],
+        clean: &GroupClean<'_>,
+        throttle: &mut dyn FnMut(u64),
+        stats: &mut CleanStats,
+    ) -> Result<Option<StagedGroup>, LogError> {
+        let GroupClean {
+            map,
+            covered_end,
+            settings,
+            now_ms,
+        } = *clean;
+        let base = group[0].base;
+        let end = group.last().expect("a group has a segment").next;
+        let mut out = Segment::create_staged(&self.dir, base, &self.files)?;
+        let mut buf: Vec<u8> = Vec::with_capacity(WRITE_CHUNK);
+        let mut headers: Vec<BatchHeader> = Vec::new();
+        let mut changed = group.len() > 1;
+        let interval = self.index_interval;
+        let flush = |out: &mut Segment,
+                     buf: &mut Vec<u8>,
+                     headers: &mut Vec<BatchHeader>,
+                     stats: &mut CleanStats,
+                     throttle: &mut dyn FnMut(u64)|
+         -> io::Result<()> {
+            if !buf.is_empty() {
+                out.append(buf, headers, now_ms, interval)?;
+                stats.bytes_written += buf.len() as u64;
+                throttle(buf.len() as u64);
+                buf.clear();
+                headers.clear();
+            }
+            Ok(())
+        };
+        for seg in group {
+            let last_of_group = seg.next == end;
+            for_each_batch(seg, &self.dir, |h, batch| {
+                stats.bytes_read += batch.len() as u64;
+                throttle(batch.len() as u64);
+                let how = CleanBatch {
+                    now_ms,
+                    delete_retention_ms: settings.delete_retention_ms,
+                    keep_empty: self.retained.contains(&h.last_offset())
+                        || (last_of_group && h.last_offset() == end - 1),
+                    protect_from: covered_end,
+                };
+                let mut kept = 0u64;
+                let cleaned = clean_batch(batch, how, |r| {
+                    let latest = r.key.and_then(|k| map.get(&key_hash(k)));
+                    let keep = latest.is_none_or(|&o| r.offset >= o);
+                    kept += u64::from(keep);
+                    keep
+                })
+                .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
+                stats.records_read += h.record_count.max(0) as u64;
+                let written: &[u8] = match &cleaned {
+                    Cleaned::Unchanged => batch,
+                    Cleaned::Rewritten(b) => b,
+                    Cleaned::Removed => &[],
+                };
+                if !matches!(cleaned, Cleaned::Unchanged) {
+                    changed = true;
+                    stats.records_removed += (h.record_count.max(0) as u64).saturating_sub(kept);
+                }
+                if !written.is_empty() {
+                    let header = BatchHeader::parse(written)
+                        .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
+                    buf.extend_from_slice(written);
+                    headers.push(header);
+                }
+                if buf.len() >= WRITE_CHUNK {
+                    flush(&mut out, &mut buf, &mut headers, stats, throttle)?;
+                }
+                Ok(true)
+            })?;
+        }
+        flush(&mut out, &mut buf, &mut headers, stats, throttle)?;
+        out.seal()?;
+        out.forget_file();
+        if !changed {
+            remove_staged(&self.dir, base);
+            return Ok(None);
+        }
+        stats.segments_replaced += group.len();
+        stats.segments_written += 1;
+        Ok(Some(StagedGroup {
+            base,
+            end,
+            replaces: group.iter().map(|s| (s.base, s.size)).collect(),
+        }))
+    }
+}
+
+/// What every group of one cleaning shares.
+#[derive(Clone, Copy)]
+struct GroupClean<'a> {
+    map: &'a HashMap<u128, i64>,
+    covered_end: i64,
+    settings: &'a CleanerSettings,
+    now_ms: i64,
+}
+
+impl StagedClean {
+    /// Deletes the staged files (a cleaning that will not be installed).
+    fn discard(self, dir: &Path) {
+        for g in self.groups {
+            remove_staged(dir, g.base);
+        }
+    }
+}
+
+/// Calls `f` with each batch of `seg`, CRC-checked, in order, until it returns false
+/// (then returns false).
+fn for_each_batch(
+    seg: &JobSegment,
+    dir: &Path,
+    mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool, LogError>,
+) -> Result<bool, LogError> {
+    let mut reader = ChunkReader::new(&seg.file, seg.size, SCAN_CHUNK);
+    let mut pos = 0u64;
+    while let Some(h) = reader.next_batch(pos, false) {
+        let h = h.map_err(|e| corrupt(dir, seg.base, e.to_string()))?;
+        let batch = reader.read(pos, h.total_size())?;
+        h.validate_stored(&batch)
+            .map_err(|e| corrupt(dir, seg.base, e.to_string()))?;
+        if !f(&h, &batch)? {
+            return Ok(false);
+        }
+        pos += h.total_size() as u64;
+    }
+    Ok(true)
+}
+
+fn corrupt(dir: &Path, base: i64, reason: String) -> LogError {
+    LogError::Corrupt {
+        path: segment_path(dir, base, LOG_SUFFIX),
+        position: 0,
+        reason,
+    }
+}
+
+fn swap_path(dir: &Path, base: i64, end: i64) -> PathBuf {
+    dir.join(format!("{base:020}.{end:020}.{SWAP_SUFFIX}"))
+}
+
+fn remove_staged(dir: &Path, base: i64) {
+    for (staged, _) in Segment::staged_paths(dir, base) {
+        let _ = std::fs::remove_file(staged);
+    }
+}
+
+/// Finishes or discards what a cleaning cut short by a crash left in `dir` (see the
+/// module doc). Runs before the segments are listed.
+pub(crate) fn recover_cleaning(dir: &Path, files: &FileCache) -> io::Result<()> {
+    let mut swaps = Vec::new();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(&format!(".{STAGED_SUFFIX}")) {
+            std::fs::remove_file(dir.join(&name))?;
+        } else if let Some(stem) = name.strip_suffix(&format!(".{SWAP_SUFFIX}")) {
+            let range = stem
+                .split_once('.')
+                .and_then(|(b, e)| Some((b.parse::<i64>().ok()?, e.parse::<i64>().ok()?)));
+            match range {
+                Some(range) => swaps.push(range),
+                None => std::fs::remove_file(dir.join(&name))?,
+            }
+        } else {
+            names.push(name);
+        }
+    }
+    if swaps.is_empty() {
+        return Ok(());
+    }
+    for (base, end) in swaps {
+        tracing::warn!(dir = %dir.display(), base, end, "completing a cleaning a crash interrupted");
+        for name in &names {
+            let Some((stem, suffix)) = name.split_once('.') else {
+                continue;
+            };
+            let replaced = ["log", "index", "timeindex", crate::keys::KEYS_SUFFIX]
+                .contains(&suffix)
+                && stem.parse::<i64>().is_ok_and(|b| (base..end).contains(&b));
+            if replaced {
+                files.forget(&dir.join(name));
+                match std::fs::remove_file(dir.join(name)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        // The indexes are rebuilt from the log when the segment is opened.
+        std::fs::rename(
+            swap_path(dir, base, end),
+            segment_path(dir, base, LOG_SUFFIX),
+        )?;
+    }
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+#[path = "clean_tests.rs"]
+mod tests;

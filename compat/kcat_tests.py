@@ -100,6 +100,7 @@ def wait_cleaned(cluster, topic):
     """Until the broker's cleaner has cleaned every partition of `topic` once."""
     def cleaned():
         d = json.loads(shale(cluster, "topic", "describe", topic, "-o", "json"))
+        d = d[0] if isinstance(d, list) else d
         return all((p.get("last_cleaned_ms") or -1) >= 0 for p in d["partitions"])
     eventually(cleaned, timeout=60, what=f"a cleaning of {topic}")
 

@@ -58,6 +58,9 @@ enum Scenario {
     Recovery,
     /// Produce latency idle and during a cold replay of a mostly-remote topic.
     Isolation,
+    /// Produce latency idle and while the log cleaner compacts a topic, with and
+    /// without its I/O limit.
+    Compaction,
     /// Produce, consume, e2e, partition count and replay isolation through librdkafka
     /// (needs the `kafka` feature); not part of `all`.
     Kafka,
@@ -139,6 +142,10 @@ async fn main() -> anyhow::Result<()> {
     if all || cli.scenario == Scenario::Isolation {
         scenarios::running("isolation", "starting");
         results.extend(scenarios::isolation(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Compaction {
+        scenarios::running("compaction", "starting");
+        results.extend(scenarios::compaction(&ctx).await?);
     }
     if cli.scenario == Scenario::Kafka {
         scenarios::running("kafka", "starting");

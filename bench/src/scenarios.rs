@@ -1,5 +1,6 @@
 //! The scenarios. Each starts what it needs, drives load through the real client
 //! library, measures its physical baseline in the same run, and returns its cases.
+mod compaction;
 mod isolation;
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -18,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[cfg(not(feature = "kafka"))]
 use crate::report;
 
+pub use compaction::compaction;
 pub use isolation::isolation;
 #[cfg(feature = "kafka")]
 pub use kafka::{kafka, kafka_isolation, replay_worker};

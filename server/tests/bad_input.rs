@@ -114,7 +114,8 @@ async fn bad_requests_get_specific_error_codes_and_change_nothing() {
         &[("no.such.key", "1")][..],
         &[("retention.ms", "soon")],
         &[("segment.bytes", "1")],
-        &[("cleanup.policy", "compact")],
+        &[("cleanup.policy", "compact,forever")],
+        &[("min.cleanable.dirty.ratio", "2")],
     ] {
         assert_eq!(
             code_of(c.create_topic("n", 1, 1, configs(bad)).await),

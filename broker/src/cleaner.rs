@@ -97,24 +97,41 @@ impl Broker {
                 break;
             }
             let config = p.config();
+            let local = config.log_config();
             let settings = CleanerSettings {
                 dedupe_buffer_bytes: self.config.log.cleaner_dedupe_buffer_size,
                 delete_retention_ms: config.delete_retention_ms,
                 min_compaction_lag_ms: config.min_compaction_lag_ms,
+                // A tiered topic whose local log is trimmed serves older records of a
+                // key from segments no cleaning touches: its tombstones stay.
+                drop_tombstones: !(config.remote_storage_enable
+                    && (local.retention_ms >= 0 || local.retention_bytes >= 0)),
             };
             let rate = self.config.log.cleaner_io_max_bytes_per_second;
-            // No upload reads this partition's segments while they are swapped.
-            let _tier = p.tier_lock.lock().await;
             let part = p.clone();
-            let result = tokio::task::spawn_blocking(move || {
+            let staged = tokio::task::spawn_blocking(move || {
                 let mut throttle = Throttle::new(rate);
-                part.clean(&settings, now_ms(), &mut |n| throttle.add(n))
+                part.run_clean(&settings, now_ms(), &mut |n| throttle.add(n))
             })
             .await
             .map_err(Error::from)?;
-            match result {
-                Ok(Some((stats, _))) => self.cleaner_stats.add(&stats),
-                Ok(None) => {}
+            let staged = match staged {
+                Ok(Some(staged)) => staged,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning failed");
+                    continue;
+                }
+            };
+            let stats = staged.stats;
+            // No upload reads this partition's segments while they are swapped.
+            let _tier = p.tier_lock.lock().await;
+            let part = p.clone();
+            match tokio::task::spawn_blocking(move || part.install_clean(staged, now_ms()))
+                .await
+                .map_err(Error::from)?
+            {
+                Ok(_) => self.cleaner_stats.add(&stats),
                 Err(e) => {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning failed");
                 }

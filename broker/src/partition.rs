@@ -546,19 +546,20 @@ fn recompress_batches(
 /// Checks every batch a producer sent: framing, size limit, CRC, format. Returns the
 /// headers in order.
 fn validate_batches(records: &[u8], max_message_bytes: i64) -> Result<Vec<BatchHeader>> {
-    check_batches(records, max_message_bytes, BatchHeader::validate)
+    check_batches(records, max_message_bytes, true)
 }
 
 /// Checks the batches a leader sent a follower: as a produce, except that a batch a
 /// cleaning rewrote may hold fewer records than its offset span, or none.
 pub(super) fn validate_replicated_batches(records: &[u8]) -> Result<Vec<BatchHeader>> {
-    check_batches(records, i64::MAX, BatchHeader::validate_stored)
+    check_batches(records, i64::MAX, false)
 }
 
+/// `produced`: a producer's batches (else a leader's, as stored).
 fn check_batches(
     records: &[u8],
     max_message_bytes: i64,
-    validate: fn(&BatchHeader, &[u8]) -> std::result::Result<(), batch::BatchError>,
+    produced: bool,
 ) -> Result<Vec<BatchHeader>> {
     if records.is_empty() {
         return Err(Error::InvalidRecord(
@@ -582,7 +583,19 @@ fn check_batches(
                 max: max_message_bytes,
             });
         }
-        validate(&h, &rest[..h.total_size()])?;
+        let batch = &rest[..h.total_size()];
+        if produced {
+            h.validate(batch)?;
+        } else {
+            h.validate_stored(batch)?;
+        }
+        if produced && h.delete_horizon().is_some() {
+            // Only the cleaner writes a delete horizon (a producer's would let its
+            // tombstones go at once, and shift its records' timestamps).
+            return Err(Error::InvalidRecord(
+                "a produced batch must not carry the delete-horizon attribute (bit 6)".into(),
+            ));
+        }
         if h.is_control() {
             return Err(Error::InvalidRecord(
                 "control batches cannot be produced".into(),

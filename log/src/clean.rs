@@ -61,6 +61,10 @@ pub struct CleanerSettings {
     pub delete_retention_ms: i64,
     /// `min.compaction.lag.ms`: a segment with records newer than this stays dirty.
     pub min_compaction_lag_ms: i64,
+    /// Whether tombstones past their horizon go. Not while older records of their
+    /// keys may be read from elsewhere (a tiered topic whose local log is trimmed:
+    /// its remote segments are not compacted), or those would come back.
+    pub drop_tombstones: bool,
 }
 
 /// What the cleaner remembers of a log between cleanings (`cleaner.checkpoint`).
@@ -145,13 +149,18 @@ struct JobSegment {
     base: i64,
     /// The next segment's base.
     next: i64,
-    file: Arc<File>,
+    /// Opened when read, one at a time (not through the broker's descriptor cache: a
+    /// cleaning of a long log must not hold a descriptor per segment).
+    path: PathBuf,
     size: u64,
 }
 
 /// A cleaning prepared under the partition's lock, to run without it.
 pub struct CleanJob {
     dir: PathBuf,
+    /// The directory's inode: a topic deleted and created again under the same name
+    /// has another, and a cleaning of the old one is dropped.
+    dir_ino: u64,
     files: Arc<FileCache>,
     segments: Vec<JobSegment>,
     first_dirty: i64,
@@ -187,6 +196,7 @@ pub struct CleanStats {
 
 /// A cleaning whose output is staged, to be installed under the lock.
 pub struct StagedClean {
+    dir_ino: u64,
     groups: Vec<StagedGroup>,
     /// The dirty section ended here (the map may have filled before `dirty_end`).
     covered_end: i64,
@@ -261,12 +271,13 @@ impl PartitionLog {
             segments.push(JobSegment {
                 base: *base,
                 next,
-                file: seg.file()?,
+                path: segment_path(&self.dir, *base, LOG_SUFFIX),
                 size: seg.size(),
             });
         }
         Ok(Some(CleanJob {
             dir: self.dir.clone(),
+            dir_ino: dir_ino(&self.dir)?,
             files: self.files.clone(),
             segments,
             first_dirty: c.first_dirty,
@@ -282,12 +293,19 @@ impl PartitionLog {
     /// or reset since it was prepared; groups whose segments retention removed
     /// meanwhile are dropped. Returns the number of groups installed.
     pub fn install_clean(&mut self, staged: StagedClean, now_ms: i64) -> Result<usize, LogError> {
+        if staged.dir_ino != dir_ino(&self.dir)? {
+            // The directory is another partition's now (its topic was deleted and
+            // created again): leave it alone.
+            tracing::info!(dir = %self.dir.display(), "partition directory replaced during a cleaning: its output is dropped");
+            return Ok(0);
+        }
         if staged.generation != self.rewrites {
             tracing::info!(dir = %self.dir.display(), "log truncated during a cleaning: its output is dropped");
             staged.discard(&self.dir);
             return Ok(0);
         }
         let mut installed = 0;
+        let mut whole = true;
         let StagedClean {
             groups,
             covered_end,
@@ -300,27 +318,53 @@ impl PartitionLog {
                 .all(|(b, size)| self.segments.get(b).is_some_and(|s| s.size() == *size))
                 && self.segments.contains_key(&group.end);
             if !intact {
+                // Retention took some of its segments meanwhile. Those left keep
+                // records this cleaning meant to remove: the dirty section stays
+                // where it was, so the next cleaning sees them again.
+                whole &= !group
+                    .replaces
+                    .iter()
+                    .any(|(b, _)| self.segments.contains_key(b));
                 remove_staged(&self.dir, group.base);
                 continue;
             }
-            self.swap_in(&group)?;
+            failpoint::hit("clean-before-swap");
+            let staged_log = &Segment::staged_paths(&self.dir, group.base)[0].0;
+            if let Err(e) = std::fs::rename(staged_log, swap_path(&self.dir, group.base, group.end))
+            {
+                remove_staged(&self.dir, group.base);
+                return Err(e.into());
+            }
+            if let Err(e) = self.finish_swap(&group) {
+                // Past the swap file's fsync the swap is decided, and the log in memory
+                // no longer matches its files: stop the process, so that opening the
+                // log completes the swap (as after a crash there).
+                tracing::error!(dir = %self.dir.display(), base = group.base, error = %e,
+                    "cannot complete the swap of a cleaned segment: aborting, recovery completes it");
+                std::process::abort();
+            }
             installed += 1;
         }
         self.rewrites += 1;
         self.cleaner = CleanerCheckpoint {
-            first_dirty: covered_end.max(self.cleaner.first_dirty),
+            first_dirty: if whole {
+                covered_end.max(self.cleaner.first_dirty)
+            } else {
+                self.cleaner.first_dirty
+            },
             last_clean_ms: now_ms,
         };
         self.cleaner.persist(&self.dir)?;
         Ok(installed)
     }
 
-    fn swap_in(&mut self, group: &StagedGroup) -> Result<(), LogError> {
+    /// Completes the swap of a group whose staged log is the swap file now: from
+    /// here on the swap is decided (recovery completes it), so the caller treats an
+    /// error as fatal.
+    fn finish_swap(&mut self, group: &StagedGroup) -> Result<(), LogError> {
         let dir = self.dir.clone();
-        failpoint::hit("clean-before-swap");
         let [log, index, time_index] = Segment::staged_paths(&dir, group.base);
         let swap = swap_path(&dir, group.base, group.end);
-        std::fs::rename(&log.0, &swap)?;
         sync_dir(&dir)?;
         failpoint::hit("clean-after-swap");
         for (base, _) in &group.replaces {
@@ -328,6 +372,9 @@ impl PartitionLog {
                 seg.delete()?;
             }
         }
+        // The deletions are durable before the new log takes its name, so no crash
+        // leaves the new segment beside old ones it replaces.
+        sync_dir(&dir)?;
         failpoint::hit("clean-after-delete");
         std::fs::rename(&index.0, &index.1)?;
         std::fs::rename(&time_index.0, &time_index.1)?;
@@ -401,6 +448,7 @@ impl CleanJob {
         stats.map_entries = map.len();
         if covered_end <= self.first_dirty {
             return Ok(StagedClean {
+                dir_ino: self.dir_ino,
                 groups: Vec::new(),
                 covered_end: self.first_dirty,
                 generation: self.generation,
@@ -437,6 +485,7 @@ impl CleanJob {
                 Err(e) => {
                     remove_staged(&self.dir, group[0].base);
                     StagedClean {
+                        dir_ino: self.dir_ino,
                         groups,
                         covered_end,
                         generation: self.generation,
@@ -449,6 +498,7 @@ impl CleanJob {
             i = j;
         }
         Ok(StagedClean {
+            dir_ino: self.dir_ino,
             groups,
             covered_end,
             generation: self.generation,
@@ -501,6 +551,7 @@ impl CleanJob {
                 let how = CleanBatch {
                     now_ms,
                     delete_retention_ms: settings.delete_retention_ms,
+                    drop_tombstones: settings.drop_tombstones,
                     keep_empty: self.retained.contains(&h.last_offset())
                         || (last_of_group && h.last_offset() == end - 1),
                     protect_from: covered_end,
@@ -570,6 +621,12 @@ impl StagedClean {
     }
 }
 
+#[cfg(unix)]
+fn dir_ino(dir: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(dir)?.ino())
+}
+
 /// Calls `f` with each batch of `seg`, CRC-checked, in order, until it returns false
 /// (then returns false).
 fn for_each_batch(
@@ -577,7 +634,8 @@ fn for_each_batch(
     dir: &Path,
     mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool, LogError>,
 ) -> Result<bool, LogError> {
-    let mut reader = ChunkReader::new(&seg.file, seg.size, SCAN_CHUNK);
+    let file = File::open(&seg.path)?;
+    let mut reader = ChunkReader::new(&file, seg.size, SCAN_CHUNK);
     let mut pos = 0u64;
     while let Some(h) = reader.next_batch(pos, false) {
         let h = h.map_err(|e| corrupt(dir, seg.base, e.to_string()))?;

@@ -133,6 +133,7 @@ proptest! {
                         dedupe_buffer_bytes: u64::from(entries) * MAP_ENTRY_BYTES,
                         delete_retention_ms: RETENTION,
                         min_compaction_lag_ms: 0,
+            drop_tombstones: true,
                     };
                     let before = stored(&log);
                     let Some(job) = log.prepare_clean(hw, now, &settings).unwrap() else {
@@ -232,27 +233,32 @@ fn check(
     }
 }
 
+/// A cleaning with room for every key.
+const SETTINGS: CleanerSettings = CleanerSettings {
+    dedupe_buffer_bytes: 1 << 20,
+    delete_retention_ms: RETENTION,
+    min_compaction_lag_ms: 0,
+    drop_tombstones: true,
+};
+
+/// A log of 40 batches of two updates to 5 keys, over several segments.
+fn forty_updates(dir: &Path, files: &Arc<FileCache>) -> (PartitionLog, i64) {
+    let mut log = PartitionLog::open(dir, config(), 0, files.clone()).unwrap();
+    let mut next = 0;
+    for i in 0..40u8 {
+        let recs = [(i % 3, Some(i)), (i % 5, Some(i))];
+        append(&mut log, &recs, false, 1_000, &mut next);
+    }
+    (log, next)
+}
+
 #[test]
 fn a_crash_before_the_swap_keeps_the_old_segments_and_after_it_the_new() {
     for after_swap in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let files = FileCache::new(8);
-        let mut log = PartitionLog::open(dir.path(), config(), 0, files.clone()).unwrap();
-        let mut next = 0;
-        for i in 0..40u8 {
-            append(
-                &mut log,
-                &[(i % 3, Some(i)), (i % 5, Some(i))],
-                false,
-                1_000,
-                &mut next,
-            );
-        }
-        let settings = CleanerSettings {
-            dedupe_buffer_bytes: 1 << 20,
-            delete_retention_ms: RETENTION,
-            min_compaction_lag_ms: 0,
-        };
+        let (mut log, next) = forty_updates(dir.path(), &files);
+        let settings = SETTINGS;
         let before = stored(&log);
         let job = log.prepare_clean(next, 2_000, &settings).unwrap().unwrap();
         let staged = job.run(&settings, 2_000, &mut |_| {}).unwrap();
@@ -318,6 +324,7 @@ fn idempotent_producers_last_batches_survive_cleaning_and_a_retry_is_a_duplicate
         dedupe_buffer_bytes: 1 << 20,
         delete_retention_ms: RETENTION,
         min_compaction_lag_ms: 0,
+        drop_tombstones: true,
     };
     let job = log.prepare_clean(30, 2_000, &settings).unwrap().unwrap();
     let staged = job.run(&settings, 2_000, &mut |_| {}).unwrap();
@@ -341,4 +348,31 @@ fn idempotent_producers_last_batches_survive_cleaning_and_a_retry_is_a_duplicate
     assert_eq!(info.first_offset, 29);
     let values: Vec<_> = stored(&log).into_iter().map(|(r, _)| r.offset).collect();
     assert_eq!(values.last(), Some(&29));
+}
+
+#[test]
+fn a_group_retention_took_from_leaves_the_dirty_section_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, next) = forty_updates(dir.path(), &FileCache::new(8));
+    let settings = SETTINGS;
+    // Cleaned segments may be large: the cleaning merges the small ones in one group.
+    log.set_config(LogConfig {
+        segment_bytes: 1 << 20,
+        ..config()
+    });
+    let job = log.prepare_clean(next, 2_000, &settings).unwrap().unwrap();
+    let staged = job.run(&settings, 2_000, &mut |_| {}).unwrap();
+    // Retention (DeleteRecords here) drops the group's first segment meanwhile.
+    let second = *log.segments.keys().nth(1).unwrap();
+    log.delete_records_below(second).unwrap();
+    log.install_clean(staged, 2_000).unwrap();
+    assert_eq!(
+        log.cleaner_checkpoint().first_dirty,
+        second,
+        "the group was dropped and the dirty section did not move"
+    );
+    assert!(!std::fs::read_dir(dir.path()).unwrap().any(|e| {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        n.ends_with(".cleaned") || n.ends_with(".swap")
+    }));
 }

@@ -129,6 +129,8 @@ pub struct CleanBatch {
     pub now_ms: i64,
     /// `delete.retention.ms`: how long a kept tombstone stays.
     pub delete_retention_ms: i64,
+    /// Whether a tombstone past its horizon goes (else it stays, horizon or not).
+    pub drop_tombstones: bool,
     /// Keep the batch even if no record survives (as an empty batch: the last batch of
     /// an idempotent producer, or of a segment).
     pub keep_empty: bool,
@@ -158,7 +160,7 @@ pub fn clean_batch(
     let h = whole_batch(batch)?;
     let section = records_section(batch, &h)?;
     let records = parse_records(&section, h.record_count)?;
-    let horizon_passed = h.delete_horizon().is_some_and(|t| how.now_ms >= t);
+    let horizon_passed = how.drop_tombstones && h.delete_horizon().is_some_and(|t| how.now_ms >= t);
     let offset_of = |r: &RawRecord| h.base_offset.wrapping_add(r.offset_delta);
     let kept: Vec<&RawRecord> = records
         .iter()
@@ -261,6 +263,7 @@ mod tests {
     const HOW: CleanBatch = CleanBatch {
         now_ms: 50_000,
         delete_retention_ms: 10_000,
+        drop_tombstones: true,
         keep_empty: false,
         protect_from: i64::MAX,
     };

@@ -99,6 +99,7 @@ fn decode_all(batch: &[u8]) -> Result<(), TestCaseError> {
     let how = crate::compact::CleanBatch {
         now_ms: 1_700_000_050_000,
         delete_retention_ms: 1_000,
+        drop_tombstones: true,
         keep_empty: batch.len().is_multiple_of(2),
         protect_from: i64::MAX,
     };

@@ -196,6 +196,16 @@ async fn a_compacted_topic_keeps_the_latest_value_of_each_key() {
     assert_eq!(r.error_code, ErrorCode::InvalidRecord as i32, "{r:?}");
     assert!(r.error_message.contains("key"), "{}", r.error_message);
     assert_eq!(c.list_offset("cdc", 0, -1).await.unwrap(), Some(0));
+    // So is a batch claiming a delete horizon (only the cleaner sets one).
+    let mut b = BatchBuilder::new(1_000);
+    b.push(Record::new(Some(b"k"), None, 1_000));
+    let mut raw = b.build().to_vec();
+    raw[22] |= 0x40;
+    let crc = crc32c::crc32c(&raw[21..]);
+    raw[17..21].copy_from_slice(&crc.to_be_bytes());
+    let r = c.produce_raw("cdc", 0, -1, raw.into()).await.unwrap();
+    assert_eq!(r.error_code, ErrorCode::InvalidRecord as i32, "{r:?}");
+    assert_eq!(c.list_offset("cdc", 0, -1).await.unwrap(), Some(0));
 
     let mut model = produce_updates(&c, "cdc", 200, 20, 0).await;
     // Tombstones for the first 20 keys, then updates of one more key, so that the

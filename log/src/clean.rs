@@ -306,12 +306,17 @@ impl PartitionLog {
         }
         let mut installed = 0;
         let mut whole = true;
+        let mut failed = None;
         let StagedClean {
             groups,
             covered_end,
             ..
         } = staged;
         for group in groups {
+            if failed.is_some() {
+                remove_staged(&self.dir, group.base);
+                continue;
+            }
             let intact = group
                 .replaces
                 .iter()
@@ -332,8 +337,11 @@ impl PartitionLog {
             let staged_log = &Segment::staged_paths(&self.dir, group.base)[0].0;
             if let Err(e) = std::fs::rename(staged_log, swap_path(&self.dir, group.base, group.end))
             {
+                // Nothing of this group changed: it and the rest are dropped.
                 remove_staged(&self.dir, group.base);
-                return Err(e.into());
+                whole = false;
+                failed = Some(e);
+                continue;
             }
             if let Err(e) = self.finish_swap(&group) {
                 // Past the swap file's fsync the swap is decided, and the log in memory
@@ -355,7 +363,10 @@ impl PartitionLog {
             last_clean_ms: now_ms,
         };
         self.cleaner.persist(&self.dir)?;
-        Ok(installed)
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(installed),
+        }
     }
 
     /// Completes the swap of a group whose staged log is the swap file now: from

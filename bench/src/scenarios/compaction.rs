@@ -63,6 +63,8 @@ async fn case(ctx: &Ctx, limit_mib: u64) -> anyhow::Result<CaseResult> {
         .await?;
     let keys = 10_000u64;
     fill(client, table, bytes, keys).await?;
+    // The fill's dirty pages reach the disk before anything is measured.
+    tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await??;
     let e2e = "compaction-e2e";
     client
         .create_topic(e2e, 1, 1, configs(&[("remote.storage.enable", "false")]))

@@ -42,10 +42,13 @@ use crate::files::FileCache;
 use crate::segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, Segment, segment_path};
 use crate::{LogError, PartitionLog, sync_dir};
 
+mod files;
+pub use files::CleanerCheckpoint;
+pub(crate) use files::recover_cleaning;
+use files::{dir_ino, remove_staged, swap_path};
+
 /// Suffix of the files a cleaning writes before its swap.
 pub(crate) const STAGED_SUFFIX: &str = "cleaned";
-const SWAP_SUFFIX: &str = "swap";
-const CHECKPOINT_FILE: &str = "cleaner.checkpoint";
 /// Bytes one entry of the offset map accounts for in `log.cleaner.dedupe.buffer.size`
 /// (a 16-byte key hash and an 8-byte offset, as Kafka counts them).
 pub const MAP_ENTRY_BYTES: u64 = 24;
@@ -65,55 +68,6 @@ pub struct CleanerSettings {
     /// keys may be read from elsewhere (a tiered topic whose local log is trimmed:
     /// its remote segments are not compacted), or those would come back.
     pub drop_tombstones: bool,
-}
-
-/// What the cleaner remembers of a log between cleanings (`cleaner.checkpoint`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CleanerCheckpoint {
-    /// Offsets below this have been cleaned; the dirty section starts here.
-    pub first_dirty: i64,
-    /// Wall-clock ms of the last cleaning that changed the log; -1: none yet.
-    pub last_clean_ms: i64,
-}
-
-impl Default for CleanerCheckpoint {
-    fn default() -> Self {
-        Self {
-            first_dirty: 0,
-            last_clean_ms: -1,
-        }
-    }
-}
-
-impl CleanerCheckpoint {
-    pub(crate) fn load(dir: &Path) -> Self {
-        let Ok(text) = std::fs::read_to_string(dir.join(CHECKPOINT_FILE)) else {
-            return Self::default();
-        };
-        let mut lines = text.lines();
-        let parsed = (|| {
-            if lines.next()? != "v1" {
-                return None;
-            }
-            Some(Self {
-                first_dirty: lines.next()?.parse().ok()?,
-                last_clean_ms: lines.next()?.parse().ok()?,
-            })
-        })();
-        // A damaged checkpoint costs a cleaning of the whole log, nothing more.
-        parsed.unwrap_or_default()
-    }
-
-    pub(crate) fn persist(&self, dir: &Path) -> io::Result<()> {
-        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        std::fs::write(
-            &tmp,
-            format!("v1\n{}\n{}\n", self.first_dirty, self.last_clean_ms),
-        )?;
-        File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
-        sync_dir(dir)
-    }
 }
 
 /// How much of a log a cleaning could work on now.
@@ -632,12 +586,6 @@ impl StagedClean {
     }
 }
 
-#[cfg(unix)]
-fn dir_ino(dir: &Path) -> io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    Ok(std::fs::metadata(dir)?.ino())
-}
-
 /// Calls `f` with each batch of `seg`, CRC-checked, in order, until it returns false
 /// (then returns false).
 fn for_each_batch(
@@ -667,66 +615,6 @@ fn corrupt(dir: &Path, base: i64, reason: String) -> LogError {
         position: 0,
         reason,
     }
-}
-
-fn swap_path(dir: &Path, base: i64, end: i64) -> PathBuf {
-    dir.join(format!("{base:020}.{end:020}.{SWAP_SUFFIX}"))
-}
-
-fn remove_staged(dir: &Path, base: i64) {
-    for (staged, _) in Segment::staged_paths(dir, base) {
-        let _ = std::fs::remove_file(staged);
-    }
-}
-
-/// Finishes or discards what a cleaning cut short by a crash left in `dir` (see the
-/// module doc). Runs before the segments are listed.
-pub(crate) fn recover_cleaning(dir: &Path, files: &FileCache) -> io::Result<()> {
-    let mut swaps = Vec::new();
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if name.ends_with(&format!(".{STAGED_SUFFIX}")) {
-            std::fs::remove_file(dir.join(&name))?;
-        } else if let Some(stem) = name.strip_suffix(&format!(".{SWAP_SUFFIX}")) {
-            let range = stem
-                .split_once('.')
-                .and_then(|(b, e)| Some((b.parse::<i64>().ok()?, e.parse::<i64>().ok()?)));
-            match range {
-                Some(range) => swaps.push(range),
-                None => std::fs::remove_file(dir.join(&name))?,
-            }
-        } else {
-            names.push(name);
-        }
-    }
-    if swaps.is_empty() {
-        return Ok(());
-    }
-    for (base, end) in swaps {
-        tracing::warn!(dir = %dir.display(), base, end, "completing a cleaning a crash interrupted");
-        for name in &names {
-            let Some((stem, suffix)) = name.split_once('.') else {
-                continue;
-            };
-            let replaced = ["log", "index", "timeindex", crate::keys::KEYS_SUFFIX]
-                .contains(&suffix)
-                && stem.parse::<i64>().is_ok_and(|b| (base..end).contains(&b));
-            if replaced {
-                files.forget(&dir.join(name));
-                match std::fs::remove_file(dir.join(name)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
-        }
-        // The indexes are rebuilt from the log when the segment is opened.
-        std::fs::rename(
-            swap_path(dir, base, end),
-            segment_path(dir, base, LOG_SUFFIX),
-        )?;
-    }
-    sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -97,11 +97,13 @@ def shared_group(cluster):
 
 
 def wait_cleaned(cluster, topic):
-    """Until the broker's cleaner has cleaned every partition of `topic` once."""
+    """Until the broker's cleaner has cleaned every sealed segment of every partition of
+    `topic` (a cleaning during the writes leaves later segments dirty)."""
     def cleaned():
         d = json.loads(shale(cluster, "topic", "describe", topic, "-o", "json"))
         d = d[0] if isinstance(d, list) else d
-        return all((p.get("last_cleaned_ms") or -1) >= 0 for p in d["partitions"])
+        return all((p.get("last_cleaned_ms") or -1) >= 0 and p.get("dirty_bytes") == 0
+                   for p in d["partitions"])
     eventually(cleaned, timeout=60, what=f"a cleaning of {topic}")
 
 

@@ -46,6 +46,11 @@ impl Broker {
             "segment upload",
             |b| async move { b.upload_pass().await },
         );
+        self.spawn_every(
+            self.config.tiering.remote_compaction_interval_ms,
+            "remote compaction",
+            |b| async move { b.remote_compaction_pass().await },
+        );
         // Key filters of newly sealed segments (and, after a start, of older ones).
         self.spawn_every(
             self.config.tiering.upload_interval_ms,

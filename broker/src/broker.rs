@@ -60,6 +60,7 @@ pub struct Broker {
     pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
     pub(crate) request_stats: crate::stats::RequestStats,
     pub(crate) cleaner_stats: crate::cleaner::CleanerStats,
+    pub(crate) remote_compactions: crate::tiering::compact::RemoteCompactions,
     pub(crate) topics: RwLock<HashMap<String, Arc<TopicState>>>,
     /// Registered brokers at the last refresh.
     pub(crate) brokers: RwLock<Vec<BrokerLease>>,
@@ -230,6 +231,7 @@ impl Broker {
                 last_pass_ms: std::sync::atomic::AtomicI64::new(-1),
                 ..Default::default()
             },
+            remote_compactions: Default::default(),
             topics: RwLock::new(HashMap::new()),
             brokers: RwLock::new(Vec::new()),
             open_failures: std::sync::Mutex::new(HashMap::new()),

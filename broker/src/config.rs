@@ -49,6 +49,9 @@
 //! [tiering]
 //! upload_interval_ms = 1000               # Default: 1 s.
 //! upload_concurrency = 2                  # Default: 2.
+//! remote_compaction_interval_ms = 3600000 # Compacted topics' remote segments. Default: 1 h.
+//! remote_compaction_concurrency = 1       # Default: 1.
+//! remote_compaction_delete_delay_ms = 300000 # Replaced segments' grace period. Default: 5 min.
 //!
 //! [cluster]
 //! advertised_address = "127.0.0.1:9093"  # Shorthand for [listeners.grpc] advertised.
@@ -392,6 +395,14 @@ impl BrokerConfig {
             ("tiering.max_concurrent_gets", t.max_concurrent_gets as u64),
             ("tiering.remote_io_threads", t.remote_io_threads as u64),
             ("tiering.upload_interval_ms", t.upload_interval_ms),
+            (
+                "tiering.remote_compaction_interval_ms",
+                t.remote_compaction_interval_ms,
+            ),
+            (
+                "tiering.remote_compaction_concurrency",
+                t.remote_compaction_concurrency as u64,
+            ),
             (
                 "log.retention_check_interval_ms",
                 log.retention_check_interval_ms,

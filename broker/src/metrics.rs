@@ -101,6 +101,36 @@ pub async fn render(broker: &Broker) -> String {
             "Records compaction removed (superseded, tombstones past delete.retention.ms, keyless).",
             load(&broker.cleaner_stats().records_removed),
         ),
+        (
+            "shale_remote_compaction_runs_total",
+            "Remote compactions of tiered compacted partitions.",
+            load(&broker.remote_compactions.runs),
+        ),
+        (
+            "shale_remote_compaction_read_bytes_total",
+            "Bytes of remote segments remote compaction read (through the read cache).",
+            load(&broker.remote_compactions.bytes_read),
+        ),
+        (
+            "shale_remote_compaction_written_bytes_total",
+            "Bytes of compacted remote segments uploaded.",
+            load(&broker.remote_compactions.bytes_written),
+        ),
+        (
+            "shale_remote_compaction_removed_records_total",
+            "Records remote compaction removed.",
+            load(&broker.remote_compactions.records_removed),
+        ),
+        (
+            "shale_remote_compaction_replaced_segments_total",
+            "Remote segments replaced by their compaction.",
+            load(&broker.remote_compactions.segments_replaced),
+        ),
+        (
+            "shale_remote_compaction_written_segments_total",
+            "Compacted remote segments uploaded.",
+            load(&broker.remote_compactions.segments_written),
+        ),
     ] {
         let _ = writeln!(
             out,

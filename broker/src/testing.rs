@@ -158,6 +158,11 @@ impl Metastore for FaultyMetastore {
             .transition_remote_segment(segment_id, from, to)
             .await
     }
+    async fn replace_remote_segments(&self, replaced: &[Uuid], replacements: &[Uuid]) -> R<()> {
+        self.inner
+            .replace_remote_segments(replaced, replacements)
+            .await
+    }
     async fn remote_segment_topic_ids(&self) -> R<Vec<Uuid>> {
         self.inner.remote_segment_topic_ids().await
     }

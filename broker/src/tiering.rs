@@ -335,6 +335,19 @@ impl Broker {
             if let Err(e) = self.remote_retention(&p, now).await {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "remote retention failed");
             }
+            // The grace period of segments remote compaction replaced.
+            let grace = self.config.tiering.remote_compaction_delete_delay_ms as i64;
+            match self
+                .uploader
+                .delete_compacted(&partition_ref(&p), now, grace)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(topic = %p.topic, partition = p.index, segments = n,
+                    "deleted remote segments replaced by remote compaction"),
+                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                    "cannot delete remote segments replaced by remote compaction"),
+            }
         }
         Ok(())
     }
@@ -346,7 +359,10 @@ impl Broker {
         let (retention_ms, retention_bytes) = p.config().total_retention();
         let state = p.remote_state();
         let deleted_below = p.deleted_below();
+        // After a change of leader the index may name segments the last leader
+        // replaced: the upload pass re-reads it first.
         if !state.loaded
+            || state.needs_cleanup
             || state.segments.is_empty()
             || (retention_ms < 0 && retention_bytes < 0 && deleted_below == 0)
         {
@@ -368,7 +384,14 @@ impl Broker {
                 segments: Arc::new(rest),
                 ..state.clone()
             });
-            self.uploader.delete(seg).await.map_err(Error::Tiering)?;
+            if let Err(e) = self.uploader.delete(seg).await {
+                // Perhaps no longer the segment the metastore has there: re-read it.
+                p.set_remote_state(RemoteState {
+                    needs_cleanup: true,
+                    ..p.remote_state()
+                });
+                return Err(Error::Tiering(e));
+            }
             total = total.saturating_sub(seg.size_bytes as u64);
             tracing::info!(topic = %p.topic, partition = p.index, base_offset = seg.base_offset,
                 end_offset = seg.end_offset, "remote retention deleted segment");
@@ -568,5 +591,6 @@ pub(crate) fn remote_read_error(e: ReadError) -> Error {
     }
 }
 
+pub mod compact;
 #[cfg(test)]
 mod tests;

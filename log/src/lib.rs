@@ -46,7 +46,10 @@ pub use keys::{
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;
 use recovery::{epochs_after, scan_epochs};
-pub use retention::{RetentionOutcome, SealedSegmentInfo, TierBounds, export_segment_tail};
+pub use retention::{
+    RetentionOutcome, SealedSegmentInfo, TierBounds, export_segment_tail, seal_segment_file,
+    segment_log_path,
+};
 use segment::{LOG_SUFFIX, Segment};
 
 /// The subset of topic configuration the log itself obeys.

@@ -199,17 +199,41 @@ pub fn export_segment_tail(
     io::Seek::seek(&mut src, io::SeekFrom::Start(start))?;
     io::copy(&mut io::Read::take(src, size - start), &mut out)?;
     drop(out);
+    seal_segment_file(into, from, seg.end_offset, index_interval)
+}
+
+/// Where [`seal_segment_file`] expects the `.log` file of a segment starting at `base`.
+pub fn segment_log_path(dir: &Path, base_offset: i64) -> PathBuf {
+    segment::segment_path(dir, base_offset, LOG_SUFFIX)
+}
+
+/// Builds the indexes of a segment whose batches were written to
+/// [`segment_log_path`] in `dir` (outside any log: a tail export, a rewrite of remote
+/// segments) and seals it. `end_offset` (inclusive) may lie past its last record when
+/// compaction left a gap there.
+pub fn seal_segment_file(
+    dir: &Path,
+    base_offset: i64,
+    end_offset: i64,
+    index_interval: u64,
+) -> Result<SealedSegmentInfo, LogError> {
     let files = FileCache::new(1);
-    let mut tail = Segment::open(into, from, Some(seg.end_offset + 1), index_interval, &files)?;
-    tail.seal()?;
+    let mut seg = Segment::open(
+        dir,
+        base_offset,
+        Some(end_offset + 1),
+        index_interval,
+        &files,
+    )?;
+    seg.seal()?;
     Ok(SealedSegmentInfo {
-        base_offset: from,
-        end_offset: seg.end_offset,
-        max_timestamp: tail.max_timestamp,
-        size_bytes: tail.size(),
-        log_path: path,
-        index_path: segment::segment_path(into, from, "index"),
-        time_index_path: segment::segment_path(into, from, "timeindex"),
+        base_offset,
+        end_offset,
+        max_timestamp: seg.max_timestamp,
+        size_bytes: seg.size(),
+        log_path: segment_log_path(dir, base_offset),
+        index_path: segment::segment_path(dir, base_offset, "index"),
+        time_index_path: segment::segment_path(dir, base_offset, "timeindex"),
         generation: 0,
     })
 }

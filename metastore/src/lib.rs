@@ -227,6 +227,12 @@ pub trait Metastore: Send + Sync + 'static {
         from: RemoteSegmentState,
         to: RemoteSegmentState,
     ) -> Result<RemoteSegment>;
+    /// Remote compaction's swap, in one transaction: the `replaced` segments
+    /// (`COPY_FINISHED`) become `COMPACTED` and their `replacements` (`COPY_STARTED`,
+    /// uploaded under the current leader epoch, covering exactly the same offsets)
+    /// become `COPY_FINISHED`. Nothing changes on any error.
+    async fn replace_remote_segments(&self, replaced: &[Uuid], replacements: &[Uuid])
+    -> Result<()>;
     /// Ids of topics with remote segments not yet `DELETE_FINISHED` (rows outlive
     /// their topic, so a deleted topic's objects can still be found and removed).
     async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>>;

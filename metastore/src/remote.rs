@@ -6,10 +6,15 @@ use uuid::Uuid;
 /// State of a remote segment. Transitions only go forward:
 /// `CopyStarted → CopyFinished → DeleteStarted → DeleteFinished`; a copy that never
 /// finished may also go `CopyStarted → DeleteStarted` (cleanup of an aborted upload).
+/// Remote compaction adds `CopyFinished → Compacted → DeleteStarted`: a segment
+/// replaced by its compacted rewrite (in the same transaction as the rewrite's rows
+/// become `CopyFinished`) is no longer readable for new reads, but its objects stay
+/// for a grace period, so a read already in it can finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RemoteSegmentState {
     CopyStarted,
     CopyFinished,
+    Compacted,
     DeleteStarted,
     DeleteFinished,
 }
@@ -19,6 +24,7 @@ impl RemoteSegmentState {
         match self {
             Self::CopyStarted => "COPY_STARTED",
             Self::CopyFinished => "COPY_FINISHED",
+            Self::Compacted => "COMPACTED",
             Self::DeleteStarted => "DELETE_STARTED",
             Self::DeleteFinished => "DELETE_FINISHED",
         }
@@ -28,6 +34,7 @@ impl RemoteSegmentState {
         Some(match s {
             "COPY_STARTED" => Self::CopyStarted,
             "COPY_FINISHED" => Self::CopyFinished,
+            "COMPACTED" => Self::Compacted,
             "DELETE_STARTED" => Self::DeleteStarted,
             "DELETE_FINISHED" => Self::DeleteFinished,
             _ => return None,
@@ -42,6 +49,8 @@ impl RemoteSegmentState {
             (CopyStarted, CopyFinished)
                 | (CopyStarted, DeleteStarted)
                 | (CopyFinished, DeleteStarted)
+                | (CopyFinished, Compacted)
+                | (Compacted, DeleteStarted)
                 | (DeleteStarted, DeleteFinished)
         )
     }

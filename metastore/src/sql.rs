@@ -197,6 +197,14 @@ macro_rules! sql_metastore {
                 self.transition_remote_segment(segment_id, from, to).await
             }
 
+            async fn replace_remote_segments(
+                &self,
+                replaced: &[Uuid],
+                replacements: &[Uuid],
+            ) -> Result<()> {
+                self.replace_remote_segments(replaced, replacements).await
+            }
+
             async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>> {
                 self.remote_segment_topic_ids().await
             }

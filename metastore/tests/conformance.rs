@@ -627,6 +627,117 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
     assert!(m.remote_segment_topic_ids().await.unwrap().is_empty());
 }
 
+/// Remote compaction's swap: all rows or none, same offsets only, then the grace
+/// period's state and its deletion.
+async fn remote_compaction_swaps_rows_in_one_transaction(m: &dyn Metastore) {
+    use RemoteSegmentState::*;
+    let topic = m.create_topic(new_topic("compacted", 1)).await.unwrap().id;
+    let (a, b) = (segment(topic, 0, 99), segment(topic, 100, 199));
+    for s in [&a, &b] {
+        m.add_remote_segment(s).await.unwrap();
+        m.transition_remote_segment(s.segment_id, CopyStarted, CopyFinished)
+            .await
+            .unwrap();
+    }
+    let merged = segment(topic, 0, 199);
+    let short = segment(topic, 0, 150);
+    m.add_remote_segment(&merged).await.unwrap();
+    m.add_remote_segment(&short).await.unwrap();
+    let ids = |s: &[&RemoteSegment]| s.iter().map(|s| s.segment_id).collect::<Vec<_>>();
+    // A rewrite that does not cover the same offsets changes nothing.
+    assert!(
+        m.replace_remote_segments(&ids(&[&a, &b]), &ids(&[&short]))
+            .await
+            .is_err()
+    );
+    // Nor does one whose replaced row is not finished.
+    assert!(
+        m.replace_remote_segments(&ids(&[&a, &merged]), &ids(&[&short]))
+            .await
+            .is_err()
+    );
+    let finished = m
+        .list_remote_segments(topic, 0, &[CopyFinished])
+        .await
+        .unwrap();
+    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&a, &b]));
+
+    m.replace_remote_segments(&ids(&[&a, &b]), &ids(&[&merged]))
+        .await
+        .unwrap();
+    let finished = m
+        .list_remote_segments(topic, 0, &[CopyFinished])
+        .await
+        .unwrap();
+    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&merged]));
+    let compacted = m
+        .list_remote_segments(topic, 0, &[Compacted])
+        .await
+        .unwrap();
+    assert_eq!(ids(&compacted.iter().collect::<Vec<_>>()), ids(&[&a, &b]));
+    let log = m.remote_logs(topic).await.unwrap().remove(&0).unwrap();
+    assert_eq!(log.copied_end, 199);
+    assert!(log.unfinished, "the short rewrite is still COPY_STARTED");
+    // A second swap of the same rows fails: they are no longer finished.
+    assert!(matches!(
+        m.replace_remote_segments(&ids(&[&a, &b]), &ids(&[&short]))
+            .await,
+        Err(Error::RemoteSegmentStateConflict { .. })
+    ));
+    // A compacted row is deleted as any other; it cannot become readable again.
+    assert!(
+        m.transition_remote_segment(a.segment_id, Compacted, CopyFinished)
+            .await
+            .is_err()
+    );
+    m.transition_remote_segment(a.segment_id, Compacted, DeleteStarted)
+        .await
+        .unwrap();
+    m.transition_remote_segment(a.segment_id, DeleteStarted, DeleteFinished)
+        .await
+        .unwrap();
+    // A deposed leader's rewrite cannot be swapped in.
+    let mut state = m
+        .list_partition_states()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.topic_id == topic && s.partition == 0)
+        .unwrap();
+    state.leader_epoch = 1;
+    m.update_partition_state(&state, StateGuard::default())
+        .await
+        .unwrap();
+    let err = m
+        .replace_remote_segments(&ids(&[&merged]), &ids(&[&short]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CorruptRow(_)), "{err:?}");
+    let whole = segment(topic, 0, 199);
+    m.add_remote_segment(&whole).await.unwrap();
+    let err = m
+        .replace_remote_segments(&ids(&[&merged]), &ids(&[&whole]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleLeaderEpoch {
+                copied: 0,
+                current: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let finished = m
+        .list_remote_segments(topic, 0, &[CopyFinished])
+        .await
+        .unwrap();
+    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&merged]));
+    m.delete_topic("compacted").await.unwrap();
+}
+
 async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
     let a = m.allocate_producer_ids(1000).await.unwrap();
     let b = m.allocate_producer_ids(1000).await.unwrap();
@@ -764,6 +875,7 @@ macro_rules! metastore_suite {
             case!(alter_configs_sets_and_deletes);
             case!(partitions_only_grow);
             case!(remote_segments_follow_the_state_machine);
+            case!(remote_compaction_swaps_rows_in_one_transaction);
             case!(cluster_leases_and_partition_state);
             case!(producer_ids_and_group_offsets);
             case!(concurrent_writers_all_succeed);

@@ -3,7 +3,10 @@
 //! One copy: insert the row `COPY_STARTED` → put `.log` (multipart above a threshold),
 //! `.index`, `.timeindex`, `.keys` (when the segment has a key filter), then `.meta` → move the row to `COPY_FINISHED`. Readers see
 //! only finished rows. Every attempt uses a fresh segment id, so object keys of two
-//! attempts never collide.
+//! attempts never collide. Remote compaction puts its rewrites the same way but leaves
+//! their rows `COPY_STARTED` until it swaps them in (`Metastore::replace_remote_segments`);
+//! the rows they replace become `COMPACTED` and are deleted after a grace period
+//! ([`Uploader::delete_compacted`]).
 //!
 //! # Crash consistency
 //! A crash or an object-store outage at any point leaves at worst a `COPY_STARTED` row
@@ -116,6 +119,28 @@ impl Uploader {
         p: &PartitionRef,
         seg: &SealedSegment,
     ) -> Result<RemoteSegment, UploadError> {
+        let row = self.put_segment(p, seg).await?;
+        crate::failpoint::hit("upload-before-copy-finished");
+        let done = self
+            .metastore
+            .transition_remote_segment(
+                row.segment_id,
+                RemoteSegmentState::CopyStarted,
+                RemoteSegmentState::CopyFinished,
+            )
+            .await?;
+        tracing::info!(topic = %p.topic, partition = p.partition, base_offset = seg.base_offset,
+            end_offset = seg.end_offset, bytes = seg.size_bytes, "segment copied to object store");
+        Ok(done)
+    }
+
+    /// Registers a `COPY_STARTED` row and puts the segment's objects; the row is left
+    /// unfinished (for [`Uploader::upload`] to finish, or remote compaction to swap in).
+    pub async fn put_segment(
+        &self,
+        p: &PartitionRef,
+        seg: &SealedSegment,
+    ) -> Result<RemoteSegment, UploadError> {
         let now = now_ms();
         let row = RemoteSegment {
             segment_id: Uuid::new_v4(),
@@ -174,18 +199,7 @@ impl Uploader {
         self.store
             .put(&key.path(ObjectKind::Meta), PutPayload::from(json))
             .await?;
-        crate::failpoint::hit("upload-before-copy-finished");
-        let done = self
-            .metastore
-            .transition_remote_segment(
-                row.segment_id,
-                RemoteSegmentState::CopyStarted,
-                RemoteSegmentState::CopyFinished,
-            )
-            .await?;
-        tracing::info!(topic = %p.topic, partition = p.partition, base_offset = seg.base_offset,
-            end_offset = seg.end_offset, bytes = log_bytes, "segment copied to object store");
-        Ok(done)
+        Ok(row)
     }
 
     /// Uploads a file, in parts when large; returns its size and CRC-32C.
@@ -280,6 +294,34 @@ impl Uploader {
             .transition_remote_segment(seg.segment_id, DeleteStarted, DeleteFinished)
             .await?;
         Ok(())
+    }
+
+    /// Deletes the segments remote compaction replaced (`COMPACTED`) more than
+    /// `grace_ms` ago: reads that were in them have had that long to finish. Returns
+    /// how many it deleted.
+    pub async fn delete_compacted(
+        &self,
+        p: &PartitionRef,
+        now_ms: i64,
+        grace_ms: i64,
+    ) -> Result<usize, UploadError> {
+        use RemoteSegmentState::*;
+        let rows = self
+            .metastore
+            .list_remote_segments(p.topic_id, p.partition, &[Compacted])
+            .await?;
+        let mut deleted = 0;
+        for row in rows.iter().filter(|r| r.updated_at_ms <= now_ms - grace_ms) {
+            self.metastore
+                .transition_remote_segment(row.segment_id, Compacted, DeleteStarted)
+                .await?;
+            self.delete_objects(row).await?;
+            self.metastore
+                .transition_remote_segment(row.segment_id, DeleteStarted, DeleteFinished)
+                .await?;
+            deleted += 1;
+        }
+        Ok(deleted)
     }
 
     /// Deletes the objects of every remote segment of a topic that no longer exists,

@@ -188,6 +188,14 @@ pub struct TieringSection {
     /// Nice value of those threads (0 to 19; higher yields the CPU to the rest of the
     /// broker). Default: 10.
     pub remote_io_nice: i32,
+    /// How often the leader of a tiered compacted partition compacts its remote
+    /// segments (when they changed since). Default: 3600000 (1 h).
+    pub remote_compaction_interval_ms: u64,
+    /// Partitions compacting their remote segments at once. Default: 1.
+    pub remote_compaction_concurrency: usize,
+    /// How long the segments a remote compaction replaced stay in the object store,
+    /// so reads already in them can finish. Default: 300000 (5 min).
+    pub remote_compaction_delete_delay_ms: u64,
 }
 
 impl Default for TieringSection {
@@ -206,6 +214,9 @@ impl Default for TieringSection {
             max_concurrent_gets: 16,
             remote_io_threads: 2,
             remote_io_nice: 10,
+            remote_compaction_interval_ms: 3_600_000,
+            remote_compaction_concurrency: 1,
+            remote_compaction_delete_delay_ms: 300_000,
         }
     }
 }

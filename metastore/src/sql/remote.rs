@@ -126,6 +126,84 @@ macro_rules! remote_sql {
                     }
                 }
                 let now = now_ms();
+                Self::set_remote_state(&mut tx, segment_id, from, to, now).await?;
+                tx.commit().await?;
+                seg.state = to;
+                seg.updated_at_ms = now;
+                Ok(seg)
+            }
+
+            pub(super) async fn replace_remote_segments(
+                &self,
+                replaced: &[Uuid],
+                replacements: &[Uuid],
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                let select = format!("SELECT {REMOTE_SEGMENT_COLUMNS} FROM remote_segments WHERE segment_id = $1");
+                let mut rows = Vec::with_capacity(replaced.len() + replacements.len());
+                for (ids, expected) in [
+                    (replaced, RemoteSegmentState::CopyFinished),
+                    (replacements, RemoteSegmentState::CopyStarted),
+                ] {
+                    for &id in ids {
+                        let row: Option<RemoteSegmentRow> =
+                            sqlx::query_as(&select).bind(id).fetch_optional(&mut *tx).await?;
+                        let seg = remote_segment(row.ok_or(Error::RemoteSegmentNotFound(id))?)?;
+                        if seg.state != expected {
+                            return Err(Error::RemoteSegmentStateConflict { segment_id: id, expected, actual: seg.state });
+                        }
+                        rows.push(seg);
+                    }
+                }
+                let (old, new) = rows.split_at(replaced.len());
+                let span = |s: &[RemoteSegment]| {
+                    (s.iter().map(|r| r.base_offset).min(), s.iter().map(|r| r.end_offset).max())
+                };
+                let first = old.first().or(new.first()).ok_or(Error::CorruptRow("an empty replacement".into()))?;
+                if old.is_empty() || new.is_empty() || span(old) != span(new)
+                    || rows.iter().any(|r| r.topic_id != first.topic_id || r.partition != first.partition)
+                {
+                    return Err(Error::CorruptRow(format!(
+                        "remote segments {replaced:?} cannot be replaced by {replacements:?}: they do not cover the same offsets of one partition"
+                    )));
+                }
+                // As for a copy: only the current leader epoch may replace segments.
+                let epoch: Option<(i32,)> = sqlx::query_as(concat!(
+                    "SELECT leader_epoch FROM partition_state WHERE topic_id = $1 AND partition_id = $2",
+                    $for_update
+                ))
+                .bind(first.topic_id)
+                .bind(first.partition)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let copied = new.iter().map(|r| r.leader_epoch).min().unwrap_or(i32::MAX);
+                if let Some((current,)) = epoch
+                    && current > copied
+                {
+                    return Err(Error::StaleLeaderEpoch { topic_id: first.topic_id, partition: first.partition, copied, current });
+                }
+                let now = now_ms();
+                // The old rows first: the unique index allows one finished row per base offset.
+                for (ids, from, to) in [
+                    (replaced, RemoteSegmentState::CopyFinished, RemoteSegmentState::Compacted),
+                    (replacements, RemoteSegmentState::CopyStarted, RemoteSegmentState::CopyFinished),
+                ] {
+                    for &id in ids {
+                        Self::set_remote_state(&mut tx, id, from, to, now).await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            /// The compare-and-set of one row's state, inside `tx`.
+            async fn set_remote_state(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                segment_id: Uuid,
+                from: RemoteSegmentState,
+                to: RemoteSegmentState,
+                now: i64,
+            ) -> Result<()> {
                 // `copied` remembers that this copy finished, whatever happens to it later.
                 let updated = sqlx::query(
                     "UPDATE remote_segments SET state = $1, updated_at_ms = $2, \
@@ -136,7 +214,7 @@ macro_rules! remote_sql {
                 .bind(now)
                 .bind(segment_id)
                 .bind(from.as_str())
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await;
                 let updated = match updated {
                     // A concurrent finish of the same base offset won the unique index.
@@ -148,10 +226,7 @@ macro_rules! remote_sql {
                 if updated.rows_affected() != 1 {
                     return Err(Error::RemoteSegmentStateConflict { segment_id, expected: from, actual: to });
                 }
-                tx.commit().await?;
-                seg.state = to;
-                seg.updated_at_ms = now;
-                Ok(seg)
+                Ok(())
             }
 
             pub(super) async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>> {

@@ -252,6 +252,66 @@ fn log_objects(s3: &S3Server) -> usize {
         .count()
 }
 
+/// Creates the topic (policy `delete`), writes `plan` and waits until the bucket
+/// holds all but the local log's last two segments or so; returns the model, the log
+/// end offset and the tier status then.
+async fn fill(
+    s: &Setup,
+    c: &Client,
+    plan: Plan,
+) -> (HashMap<String, Option<Bytes>>, i64, PartitionTieringStatus) {
+    c.create_topic("changelog", 1, 1, topic_configs("delete"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let model = produce(c, "changelog", plan).await;
+    let end = c.list_offset("changelog", 0, -1).await.unwrap().unwrap();
+    eprintln!("{end} records produced in {:?}", started.elapsed());
+    let before = wait_status(
+        c,
+        "changelog",
+        &s.broker,
+        "uploads and local retention",
+        |t| t.upload_lag_segments == 0 && t.local_log_start_offset > end / 2,
+    )
+    .await;
+    (model, end, before)
+}
+
+async fn compact_on(c: &Client) {
+    let set = [("cleanup.policy".to_string(), "compact".to_string())].into();
+    c.alter_configs("changelog", set, vec![]).await.unwrap();
+}
+
+/// A consumer from offset 0 sees the latest value of each live key, and below the
+/// local log each key at most once, at its latest offset (a key updated in the local
+/// log has no copy left in the bucket), and no tombstone if `expired` (the
+/// tombstones' delete.retention.ms passed). Returns it.
+async fn check_from_zero(
+    c: &Client,
+    model: &HashMap<String, Option<Bytes>>,
+    end: i64,
+    expired: bool,
+) -> Consumer {
+    let mut fresh = Consumer::new();
+    fresh.read_until(c, "changelog", end).await;
+    assert_eq!(fresh.live(), live(model), "a consumer from offset 0");
+    let local_start = c.list_offset("changelog", 0, -4).await.unwrap().unwrap();
+    let mut latest_offset = HashMap::new();
+    for (o, k, _) in &fresh.records {
+        latest_offset.insert(k.clone(), *o);
+    }
+    for (o, k, v) in fresh.records.iter().filter(|r| r.0 < local_start) {
+        assert_eq!(latest_offset[k], *o, "{k} at {o} is not its latest copy");
+        assert!(
+            v.is_some() || !expired,
+            "tombstone of {k} at {o} still in the bucket"
+        );
+    }
+    fresh.offset = local_start;
+    fresh
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiered_compacted_topic_of_a_million_updates_keeps_each_keys_latest_value() {
     let updates: usize = std::env::var("SHALE_REMOTE_COMPACTION_UPDATES")
@@ -261,21 +321,7 @@ async fn a_tiered_compacted_topic_of_a_million_updates_keeps_each_keys_latest_va
     let plan = Plan::of(updates, 10_000);
     let s = start(&[]).await;
     let c = s.broker.client().await;
-    c.create_topic("changelog", 1, 1, topic_configs("delete"))
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let model = produce(&c, "changelog", plan).await;
-    let end = c.list_offset("changelog", 0, -1).await.unwrap().unwrap();
-    eprintln!("{end} records produced in {:?}", started.elapsed());
-    let before = wait_status(
-        &c,
-        "changelog",
-        &s.broker,
-        "uploads and local retention",
-        |t| t.upload_lag_segments == 0 && t.local_log_start_offset > end / 2,
-    )
-    .await;
+    let (model, end, before) = fill(&s, &c, plan).await;
     assert_eq!(log_objects(&s.s3), before.remote_segments as usize);
 
     // A consumer reads half of the remote part, before any compaction.
@@ -288,9 +334,7 @@ async fn a_tiered_compacted_topic_of_a_million_updates_keeps_each_keys_latest_va
     );
 
     // Compaction on: the remote segments are rewritten and swapped.
-    let mut set = BTreeMap::new();
-    set.insert("cleanup.policy".to_string(), "compact".to_string());
-    c.alter_configs("changelog", set, vec![]).await.unwrap();
+    compact_on(&c).await;
     let compacting = Instant::now();
     let after = wait_status(&c, "changelog", &s.broker, "remote compaction", |t| {
         t.remote_bytes < before.remote_bytes / 10
@@ -362,22 +406,12 @@ async fn a_tiered_compacted_topic_of_a_million_updates_keeps_each_keys_latest_va
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // A consumer from offset 0 now: the latest value of each live key, and below the
-    // local log each key at most once, at its latest offset (a key updated in the
-    // local log has no copy left in the bucket), and no tombstone.
-    let mut fresh = Consumer::new();
-    fresh.read_until(&c, "changelog", end).await;
-    assert_eq!(fresh.live(), live(&model), "a consumer from offset 0");
-    let local_start = c.list_offset("changelog", 0, -4).await.unwrap().unwrap();
-    let mut latest_offset = HashMap::new();
-    for (o, k, _) in &fresh.records {
-        latest_offset.insert(k.clone(), *o);
-    }
-    let remote: Vec<_> = fresh.records.iter().filter(|r| r.0 < local_start).collect();
-    for (o, k, v) in &remote {
-        assert_eq!(latest_offset[k], *o, "{k} at {o} is not its latest copy");
-        assert!(v.is_some(), "tombstone of {k} at {o} still in the bucket");
-    }
+    let fresh = check_from_zero(&c, &model, end, true).await;
+    let remote: Vec<_> = fresh
+        .records
+        .iter()
+        .filter(|r| r.0 < fresh.offset)
+        .collect();
     eprintln!(
         "{} records from offset 0 ({} of them remote) of {end} produced",
         fresh.records.len(),
@@ -391,4 +425,60 @@ async fn a_tiered_compacted_topic_of_a_million_updates_keeps_each_keys_latest_va
         .map(|k| format!("key-{k:05}"))
         .collect();
     assert_eq!(in_bucket, expected);
+}
+
+/// A crash just before and just after the metastore swap (the failpoint aborts the
+/// broker), then a restart: no key is lost, the unfinished rewrite or the replaced
+/// segments leave nothing behind, and the next compaction completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_on_either_side_of_the_swap_loses_nothing() {
+    for failpoint in [
+        "remote-compaction-before-swap",
+        "remote-compaction-after-swap",
+    ] {
+        let mut s = start(&[]).await;
+        let c = s.broker.client().await;
+        let (model, end, before) = fill(&s, &c, Plan::of(200_000, 1_000)).await;
+        s.broker.stop();
+        s.broker.set_envs(&[("SHALE_FAILPOINTS", failpoint)]);
+        s.broker.start_again().await;
+        compact_on(&s.broker.client().await).await;
+        let status = s.broker.wait_exit(Duration::from_secs(60));
+        assert!(
+            !status.success(),
+            "{failpoint}: the failpoint aborts the broker"
+        );
+        assert!(
+            s.broker
+                .log()
+                .contains(&format!("failpoint {failpoint} hit"))
+        );
+
+        s.broker.set_envs(&[]);
+        s.broker.start_again().await;
+        let c = s.broker.client().await;
+        // Whatever the crash left is cleaned up or finished, and the remote log is
+        // compacted by a later run.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let open = s._db.query(
+                "SELECT count(*) FROM remote_segments WHERE state NOT IN ('COPY_FINISHED', 'DELETE_FINISHED')",
+            );
+            let t = c.tiering_status(Some("changelog")).await.unwrap().remove(0);
+            if open == ["0"]
+                && t.remote_bytes < before.remote_bytes / 5
+                && log_objects(&s.s3) == t.remote_segments as usize
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{failpoint}: {open:?} unfinished rows, {t:?}, {} objects\n{}",
+                log_objects(&s.s3),
+                s.broker.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        check_from_zero(&c, &model, end, false).await;
+    }
 }

@@ -168,8 +168,10 @@ impl Broker {
                     continue;
                 }
                 let log = logs.remove(&p.index).unwrap_or_default();
+                // A cleanup already due stays due: a new leader's, or one after a
+                // failure, may be newer than this metastore read.
                 let state = RemoteState {
-                    needs_cleanup: log.unfinished,
+                    needs_cleanup: log.unfinished || (before.loaded && before.needs_cleanup),
                     ..remote_state_of(log.finished, log.copied_end)
                 };
                 // A follower drops what the leader has copied as soon as it learns of it.
@@ -345,8 +347,15 @@ impl Broker {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(topic = %p.topic, partition = p.index, segments = n,
                     "deleted remote segments replaced by remote compaction"),
-                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
-                    "cannot delete remote segments replaced by remote compaction"),
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                        "cannot delete remote segments replaced by remote compaction");
+                    // A deletion left half done is finished by the upload pass's cleanup.
+                    p.set_remote_state(RemoteState {
+                        needs_cleanup: true,
+                        ..p.remote_state()
+                    });
+                }
             }
         }
         Ok(())

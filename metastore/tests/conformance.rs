@@ -650,6 +650,19 @@ async fn remote_compaction_swaps_rows_in_one_transaction(m: &dyn Metastore) {
             .await
             .is_err()
     );
+    // Nor one of segments with a finished one between them.
+    let c = segment(topic, 200, 299);
+    m.add_remote_segment(&c).await.unwrap();
+    m.transition_remote_segment(c.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap();
+    let wide = segment(topic, 0, 299);
+    m.add_remote_segment(&wide).await.unwrap();
+    assert!(
+        m.replace_remote_segments(&ids(&[&a, &c]), &ids(&[&wide]))
+            .await
+            .is_err()
+    );
     // Nor does one whose replaced row is not finished.
     assert!(
         m.replace_remote_segments(&ids(&[&a, &merged]), &ids(&[&short]))
@@ -660,7 +673,10 @@ async fn remote_compaction_swaps_rows_in_one_transaction(m: &dyn Metastore) {
         .list_remote_segments(topic, 0, &[CopyFinished])
         .await
         .unwrap();
-    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&a, &b]));
+    assert_eq!(
+        ids(&finished.iter().collect::<Vec<_>>()),
+        ids(&[&a, &b, &c])
+    );
 
     m.replace_remote_segments(&ids(&[&a, &b]), &ids(&[&merged]))
         .await
@@ -669,14 +685,17 @@ async fn remote_compaction_swaps_rows_in_one_transaction(m: &dyn Metastore) {
         .list_remote_segments(topic, 0, &[CopyFinished])
         .await
         .unwrap();
-    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&merged]));
+    assert_eq!(
+        ids(&finished.iter().collect::<Vec<_>>()),
+        ids(&[&merged, &c])
+    );
     let compacted = m
         .list_remote_segments(topic, 0, &[Compacted])
         .await
         .unwrap();
     assert_eq!(ids(&compacted.iter().collect::<Vec<_>>()), ids(&[&a, &b]));
     let log = m.remote_logs(topic).await.unwrap().remove(&0).unwrap();
-    assert_eq!(log.copied_end, 199);
+    assert_eq!(log.copied_end, 299);
     assert!(log.unfinished, "the short rewrite is still COPY_STARTED");
     // A second swap of the same rows fails: they are no longer finished.
     assert!(matches!(
@@ -734,7 +753,10 @@ async fn remote_compaction_swaps_rows_in_one_transaction(m: &dyn Metastore) {
         .list_remote_segments(topic, 0, &[CopyFinished])
         .await
         .unwrap();
-    assert_eq!(ids(&finished.iter().collect::<Vec<_>>()), ids(&[&merged]));
+    assert_eq!(
+        ids(&finished.iter().collect::<Vec<_>>()),
+        ids(&[&merged, &c])
+    );
     m.delete_topic("compacted").await.unwrap();
 }
 

@@ -4,20 +4,24 @@
 //!
 //! A run (every `tiering.remote_compaction_interval_ms`, when the remote log grew since
 //! the last one or a tombstone may have expired; at most
-//! `tiering.remote_compaction_concurrency` partitions at once) holds the partition's
-//! `tier_lock`, so uploads and remote retention wait for it, and:
+//! `tiering.remote_compaction_concurrency` partitions at once):
 //! 1. builds the key map (key hash → latest offset, bounded by
-//!    `log.cleaner_dedupe_buffer_size`) over the remote segments, read through the read
-//!    cache, and over the local log above them up to the high watermark, so a key
-//!    updated locally loses its older remote copies;
+//!    `log.cleaner_dedupe_buffer_size`) over the remote segments not covered by the
+//!    last run, read through the read cache, and over the local log above them up to
+//!    the high watermark, so a key updated locally loses its older remote copies; a
+//!    map that fills covers what lies below that record, and the next run goes on
+//!    from there;
 //! 2. rewrites the remote segments in order, in groups of up to `segment.bytes`,
 //!    keeping the latest record of each key (tombstones until their delete horizon,
 //!    which the first cleaning sets, as locally). Offsets stay, with gaps; the last
 //!    batch of a group stays, so a rewrite covers exactly the offsets it replaces;
-//! 3. uploads each rewrite as a new segment (new id) whose row stays `COPY_STARTED`,
-//!    then swaps it in with one metastore transaction: the old rows become `COMPACTED`
-//!    and the new one `COPY_FINISHED`. A crash before the swap leaves an unfinished
-//!    copy, which the next upload pass deletes; after it, the rewrite is the log.
+//! 3. under the partition's `tier_lock` (so uploads and remote retention wait for one
+//!    rewrite, not the whole run), checks that the group is still what the read index
+//!    lists, uploads the rewrite as a new segment (new id) whose row stays
+//!    `COPY_STARTED`, then swaps it in with one metastore transaction: the old rows
+//!    become `COMPACTED` and the new one `COPY_FINISHED`. A crash before the swap
+//!    leaves an unfinished copy, which the next upload pass deletes; after it, the
+//!    rewrite is the log. A failure stops the run (groups are swapped in offset order).
 //!
 //! `COMPACTED` segments are no longer in any read index, but their objects stay for
 //! `tiering.remote_compaction_delete_delay_ms`: a fetch already reading one finishes,
@@ -61,8 +65,19 @@ pub struct RemoteCompactions {
     /// Rewrites uploaded (each one segment's objects: `.log`, `.index`, `.timeindex`,
     /// `.keys`, `.meta`).
     pub segments_written: AtomicU64,
-    /// Per partition: the remote log end offset and the time of the last complete run.
-    last: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i64, i64)>>,
+    /// Per partition: where its last complete run got to.
+    last: std::sync::Mutex<HashMap<(uuid::Uuid, i32), Progress>>,
+}
+
+/// Where a partition's last complete remote compaction got to.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// The leader epoch it ran in (a later leader starts from the beginning).
+    epoch: i32,
+    /// Remote offsets below this were compacted against every key above them (as far
+    /// as the local log's high watermark then): the next run maps only from here.
+    first_dirty: i64,
+    at_ms: i64,
 }
 
 /// One run's figures.
@@ -124,11 +139,10 @@ impl Broker {
         p: &Arc<Partition>,
         force: bool,
     ) -> Result<Option<RemoteCompactionStats>> {
-        let _tier = p.tier_lock.lock().await;
         let state = p.remote_state();
         let config = p.config();
         let now = now_ms();
-        let id = (p.topic_id, p.index);
+        let epoch = p.leader_epoch();
         if !p.is_leader()
             || !config.cleanup_policy.compacts()
             || !state.loaded
@@ -137,31 +151,38 @@ impl Broker {
         {
             return Ok(None);
         }
-        let last = self.remote_compactions.last(id);
-        let unchanged = last.is_some_and(|(end, at)| {
-            end == state.end_offset && now.saturating_sub(at) < config.delete_retention_ms
+        let id = (p.topic_id, p.index);
+        // Where the last complete run of this leader epoch got to.
+        let last = self
+            .remote_compactions
+            .last(id)
+            .filter(|l| l.epoch == epoch);
+        let first_dirty = last.map_or(0, |l| l.first_dirty);
+        let unchanged = last.is_some_and(|l| {
+            l.first_dirty > state.end_offset
+                && now.saturating_sub(l.at_ms) < config.delete_retention_ms
         });
         if unchanged && !force {
             return Ok(None);
         }
-        let epoch = p.leader_epoch();
         let mut stats = RemoteCompactionStats::default();
         let capacity =
             (self.config.log.cleaner_dedupe_buffer_size / shale_log::MAP_ENTRY_BYTES) as usize;
-        let (map, protect_from) = build_map(&self.reader, p, &state, capacity, &mut stats).await?;
+        let (map, protect_from) =
+            build_map(&self.reader, p, &state, first_dirty, capacity, &mut stats).await?;
         let how = CleanBatch {
             now_ms: now,
             delete_retention_ms: config.delete_retention_ms,
-            // Every older copy of a key is in these segments, below the tombstone.
+            // Every older copy of a key is in these segments, below the tombstone, and
+            // groups are swapped in offset order (a run stops at its first failure).
             drop_tombstones: true,
             keep_empty: false,
             protect_from,
         };
         let max_bytes = config.segment_bytes.max(1) as u64;
-        let segments = state.segments.clone();
-        let mut current = state;
+        let segments = &state.segments;
         let mut i = 0;
-        while i < segments.len() {
+        while i < segments.len() && segments[i].base_offset < protect_from {
             let mut j = i + 1;
             let mut bytes = segments[i].size_bytes as u64;
             while j < segments.len()
@@ -173,32 +194,20 @@ impl Broker {
             }
             let group = &segments[i..j];
             i = j;
-            if group[0].base_offset < protect_from {
-                if !p.is_leader() || p.leader_epoch() != epoch || self.cancel.is_cancelled() {
-                    break;
-                }
-                match self
-                    .rewrite_group(p, group, &map, how, epoch, &mut stats)
-                    .await
-                {
-                    Ok(Some(row)) => {
-                        current = replace_in_index(&current, group, row);
-                        p.set_remote_state(current.clone());
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        // An unfinished rewrite may be left: the next upload pass removes it.
-                        p.set_remote_state(RemoteState {
-                            needs_cleanup: true,
-                            ..current
-                        });
-                        return Err(e);
-                    }
-                }
+            if !p.is_leader() || p.leader_epoch() != epoch || self.cancel.is_cancelled() {
+                return Ok(None);
             }
+            self.rewrite_group(p, group, &map, how, epoch, &mut stats)
+                .await?;
         }
-        self.remote_compactions
-            .record(id, current.end_offset, now, &stats);
+        // The next run maps only what lies past what this one covered.
+        let first_dirty = protect_from.min(state.end_offset + 1);
+        let progress = Progress {
+            epoch,
+            first_dirty,
+            at_ms: now,
+        };
+        self.remote_compactions.record(id, progress, &stats);
         Ok(Some(stats))
     }
 
@@ -281,19 +290,49 @@ impl Broker {
             time_index_path: sealed.time_index_path.clone(),
             key_filter: key_filter.clone(),
         };
-        let pref = partition_ref(p);
-        let mut row = self
-            .uploader
-            .put_segment(&pref, &upload)
-            .await
-            .map_err(Error::Tiering)?;
-        shale_tiering::failpoint::hit("remote-compaction-before-swap");
+        // Only the upload and the swap hold the tier lock: uploads, retention and the
+        // local cleaner's swaps of the partition wait for one rewrite at most.
+        let _tier = p.tier_lock.lock().await;
+        let current = p.remote_state();
+        let listed: std::collections::HashSet<_> =
+            current.segments.iter().map(|s| s.segment_id).collect();
+        if current.needs_cleanup
+            || p.leader_epoch() != epoch
+            || !group.iter().all(|s| listed.contains(&s.segment_id))
+        {
+            return Err(Error::RemoteLogNotReady(format!(
+                "the remote log of partition {} of '{}' changed during its compaction",
+                p.index, p.topic
+            )));
+        }
         let old: Vec<_> = group.iter().map(|s| s.segment_id).collect();
-        self.metastore
-            .replace_remote_segments(&old, &[row.segment_id])
-            .await?;
+        let swapped = match self.uploader.put_segment(&partition_ref(p), &upload).await {
+            Ok(row) => {
+                shale_tiering::failpoint::hit("remote-compaction-before-swap");
+                self.metastore
+                    .replace_remote_segments(&old, &[row.segment_id])
+                    .await
+                    .map(|()| row)
+                    .map_err(Error::from)
+            }
+            Err(e) => Err(Error::Tiering(e)),
+        };
+        let mut row = match swapped {
+            Ok(row) => row,
+            Err(e) => {
+                // An unfinished rewrite may be left: the next upload pass removes it
+                // (and re-reads the remote log).
+                p.set_remote_state(RemoteState {
+                    needs_cleanup: true,
+                    ..current
+                });
+                return Err(e);
+            }
+        };
         shale_tiering::failpoint::hit("remote-compaction-after-swap");
         row.state = shale_metastore::RemoteSegmentState::CopyFinished;
+        p.set_remote_state(replace_in_index(&current, group, row.clone()));
+        drop(_tier);
         if let Some(f) = key_filter {
             self.reader.remember_key_filter(row.segment_id, f);
         }
@@ -308,12 +347,12 @@ impl Broker {
 }
 
 impl RemoteCompactions {
-    fn last(&self, id: (uuid::Uuid, i32)) -> Option<(i64, i64)> {
+    fn last(&self, id: (uuid::Uuid, i32)) -> Option<Progress> {
         self.last.lock().expect("poisoned").get(&id).copied()
     }
 
-    fn record(&self, id: (uuid::Uuid, i32), end: i64, at: i64, s: &RemoteCompactionStats) {
-        self.last.lock().expect("poisoned").insert(id, (end, at));
+    fn record(&self, id: (uuid::Uuid, i32), progress: Progress, s: &RemoteCompactionStats) {
+        self.last.lock().expect("poisoned").insert(id, progress);
         let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
         add(&self.runs, 1);
         add(&self.bytes_read, s.bytes_read);
@@ -329,6 +368,8 @@ impl RemoteCompactions {
 struct KeyMap {
     map: HashMap<u128, i64>,
     capacity: usize,
+    /// Records below this are not mapped (an earlier run covered them).
+    first_dirty: i64,
     full_at: Option<i64>,
 }
 
@@ -337,7 +378,7 @@ impl KeyMap {
     fn add(&mut self, batch: &[u8]) -> std::result::Result<bool, shale_records::batch::BatchError> {
         for_each_record(batch, |r| {
             let Some(key) = r.key else { return };
-            if self.full_at.is_some() {
+            if self.full_at.is_some() || r.offset < self.first_dirty {
                 return;
             }
             let hash = key_hash(key);
@@ -351,21 +392,28 @@ impl KeyMap {
     }
 }
 
-/// The key map over the remote segments and the local log above them up to the high
-/// watermark, and the offset it stops at when it fills (`i64::MAX`: it covers all).
+/// The key map over the remote segments from `first_dirty` on and the local log above
+/// them up to the high watermark, and the offset it stops at when it fills
+/// (`i64::MAX`: it covers all).
 async fn build_map(
     reader: &Arc<RemoteReader>,
     p: &Partition,
     state: &RemoteState,
+    first_dirty: i64,
     capacity: usize,
     stats: &mut RemoteCompactionStats,
 ) -> Result<(HashMap<u128, i64>, i64)> {
     let mut keys = KeyMap {
         map: HashMap::with_capacity(capacity.min(1 << 20)),
         capacity,
+        first_dirty,
         full_at: None,
     };
-    for seg in state.segments.iter() {
+    for seg in state
+        .segments
+        .iter()
+        .filter(|s| s.end_offset >= first_dirty)
+    {
         for_each_remote_batch(reader, seg, |_, batch| {
             stats.bytes_read += batch.len() as u64;
             if keys.full_at.is_none() {
@@ -378,8 +426,9 @@ async fn build_map(
             break;
         }
     }
-    // The local log above the remote one: what a key's latest value is now.
-    let mut offset = state.end_offset + 1;
+    // The local log above the remote one: what a key's latest value is now (from its
+    // start, if records were deleted past the remote log's end).
+    let mut offset = (state.end_offset + 1).max(p.offsets().local_log_start_offset);
     while keys.full_at.is_none() && offset < p.high_watermark() {
         let (bytes, _) = p.read(offset, READ_BYTES, true)?;
         if bytes.is_empty() {

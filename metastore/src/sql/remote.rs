@@ -160,12 +160,30 @@ macro_rules! remote_sql {
                     (s.iter().map(|r| r.base_offset).min(), s.iter().map(|r| r.end_offset).max())
                 };
                 let first = old.first().or(new.first()).ok_or(Error::CorruptRow("an empty replacement".into()))?;
-                if old.is_empty() || new.is_empty() || span(old) != span(new)
+                let mut by_base: Vec<&RemoteSegment> = old.iter().collect();
+                by_base.sort_by_key(|r| r.base_offset);
+                let contiguous = by_base.windows(2).all(|w| w[1].base_offset == w[0].end_offset + 1);
+                if old.is_empty() || new.is_empty() || span(old) != span(new) || !contiguous
                     || rows.iter().any(|r| r.topic_id != first.topic_id || r.partition != first.partition)
                 {
                     return Err(Error::CorruptRow(format!(
                         "remote segments {replaced:?} cannot be replaced by {replacements:?}: they do not cover the same offsets of one partition"
                     )));
+                }
+                // No other readable segment may lie in the range.
+                let (base, end) = span(old);
+                let others: Vec<(Uuid,)> = sqlx::query_as(
+                    "SELECT segment_id FROM remote_segments WHERE topic_id = $1 AND partition_id = $2 \
+                     AND state = 'COPY_FINISHED' AND base_offset <= $3 AND end_offset >= $4",
+                )
+                .bind(first.topic_id)
+                .bind(first.partition)
+                .bind(end)
+                .bind(base)
+                .fetch_all(&mut *tx)
+                .await?;
+                if let Some((other,)) = others.into_iter().find(|(id,)| !replaced.contains(id)) {
+                    return Err(Error::RemoteSegmentOverlap { segment_id: replacements[0], other });
                 }
                 // As for a copy: only the current leader epoch may replace segments.
                 let epoch: Option<(i32,)> = sqlx::query_as(concat!(

@@ -242,7 +242,10 @@ async fn a_producer_whose_connections_keep_dropping_writes_every_record_once() {
         .await
         .unwrap();
 
-    let proxy = CuttingProxy::start_on(advertised, broker.port, Duration::from_millis(40)).await;
+    // Connections live about 150 ms: long enough for answers to be under way when one
+    // is dropped (at 40 ms most connections died before any, and a run could go ten
+    // rounds without a retried duplicate).
+    let proxy = CuttingProxy::start_on(advertised, broker.port, Duration::from_millis(150)).await;
     let c = Client::connect(&proxy.address())
         .await
         .unwrap()

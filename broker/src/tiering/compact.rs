@@ -105,7 +105,7 @@ impl Broker {
                 if self.cancel.is_cancelled() {
                     return;
                 }
-                match self.compact_remote(&p, false).await {
+                match self.compact_remote(&p).await {
                     Ok(Some(s)) => tracing::info!(topic = %p.topic, partition = p.index,
                         read = s.bytes_read, written = s.bytes_written, removed = s.records_removed,
                         replaced = s.segments_replaced, "remote segments compacted"),
@@ -121,23 +121,20 @@ impl Broker {
 
     /// One remote compaction of `p` (its leader's), on the remote I/O runtime (its
     /// reads, rewrites and uploads stay off the threads serving produce and fetch);
-    /// `None` when there was nothing to do. `force`: run even if the remote log did
-    /// not change since the last run.
-    pub async fn compact_remote(
+    /// `None` when there was nothing to do.
+    pub(crate) async fn compact_remote(
         self: &Arc<Self>,
         p: &Arc<Partition>,
-        force: bool,
     ) -> Result<Option<RemoteCompactionStats>> {
         let (broker, p) = (self.clone(), p.clone());
         self.remote_io
-            .run(async move { broker.compact_remote_here(&p, force).await })
+            .run(async move { broker.compact_remote_here(&p).await })
             .await?
     }
 
     async fn compact_remote_here(
         &self,
         p: &Arc<Partition>,
-        force: bool,
     ) -> Result<Option<RemoteCompactionStats>> {
         let state = p.remote_state();
         let config = p.config();
@@ -162,7 +159,7 @@ impl Broker {
             l.first_dirty > state.end_offset
                 && now.saturating_sub(l.at_ms) < config.delete_retention_ms
         });
-        if unchanged && !force {
+        if unchanged {
             return Ok(None);
         }
         let mut stats = RemoteCompactionStats::default();

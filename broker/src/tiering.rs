@@ -32,25 +32,6 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, RemoteState};
 
-/// Tier status of one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TieringStatus {
-    pub topic: String,
-    pub partition: i32,
-    pub enabled: bool,
-    pub log_start_offset: i64,
-    pub local_log_start_offset: i64,
-    pub remote_log_start_offset: i64,
-    /// -1 while nothing is uploaded.
-    pub highest_uploaded_offset: i64,
-    pub upload_lag_segments: u64,
-    pub upload_lag_bytes: u64,
-    pub remote_segments: u64,
-    pub remote_bytes: u64,
-    /// Where the cleaner stands (compacted topics).
-    pub cleaner: Option<shale_log::Cleanable>,
-}
-
 fn partition_ref(p: &Partition) -> PartitionRef {
     PartitionRef {
         topic: p.topic.to_string(),
@@ -522,42 +503,6 @@ impl Broker {
             self.reader.stats.bytes_fetched.load(Relaxed),
         )
     }
-
-    /// Tier status of every partition of `topic` (all topics if `None`).
-    pub fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<TieringStatus>> {
-        let topics = match topic {
-            Some(name) => vec![self.topic(name)?],
-            None => self.topics_snapshot(),
-        };
-        let mut out = Vec::new();
-        for t in topics {
-            for p in t.partitions.iter().flatten() {
-                let remote = p.remote_state();
-                let offsets = p.offsets();
-                let pending = p.sealed_segments_after(remote.end_offset);
-                out.push(TieringStatus {
-                    topic: t.meta.name.clone(),
-                    partition: p.index,
-                    enabled: t.config.remote_storage_enable,
-                    log_start_offset: offsets.log_start_offset,
-                    local_log_start_offset: offsets.local_log_start_offset,
-                    remote_log_start_offset: remote.start_offset(),
-                    highest_uploaded_offset: remote.end_offset,
-                    upload_lag_segments: pending.len() as u64,
-                    upload_lag_bytes: pending.iter().map(|s| s.size_bytes).sum(),
-                    remote_segments: remote.segments.len() as u64,
-                    remote_bytes: remote.bytes(),
-                    cleaner: t
-                        .config
-                        .cleanup_policy
-                        .compacts()
-                        .then(|| p.cleanable(crate::clock::now_ms())),
-                });
-            }
-        }
-        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        Ok(out)
-    }
 }
 
 /// Local retention of one partition, on the blocking pool; a failure is logged (the
@@ -601,5 +546,7 @@ pub(crate) fn remote_read_error(e: ReadError) -> Error {
 }
 
 pub mod compact;
+mod status;
+pub use status::TieringStatus;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,61 @@
+//! Tier status of a broker's partitions (`shale tiering status`, metrics).
+
+use super::Broker;
+use crate::error::Result;
+
+/// Tier status of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TieringStatus {
+    pub topic: String,
+    pub partition: i32,
+    pub enabled: bool,
+    pub log_start_offset: i64,
+    pub local_log_start_offset: i64,
+    pub remote_log_start_offset: i64,
+    /// -1 while nothing is uploaded.
+    pub highest_uploaded_offset: i64,
+    pub upload_lag_segments: u64,
+    pub upload_lag_bytes: u64,
+    pub remote_segments: u64,
+    pub remote_bytes: u64,
+    /// Where the cleaner stands (compacted topics).
+    pub cleaner: Option<shale_log::Cleanable>,
+}
+
+impl Broker {
+    /// Tier status of every partition of `topic` (all topics if `None`).
+    pub fn tiering_status(&self, topic: Option<&str>) -> Result<Vec<TieringStatus>> {
+        let topics = match topic {
+            Some(name) => vec![self.topic(name)?],
+            None => self.topics_snapshot(),
+        };
+        let mut out = Vec::new();
+        for t in topics {
+            for p in t.partitions.iter().flatten() {
+                let remote = p.remote_state();
+                let offsets = p.offsets();
+                let pending = p.sealed_segments_after(remote.end_offset);
+                out.push(TieringStatus {
+                    topic: t.meta.name.clone(),
+                    partition: p.index,
+                    enabled: t.config.remote_storage_enable,
+                    log_start_offset: offsets.log_start_offset,
+                    local_log_start_offset: offsets.local_log_start_offset,
+                    remote_log_start_offset: remote.start_offset(),
+                    highest_uploaded_offset: remote.end_offset,
+                    upload_lag_segments: pending.len() as u64,
+                    upload_lag_bytes: pending.iter().map(|s| s.size_bytes).sum(),
+                    remote_segments: remote.segments.len() as u64,
+                    remote_bytes: remote.bytes(),
+                    cleaner: t
+                        .config
+                        .cleanup_policy
+                        .compacts()
+                        .then(|| p.cleanable(crate::clock::now_ms())),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(out)
+    }
+}

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use shale_records::batch::BatchHeader;
-use shale_records::compact::{CleanBatch, Cleaned, clean_batch, for_each_record, key_hash};
+use shale_records::compact::{for_each_record, key_hash};
 use shale_records::failpoint;
 
 use crate::files::FileCache;
@@ -43,9 +43,11 @@ use crate::segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, Segment, segment_path}
 use crate::{LogError, PartitionLog, sync_dir};
 
 mod files;
+mod group;
 pub use files::CleanerCheckpoint;
 pub(crate) use files::recover_cleaning;
 use files::{dir_ino, remove_staged, swap_path};
+use group::GroupClean;
 
 /// Suffix of the files a cleaning writes before its swap.
 pub(crate) const STAGED_SUFFIX: &str = "cleaned";
@@ -470,111 +472,6 @@ impl CleanJob {
             stats,
         })
     }
-
-    /// Writes one group's cleaned segment; `None` if it would be the one segment it
-    /// replaces, unchanged.
-    fn write_group(
-        &self,
-        group: &[&JobSegment],
-        clean: &GroupClean<'_>,
-        throttle: &mut dyn FnMut(u64),
-        stats: &mut CleanStats,
-    ) -> Result<Option<StagedGroup>, LogError> {
-        let GroupClean {
-            map,
-            covered_end,
-            settings,
-            now_ms,
-        } = *clean;
-        let base = group[0].base;
-        let end = group.last().expect("a group has a segment").next;
-        let mut out = Segment::create_staged(&self.dir, base, &self.files)?;
-        let mut buf: Vec<u8> = Vec::with_capacity(WRITE_CHUNK);
-        let mut headers: Vec<BatchHeader> = Vec::new();
-        let mut changed = group.len() > 1;
-        let interval = self.index_interval;
-        let flush = |out: &mut Segment,
-                     buf: &mut Vec<u8>,
-                     headers: &mut Vec<BatchHeader>,
-                     stats: &mut CleanStats,
-                     throttle: &mut dyn FnMut(u64)|
-         -> io::Result<()> {
-            if !buf.is_empty() {
-                out.append(buf, headers, now_ms, interval)?;
-                stats.bytes_written += buf.len() as u64;
-                throttle(buf.len() as u64);
-                buf.clear();
-                headers.clear();
-            }
-            Ok(())
-        };
-        for seg in group {
-            let last_of_group = seg.next == end;
-            for_each_batch(seg, &self.dir, |h, batch| {
-                stats.bytes_read += batch.len() as u64;
-                throttle(batch.len() as u64);
-                let how = CleanBatch {
-                    now_ms,
-                    delete_retention_ms: settings.delete_retention_ms,
-                    drop_tombstones: settings.drop_tombstones,
-                    keep_empty: self.retained.contains(&h.last_offset())
-                        || (last_of_group && h.last_offset() == end - 1),
-                    protect_from: covered_end,
-                };
-                let mut kept = 0u64;
-                let cleaned = clean_batch(batch, how, |r| {
-                    let latest = r.key.and_then(|k| map.get(&key_hash(k)));
-                    let keep = latest.is_none_or(|&o| r.offset >= o);
-                    kept += u64::from(keep);
-                    keep
-                })
-                .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
-                stats.records_read += h.record_count.max(0) as u64;
-                let written: &[u8] = match &cleaned {
-                    Cleaned::Unchanged => batch,
-                    Cleaned::Rewritten(b) => b,
-                    Cleaned::Removed => &[],
-                };
-                if !matches!(cleaned, Cleaned::Unchanged) {
-                    changed = true;
-                    stats.records_removed += (h.record_count.max(0) as u64).saturating_sub(kept);
-                }
-                if !written.is_empty() {
-                    let header = BatchHeader::parse(written)
-                        .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
-                    buf.extend_from_slice(written);
-                    headers.push(header);
-                }
-                if buf.len() >= WRITE_CHUNK {
-                    flush(&mut out, &mut buf, &mut headers, stats, throttle)?;
-                }
-                Ok(true)
-            })?;
-        }
-        flush(&mut out, &mut buf, &mut headers, stats, throttle)?;
-        out.seal()?;
-        out.forget_file();
-        if !changed {
-            remove_staged(&self.dir, base);
-            return Ok(None);
-        }
-        stats.segments_replaced += group.len();
-        stats.segments_written += 1;
-        Ok(Some(StagedGroup {
-            base,
-            end,
-            replaces: group.iter().map(|s| (s.base, s.size)).collect(),
-        }))
-    }
-}
-
-/// What every group of one cleaning shares.
-#[derive(Clone, Copy)]
-struct GroupClean<'a> {
-    map: &'a HashMap<u128, i64>,
-    covered_end: i64,
-    settings: &'a CleanerSettings,
-    now_ms: i64,
 }
 
 impl StagedClean {

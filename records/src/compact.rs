@@ -150,6 +150,53 @@ pub enum Cleaned {
     Removed,
 }
 
+/// A batch cleaned against a key map (key hash → latest offset): what to store in its
+/// place, and how many of its records went.
+#[derive(Debug)]
+pub struct MapCleaned {
+    pub cleaned: Cleaned,
+    pub removed: u64,
+}
+
+impl MapCleaned {
+    /// The bytes that take the batch's place (`original`: the batch as stored).
+    pub fn bytes<'a>(&'a self, original: &'a [u8]) -> &'a [u8] {
+        match &self.cleaned {
+            Cleaned::Unchanged => original,
+            Cleaned::Rewritten(b) => b,
+            Cleaned::Removed => &[],
+        }
+    }
+
+    pub fn changed(&self) -> bool {
+        !matches!(self.cleaned, Cleaned::Unchanged)
+    }
+}
+
+/// [`clean_batch`] keeping each record that no later record of its key supersedes in
+/// `map` (keyed records missing from the map stay).
+pub fn clean_against_map(
+    batch: &[u8],
+    how: CleanBatch,
+    map: &std::collections::HashMap<u128, i64>,
+) -> Result<MapCleaned, BatchError> {
+    let total = whole_batch(batch)?.record_count.max(0) as u64;
+    let mut kept = 0u64;
+    let cleaned = clean_batch(batch, how, |r| {
+        let keep = r
+            .key
+            .and_then(|k| map.get(&key_hash(k)))
+            .is_none_or(|&latest| r.offset >= latest);
+        kept += u64::from(keep);
+        keep
+    })?;
+    let removed = match cleaned {
+        Cleaned::Unchanged => 0,
+        _ => total.saturating_sub(kept),
+    };
+    Ok(MapCleaned { cleaned, removed })
+}
+
 /// Rewrites `batch` (exactly one stored batch) keeping the records `keep` accepts;
 /// records without a key go, and so do tombstones past the batch's delete horizon.
 pub fn clean_batch(

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::StreamExt;
 use shale_metastore::RemoteSegment;
 use shale_records::batch::{BatchHeader, BatchIter};
-use shale_records::compact::{CleanBatch, Cleaned, clean_batch, for_each_record, key_hash};
+use shale_records::compact::{CleanBatch, clean_against_map, for_each_record, key_hash};
 use shale_tiering::reader::RemoteReader;
 use shale_tiering::uploader::SealedSegment;
 
@@ -235,26 +235,10 @@ impl Broker {
                     keep_empty: h.last_offset() == end,
                     ..how
                 };
-                let mut kept = 0u64;
-                let cleaned = clean_batch(batch, how, |r| {
-                    let keep = r
-                        .key
-                        .and_then(|k| map.get(&key_hash(k)))
-                        .is_none_or(|&latest| r.offset >= latest);
-                    kept += u64::from(keep);
-                    keep
-                })
-                .map_err(|e| corrupt(seg, e))?;
-                let written: &[u8] = match &cleaned {
-                    Cleaned::Unchanged => batch,
-                    Cleaned::Rewritten(b) => b,
-                    Cleaned::Removed => &[],
-                };
-                if !matches!(cleaned, Cleaned::Unchanged) {
-                    changed = true;
-                    removed += (h.record_count.max(0) as u64).saturating_sub(kept);
-                }
-                std::io::Write::write_all(&mut out, written).map_err(Error::Storage)
+                let cleaned = clean_against_map(batch, how, map).map_err(|e| corrupt(seg, e))?;
+                changed |= cleaned.changed();
+                removed += cleaned.removed;
+                std::io::Write::write_all(&mut out, cleaned.bytes(batch)).map_err(Error::Storage)
             })
             .await?;
         }

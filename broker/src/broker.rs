@@ -103,6 +103,8 @@ pub struct Broker {
     pub(crate) groups: crate::coordinator::Coordinator,
     /// Producer ids taken from the metastore and not yet handed out: [next, end).
     pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
+    /// The users' SCRAM credentials, refreshed with the metadata.
+    pub users: crate::security::Users,
     pub(crate) cancel: CancellationToken,
 }
 fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
@@ -249,6 +251,7 @@ impl Broker {
             fetchers: std::sync::Mutex::new(HashMap::new()),
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),
+            users: Default::default(),
             cluster_id,
             replica_connector,
             tasks,

@@ -20,6 +20,7 @@
 //! max_connections = 10000             # Default: 10000.
 //! max_request_bytes = 104857600       # socket.request.max.bytes. Default: 100 MiB.
 //! max_inflight_requests = 16          # per connection. Default: 16.
+//! security_protocol = "PLAINTEXT"     # TLS and SASL keys: see `security::listener`.
 //!
 //! [listeners.http]                    # the console, the HTTP API and /metrics
 //! listen = "127.0.0.1:9644"           # Default: 127.0.0.1:9644.
@@ -84,6 +85,8 @@ use serde::Deserialize;
 
 pub use sections::*;
 
+use crate::security::listener::SecurityKeys;
+use crate::security::{ListenerSecurity, SecurityProtocol};
 use crate::topic_config::{ConfigError, TopicConfig};
 
 /// The listener `[broker] listen`, `--listen` and `[cluster] advertised_address` set.
@@ -156,6 +159,12 @@ struct ListenerSection {
     max_connections: Option<usize>,
     max_request_bytes: Option<usize>,
     max_inflight_requests: Option<usize>,
+    security_protocol: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    sasl_mechanisms: Option<Vec<String>>,
+    connections_max_reauth_ms: Option<u64>,
 }
 
 /// The wire protocol a listener speaks.
@@ -195,6 +204,8 @@ pub struct ListenerConfig {
     /// Requests handled at once per connection (Kafka listeners); later ones wait.
     /// Default: 16.
     pub max_inflight_requests: usize,
+    /// TLS, SASL and sessions (see `security::listener`). Default: PLAINTEXT.
+    pub security: ListenerSecurity,
 }
 
 /// The resolved, validated configuration.
@@ -514,6 +525,24 @@ fn resolve_listeners(
                 format!("{listen} is the address of listener '{}' too", other.name),
             ));
         }
+        let security = ListenerSecurity::resolve(
+            SecurityKeys {
+                security_protocol: s.security_protocol,
+                tls_cert: s.tls_cert,
+                tls_key: s.tls_key,
+                tls_client_ca: s.tls_client_ca,
+                sasl_mechanisms: s.sasl_mechanisms,
+                connections_max_reauth_ms: s.connections_max_reauth_ms,
+            },
+            protocol == Protocol::Kafka,
+        )
+        .map_err(|(field, reason)| invalid(key(field), reason))?;
+        if protocol != Protocol::Kafka && security.protocol != SecurityProtocol::Plaintext {
+            return Err(invalid(
+                key("security_protocol"),
+                "TLS is served on kafka listeners only so far",
+            ));
+        }
         let positive = |field: &str, v: Option<usize>, default: usize| match v {
             Some(0) => Err(invalid(key(field), "must be > 0")),
             v => Ok(v.unwrap_or(default)),
@@ -533,6 +562,7 @@ fn resolve_listeners(
                 },
             )?,
             max_inflight_requests: positive("max_inflight_requests", s.max_inflight_requests, 16)?,
+            security,
             name,
         });
     }

@@ -113,6 +113,14 @@ pub enum Error {
     Replica(#[source] LogError),
     #[error("cannot leave the ISR of {partitions} partition(s): their state keeps changing")]
     StateContention { partitions: usize },
+    #[error("{0}")]
+    UnsupportedSaslMechanism(String),
+    #[error("{0}")]
+    UnacceptableCredential(String),
+    #[error("{0}")]
+    ResourceNotFound(String),
+    #[error("{0}")]
+    DuplicateResource(String),
     /// One error answering several partitions (a request-level refusal).
     #[error(transparent)]
     Shared(std::sync::Arc<Error>),
@@ -168,6 +176,10 @@ impl Error {
             Producer(ProducerError::DuplicateInRequest { .. }) => {
                 ErrorCode::DuplicateSequenceNumber
             }
+            UnsupportedSaslMechanism(_) => ErrorCode::UnsupportedSaslMechanism,
+            UnacceptableCredential(_) => ErrorCode::UnacceptableCredential,
+            ResourceNotFound(_) => ErrorCode::ResourceNotFound,
+            DuplicateResource(_) => ErrorCode::DuplicateResource,
             Group(e) => e.code(),
             Shared(e) => e.code(),
             Metastore(_) | TaskFailed(_) | Replica(_) | StateContention { .. } => {

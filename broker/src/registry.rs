@@ -19,6 +19,8 @@ impl Broker {
     /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.
     pub async fn reconcile(&self) -> Result<()> {
         let _guard = self.reconcile_lock.lock().await;
+        self.users
+            .replace(self.metastore.list_scram_credentials().await?);
         let wanted = self.metastore.list_topics().await?;
         let all_states = self.metastore.list_partition_states().await?;
         // Where DeleteRecords moved partitions' log starts: applied with their roles.

@@ -13,6 +13,7 @@ mod data;
 mod groups;
 mod node;
 mod records;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, Produ
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
 pub(crate) use records::record_bytes;
 pub use records::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, ReadFrom, RecordsRead};
+pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
 use crate::error::Result;
 

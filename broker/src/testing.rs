@@ -206,6 +206,15 @@ impl Metastore for FaultyMetastore {
     async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)]) -> R<()> {
         self.inner.delete_committed_offsets(group, partitions).await
     }
+    async fn list_scram_credentials(&self) -> R<Vec<shale_metastore::ScramCredential>> {
+        self.inner.list_scram_credentials().await
+    }
+    async fn upsert_scram_credential(&self, c: &shale_metastore::ScramCredential) -> R<()> {
+        self.inner.upsert_scram_credential(c).await
+    }
+    async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> R<bool> {
+        self.inner.delete_scram_credential(user, mechanism).await
+    }
 }
 
 /// What a hooked object-store request is about to do.

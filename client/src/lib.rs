@@ -19,6 +19,7 @@ pub mod group;
 mod group_admin;
 pub mod partitioner;
 pub mod producer;
+mod users;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,7 @@ pub use producer::{
     Acks, DeliveryFuture, Partitioner, Partitioning, Producer, ProducerConfig, ProducerRecord,
     RecordMetadata,
 };
+pub use users::SCRAM_MECHANISMS;
 
 /// What the client knows of the cluster: broker addresses, partition leaders, and a
 /// channel per broker.

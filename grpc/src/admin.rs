@@ -1,5 +1,5 @@
 //! gRPC `Admin` service: topics, configs, partitions, metadata, cluster and tiering
-//! status, leader election.
+//! status, leader election, users.
 
 use shale_broker::service::NewTopicRequest;
 use shale_metastore::Topic;
@@ -341,6 +341,24 @@ impl Admin for Front {
             })
             .collect();
         Ok(Response::new(ElectLeadersResponse { error, results }))
+    }
+
+    async fn describe_user_scram_credentials(
+        &self,
+        request: Request<DescribeUserScramCredentialsRequest>,
+    ) -> Result<Response<DescribeUserScramCredentialsResponse>, Status> {
+        let ctx = self.context(&request);
+        let answer = super::users::describe(&self.service, &ctx, request.into_inner()).await;
+        Ok(Response::new(answer))
+    }
+
+    async fn alter_user_scram_credentials(
+        &self,
+        request: Request<AlterUserScramCredentialsRequest>,
+    ) -> Result<Response<AlterUserScramCredentialsResponse>, Status> {
+        let ctx = self.context(&request);
+        let answer = super::users::alter(&self.service, &ctx, request.into_inner()).await;
+        Ok(Response::new(answer))
     }
 
     async fn cluster_status(

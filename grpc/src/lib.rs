@@ -9,6 +9,7 @@ mod admin;
 mod data;
 mod groups;
 mod replication;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -16,6 +16,10 @@
 //! The connection ends when the client closes it, on a protocol violation, or when
 //! the node stops; requests in flight are dropped with it (a produce already handed
 //! to the log completes there).
+//!
+//! On a SASL listener, SaslHandshake and SaslAuthenticate (and v0's bare tokens) are
+//! answered here, in order with the rest, before the next frame is read: the next
+//! frame's meaning depends on them (see `sasl`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,24 +29,28 @@ use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
 use shale_broker::service::{RequestContext, Service};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use crate::frame::{self, Frame};
 use crate::handlers::{self, Reply};
 use crate::limits::Limits;
+use crate::sasl::Session;
 
-/// Serves one connection until it closes.
-pub async fn serve(
+/// Serves one connection until it closes. `session` says who the client is and
+/// takes its SASL requests.
+pub async fn serve<R, W>(
     service: Service,
     listener: Arc<str>,
     limits: Limits,
-    mut stream: TcpStream,
+    mut rd: R,
+    mut wr: W,
     peer: SocketAddr,
-) {
-    let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.split();
+    mut session: Session,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut pending = FuturesOrdered::new();
     let mut stopping = std::pin::pin!(service.stopping());
@@ -54,23 +62,41 @@ pub async fn serve(
     loop {
         // Start every complete request in the buffer, up to the in-flight limit.
         while muted_until.is_none() && pending.len() < limits.max_inflight_requests {
-            match frame::split(&mut buf, limits.max_request_bytes) {
-                Ok(Some(bytes)) => match frame::parse(bytes) {
-                    Ok(Frame::Request(req)) => {
-                        let ctx = base.clone().with_client_id(req.client_id.clone());
-                        let api = req.api;
-                        let answer = handlers::handle(service.clone(), ctx, req);
-                        pending.push_back(in_order(answer, api, &mut chain));
+            let max = session.max_frame(limits.max_request_bytes);
+            let bytes = match frame::split(&mut buf, max) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "closing a Kafka connection");
+                    return flush(&mut wr, pending).await;
+                }
+            };
+            if session.expects_raw_token() {
+                let users = &service.broker().users;
+                for reply in session.raw_token(users, bytes).await {
+                    pending.push_back(ready(reply));
+                }
+                continue;
+            }
+            match frame::parse(bytes) {
+                Ok(Frame::Request(req)) if Session::is_sasl(req.api) => {
+                    let users = &service.broker().users;
+                    for reply in session.handle(users, req).await {
+                        pending.push_back(ready(reply));
                     }
-                    Ok(Frame::Answer(bytes)) => {
-                        pending.push_back(Box::pin(async move { Reply::Send(bytes) }));
-                    }
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "closing a Kafka connection");
+                }
+                Ok(Frame::Request(req)) => {
+                    if let Some(why) = session.refuses(req.api) {
+                        tracing::debug!(%peer, api = ?req.api, why, "closing a Kafka connection");
                         return flush(&mut wr, pending).await;
                     }
-                },
-                Ok(None) => break,
+                    let mut ctx = base.clone().with_client_id(req.client_id.clone());
+                    ctx.principal = session.principal().map(str::to_string);
+                    let api = req.api;
+                    let answer = handlers::handle(service.clone(), ctx, req);
+                    pending.push_back(in_order(answer, api, &mut chain));
+                }
+                Ok(Frame::Answer(bytes)) => pending.push_back(ready(Reply::Send(bytes))),
                 Err(e) => {
                     tracing::debug!(%peer, error = %e, "closing a Kafka connection");
                     return flush(&mut wr, pending).await;
@@ -102,6 +128,11 @@ pub async fn serve(
     }
 }
 
+/// An answer that is ready now.
+fn ready(reply: Reply) -> handlers::Answer {
+    Box::pin(async move { reply })
+}
+
 /// Chains every request but Fetch behind the one before it: it starts when that one
 /// has finished (or was dropped).
 fn in_order(
@@ -126,10 +157,7 @@ fn in_order(
 }
 
 /// Writes the answers of requests already taken before the connection closes.
-async fn flush(
-    wr: &mut tokio::net::tcp::WriteHalf<'_>,
-    mut pending: FuturesOrdered<handlers::Answer>,
-) {
+async fn flush<W: AsyncWrite + Unpin>(wr: &mut W, mut pending: FuturesOrdered<handlers::Answer>) {
     while let Some(reply) = pending.next().await {
         if write(wr, reply).await.is_err() {
             return;
@@ -139,8 +167,8 @@ async fn flush(
 
 /// Writes one reply; returns how long the connection is then muted. An error ends the
 /// connection (`Reply::Close` included).
-async fn write(
-    wr: &mut tokio::net::tcp::WriteHalf<'_>,
+async fn write<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     reply: Reply,
 ) -> std::io::Result<std::time::Duration> {
     match reply {
@@ -152,8 +180,8 @@ async fn write(
 }
 
 /// Writes every chunk with vectored writes (up to 64 chunks a call).
-async fn write_chunks(
-    wr: &mut tokio::net::tcp::WriteHalf<'_>,
+async fn write_chunks<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     chunks: Vec<bytes::Bytes>,
 ) -> std::io::Result<()> {
     let mut chunks: std::collections::VecDeque<bytes::Bytes> = chunks.into();

@@ -175,6 +175,34 @@ fn filled(api: ApiKey) -> RequestKind {
                 .with_generation_id(3)
                 .with_member_id(s("member-1")),
         ),
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(
+            SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-512")),
+        ),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(
+            SaslAuthenticateRequest::default()
+                .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL")),
+        ),
+        ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                describe_user_scram_credentials_request::UserName::default().with_name(s("alice")),
+            ])),
+        ),
+        ApiKey::AlterUserScramCredentials => RequestKind::AlterUserScramCredentials(
+            AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                        .with_name(s("bob"))
+                        .with_mechanism(1),
+                ])
+                .with_upsertions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(s("alice"))
+                        .with_mechanism(2)
+                        .with_iterations(8192)
+                        .with_salt(Bytes::from_static(b"salt"))
+                        .with_salted_password(Bytes::from(vec![7u8; 64])),
+                ]),
+        ),
         other => empty(other),
     }
 }
@@ -208,6 +236,14 @@ fn empty(api: ApiKey) -> RequestKind {
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(Default::default()),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(Default::default()),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(Default::default()),
+        ApiKey::DescribeUserScramCredentials => {
+            RequestKind::DescribeUserScramCredentials(Default::default())
+        }
+        ApiKey::AlterUserScramCredentials => {
+            RequestKind::AlterUserScramCredentials(Default::default())
+        }
         other => panic!("{other:?} is not served; add it here"),
     }
 }

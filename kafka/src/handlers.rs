@@ -5,6 +5,7 @@ mod admin;
 mod data;
 mod groups;
 mod metadata;
+mod users;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -112,7 +113,14 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
                 id,
                 admin::incremental_alter_configs(s, ctx, r).await,
             ),
-            // Not advertised: the frame parser closes the connection before.
+            RequestKind::DescribeUserScramCredentials(r) => {
+                enc(api, v, id, users::describe(s, ctx, r).await)
+            }
+            RequestKind::AlterUserScramCredentials(r) => {
+                enc(api, v, id, users::alter(s, ctx, r).await)
+            }
+            // Not advertised (the frame parser closes the connection before), or
+            // answered by the connection (SASL).
             _ => return Reply::Close,
         };
         reply(encoded)

@@ -16,27 +16,69 @@ mod frame;
 mod fuzz_tests;
 mod handlers;
 mod limits;
+mod sasl;
 mod versions;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shale_broker::security::ListenerSecurity;
+use shale_broker::security::tls::{TlsError, TlsServer, certificate_principal};
 use shale_broker::service::Service;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 pub use limits::Limits;
+pub use sasl::SaslConfig;
 pub use versions::SUPPORTED;
+
+use sasl::Session;
 
 // The tests decode hostile frames too.
 #[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
+/// A listener's TLS and SASL.
+#[derive(Clone, Default)]
+pub struct Security {
+    pub tls: Option<Arc<TlsServer>>,
+    pub sasl: Option<SaslConfig>,
+}
+
+impl Security {
+    /// Loads the listener's TLS files (a listener whose files do not load does not
+    /// start).
+    pub fn load(l: &ListenerSecurity) -> Result<Self, TlsError> {
+        Ok(Self {
+            tls: l
+                .tls
+                .clone()
+                .map(TlsServer::load)
+                .transpose()?
+                .map(Arc::new),
+            sasl: l.protocol.uses_sasl().then(|| SaslConfig {
+                mechanisms: l.sasl_mechanisms.clone(),
+                max_reauth_ms: l.max_reauth_ms,
+            }),
+        })
+    }
+}
+
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Accepts Kafka connections on `listener` (the listener named `name`) until the
 /// node stops. Beyond `limits.max_connections` open connections, new ones are closed
 /// at once.
-pub async fn serve(service: Service, name: &str, listener: TcpListener, limits: Limits) {
+pub async fn serve(
+    service: Service,
+    name: &str,
+    listener: TcpListener,
+    limits: Limits,
+    security: Security,
+) {
     let name: Arc<str> = name.into();
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let mut stopping = std::pin::pin!(service.stopping());
@@ -58,10 +100,50 @@ pub async fn serve(service: Service, name: &str, listener: TcpListener, limits: 
                 "too many Kafka connections, closing the new one");
             continue;
         };
-        let (service_, name_) = (service.clone(), name.clone());
+        let (service_, name_, security) = (service.clone(), name.clone(), security.clone());
         service.tasks().spawn(async move {
-            conn::serve(service_, name_, limits, stream, peer).await;
+            connection(service_, name_, limits, security, stream, peer).await;
             drop(permit);
         });
     }
+}
+
+/// One accepted connection: its TLS handshake, if any, then its requests.
+async fn connection(
+    service: Service,
+    name: Arc<str>,
+    limits: Limits,
+    security: Security,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = security.tls else {
+        let session = Session::new(security.sasl, None, peer, name.clone());
+        let (rd, wr) = stream.into_split();
+        return conn::serve(service, name, limits, rd, wr, peer, session).await;
+    };
+    let accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await;
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            // An untrusted or missing client certificate ends here.
+            tracing::warn!(target: "audit", listener = %name, %peer, error = %e,
+                "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(listener = %name, %peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let principal = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(certificate_principal);
+    let session = Session::new(security.sasl, principal, peer, name.clone());
+    let (rd, wr) = tokio::io::split(stream);
+    conn::serve(service, name, limits, rd, wr, peer, session).await
 }

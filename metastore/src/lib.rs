@@ -7,6 +7,7 @@ mod cluster;
 mod groups;
 mod remote;
 mod sql;
+mod users;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use cluster::{BrokerLease, ControllerLease, PartitionState, StateGuard};
 pub use groups::CommittedOffset;
 pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
+pub use users::ScramCredential;
 
 /// A topic as the metastore records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,6 +269,13 @@ pub trait Metastore: Send + Sync + 'static {
     /// in one transaction.
     async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)])
     -> Result<()>;
+
+    /// Every user's SCRAM credentials, by user and mechanism.
+    async fn list_scram_credentials(&self) -> Result<Vec<ScramCredential>>;
+    /// Sets a user's credential for its mechanism, replacing an earlier one.
+    async fn upsert_scram_credential(&self, credential: &ScramCredential) -> Result<()>;
+    /// Removes a user's credential for a mechanism; whether there was one.
+    async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> Result<bool>;
 }
 
 /// Opens the metastore a URL names and brings its schema up to date.

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::{
     BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic, PartitionState,
-    RemoteLog, RemoteSegment, RemoteSegmentState, Result, StateGuard, Topic,
+    RemoteLog, RemoteSegment, RemoteSegmentState, Result, ScramCredential, StateGuard, Topic,
 };
 
 /// Invokes `$m!` once per backend with its type, its database, the locking suffix of a
@@ -54,6 +54,7 @@ mod cluster;
 mod groups;
 mod remote;
 mod topics;
+mod users;
 
 pub struct PostgresMetastore {
     pool: PgPool,
@@ -328,6 +329,18 @@ macro_rules! sql_metastore {
                 partitions: &[(Uuid, i32)],
             ) -> Result<()> {
                 self.delete_committed_offsets(group, partitions).await
+            }
+
+            async fn list_scram_credentials(&self) -> Result<Vec<ScramCredential>> {
+                self.list_scram_credentials().await
+            }
+
+            async fn upsert_scram_credential(&self, c: &ScramCredential) -> Result<()> {
+                self.upsert_scram_credential(c).await
+            }
+
+            async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> Result<bool> {
+                self.delete_scram_credential(user, mechanism).await
             }
 
             async fn listen_for_changes(

@@ -877,6 +877,75 @@ async fn log_start_offsets_only_move_up(m: &dyn Metastore) {
     assert!(m.log_start_offsets().await.unwrap().is_empty());
 }
 
+async fn scram_credentials_are_kept_per_user_and_mechanism(m: &dyn Metastore) {
+    let cred = |user: &str, mechanism: &str, iterations| shale_metastore::ScramCredential {
+        user: user.into(),
+        mechanism: mechanism.into(),
+        salt: vec![1, 2, 3],
+        stored_key: vec![4; 32],
+        server_key: vec![5; 32],
+        iterations,
+    };
+    assert!(m.list_scram_credentials().await.unwrap().is_empty());
+    m.upsert_scram_credential(&cred("bob", "SCRAM-SHA-512", 4096))
+        .await
+        .unwrap();
+    m.upsert_scram_credential(&cred("alice", "SCRAM-SHA-256", 4096))
+        .await
+        .unwrap();
+    m.upsert_scram_credential(&cred("alice", "SCRAM-SHA-512", 8192))
+        .await
+        .unwrap();
+    // A second upsert replaces the credential.
+    let mut again = cred("alice", "SCRAM-SHA-256", 10000);
+    again.salt = vec![9; 16];
+    m.upsert_scram_credential(&again).await.unwrap();
+    let all = m.list_scram_credentials().await.unwrap();
+    assert_eq!(
+        all,
+        [
+            again.clone(),
+            cred("alice", "SCRAM-SHA-512", 8192),
+            cred("bob", "SCRAM-SHA-512", 4096)
+        ]
+    );
+    // An unknown mechanism is refused by the schema.
+    assert!(
+        m.upsert_scram_credential(&cred("carol", "SCRAM-MD5", 4096))
+            .await
+            .is_err()
+    );
+    assert!(
+        m.delete_scram_credential("alice", "SCRAM-SHA-512")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !m.delete_scram_credential("alice", "SCRAM-SHA-512")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !m.delete_scram_credential("nobody", "SCRAM-SHA-256")
+            .await
+            .unwrap()
+    );
+    let users: Vec<_> = m
+        .list_scram_credentials()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.user, c.mechanism))
+        .collect();
+    assert_eq!(
+        users,
+        [
+            ("alice".to_string(), "SCRAM-SHA-256".to_string()),
+            ("bob".to_string(), "SCRAM-SHA-512".to_string())
+        ]
+    );
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -902,6 +971,7 @@ macro_rules! metastore_suite {
             case!(producer_ids_and_group_offsets);
             case!(concurrent_writers_all_succeed);
             case!(log_start_offsets_only_move_up);
+            case!(scram_credentials_are_kept_per_user_and_mechanism);
         }
     };
 }

@@ -107,7 +107,16 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {} (listener '{}')", l.listen, l.name))?;
         match l.protocol {
             Protocol::Grpc => grpc.push((l.name.clone(), socket)),
-            Protocol::Kafka => kafka.push((l.name.clone(), shale_kafka::Limits::from(l), socket)),
+            Protocol::Kafka => {
+                let security = shale_kafka::Security::load(&l.security)
+                    .with_context(|| format!("listener '{}'", l.name))?;
+                kafka.push((
+                    l.name.clone(),
+                    shale_kafka::Limits::from(l),
+                    security,
+                    socket,
+                ))
+            }
             Protocol::Http => http.push((l.name.clone(), l.max_request_bytes, socket)),
         }
     }
@@ -134,15 +143,15 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             });
         }
     }
-    for (name, limits, socket) in kafka {
+    for (name, limits, security, socket) in kafka {
         let service = service.clone();
-        service
-            .tasks()
-            .clone()
-            .spawn(async move { shale_kafka::serve(service, &name, socket, limits).await });
+        service.tasks().clone().spawn(async move {
+            shale_kafka::serve(service, &name, socket, limits, security).await
+        });
     }
     for l in &broker.config.listeners {
-        tracing::info!(listener = %l.name, listen = %l.listen, advertised = %l.advertised, "listening");
+        tracing::info!(listener = %l.name, listen = %l.listen, advertised = %l.advertised,
+            security_protocol = l.security.protocol.name(), "listening");
     }
     tracing::info!(
         listen = %broker.config.listeners[0].listen,

@@ -10,97 +10,13 @@ mod common;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use common::wire::Conn;
 use common::{Broker, free_port};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use shale_records::ErrorCode;
 use shale_records::batch::BatchHeader;
 use shale_records::record::{BatchBuilder, Record};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// A raw Kafka connection.
-struct Conn {
-    stream: TcpStream,
-    next_id: i32,
-}
-
-impl Conn {
-    async fn connect(addr: &str) -> Self {
-        Self {
-            stream: TcpStream::connect(addr).await.unwrap(),
-            next_id: 1,
-        }
-    }
-
-    /// Sends a request; returns its correlation id.
-    async fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, body: &M) -> i32 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut header = RequestHeader::default();
-        header.request_api_key = api as i16;
-        header.request_api_version = version;
-        header.correlation_id = id;
-        header.client_id = Some(StrBytes::from_static_str("shale-test"));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, api.request_header_version(version))
-            .unwrap();
-        body.encode(&mut buf, version).unwrap();
-        self.send_raw(&buf).await;
-        id
-    }
-
-    async fn send_raw(&mut self, frame: &[u8]) {
-        let mut out = BytesMut::new();
-        out.put_i32(frame.len() as i32);
-        out.put_slice(frame);
-        self.stream.write_all(&out).await.unwrap();
-    }
-
-    /// The next response frame (without its length), or `None` once the broker
-    /// closed the connection.
-    async fn recv(&mut self) -> Option<Bytes> {
-        let read = async {
-            let mut len = [0u8; 4];
-            self.stream.read_exact(&mut len).await.ok()?;
-            let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
-            self.stream.read_exact(&mut frame).await.ok()?;
-            Some(Bytes::from(frame))
-        };
-        tokio::time::timeout(Duration::from_secs(30), read)
-            .await
-            .expect("no answer and no close within 30 s")
-    }
-
-    /// A response's correlation id and body, decoded in `version`.
-    async fn response<M: Decodable>(&mut self, api: ApiKey, version: i16) -> (i32, M) {
-        let mut frame = self.recv().await.expect("connection closed");
-        let header =
-            ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
-        (
-            header.correlation_id,
-            M::decode(&mut frame, version).unwrap(),
-        )
-    }
-
-    async fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        body: &Req,
-    ) -> Resp {
-        let id = self.send(api, version, body).await;
-        let (got, resp) = self.response(api, version).await;
-        assert_eq!(got, id, "answers come in request order");
-        resp
-    }
-
-    /// Whether the broker closed the connection (rather than answer).
-    async fn closed(&mut self) -> bool {
-        self.recv().await.is_none()
-    }
-}
 
 async fn kafka_broker() -> (Broker, String) {
     let addr = format!("127.0.0.1:{}", free_port());
@@ -301,7 +217,7 @@ async fn bad_frames_close_the_connection_and_lose_nothing() {
     }
     for len in [i32::MAX, -5] {
         let mut bad = Conn::connect(&addr).await;
-        bad.stream.write_all(&len.to_be_bytes()).await.unwrap();
+        bad.send_bytes(&len.to_be_bytes()).await;
         assert!(bad.closed().await, "length {len}: connection left open");
     }
     // The stored record is intact, and the first connection still works.

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod wire;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::TcpListener;

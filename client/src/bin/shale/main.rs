@@ -9,6 +9,7 @@ mod out;
 mod produce;
 mod progress;
 mod topic;
+mod user;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -88,6 +89,9 @@ enum Command {
     /// Records by key: every record with a key in a topic, within a time range,
     /// reading only the segments whose key filter may hold it.
     Find(find::FindArgs),
+    /// Users and their SCRAM credentials (SASL/SCRAM and PLAIN on Kafka listeners).
+    #[command(subcommand)]
+    User(user::UserCommand),
 }
 
 fn main() -> ExitCode {
@@ -147,6 +151,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cluster(cmd) => admin::cluster(client, cmd, output).await?,
         Command::Tiering(cmd) => admin::tiering(client, cmd, output).await?,
         Command::Find(args) => find::run(client, args, output).await?,
+        Command::User(cmd) => user::run(client, cmd, output).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,26 @@
+//! Who a client is. This module owns the parts of authentication that no wire protocol
+//! owns: the SASL mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) as exchanges of
+//! opaque tokens, the users' SCRAM credentials as every broker caches them from the
+//! metastore, and TLS server configurations that reload their files. A front end
+//! frames the tokens (Kafka's SaslHandshake and SaslAuthenticate), wraps its sockets
+//! with [`tls::TlsServer`], and puts the principal it established into the request's
+//! context.
+//!
+//! Principals are written as Kafka writes them: `User:alice` for a SASL user,
+//! `User:CN=client,O=Org` for a TLS client certificate's subject.
+
+pub mod listener;
+pub mod sasl;
+pub mod scram;
+pub mod tls;
+mod users;
+
+pub use listener::{ListenerSecurity, SecurityProtocol};
+pub use sasl::{SaslError, SaslExchange, SaslMechanism, SaslStep};
+pub use scram::ScramMechanism;
+pub use users::Users;
+
+/// The principal of a SASL user.
+pub fn user_principal(user: &str) -> String {
+    format!("User:{user}")
+}

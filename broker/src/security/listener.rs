@@ -1,0 +1,173 @@
+//! A listener's security settings: Kafka's four security protocols, the TLS files,
+//! the SASL mechanisms it offers and how long an authenticated session lasts.
+//!
+//! ```toml
+//! [listeners.kafka]
+//! security_protocol = "SASL_SSL"          # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL. Default: PLAINTEXT.
+//! tls_cert = "/etc/shale/broker.pem"      # certificate chain, PEM (SSL, SASL_SSL)
+//! tls_key = "/etc/shale/broker.key"       # its private key, PEM
+//! tls_client_ca = "/etc/shale/ca.pem"     # set: clients must show a certificate it signed (mTLS)
+//! sasl_mechanisms = ["SCRAM-SHA-512"]     # sasl.enabled.mechanisms. Default: both SCRAM ones.
+//! connections_max_reauth_ms = 3600000     # connections.max.reauth.ms. Default: 0 (no expiry).
+//! ```
+
+use std::path::PathBuf;
+
+use super::sasl::SaslMechanism;
+use super::scram::ScramMechanism;
+use super::tls::TlsFiles;
+
+/// Kafka's `security.protocol` of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Plaintext,
+            Self::Ssl,
+            Self::SaslPlaintext,
+            Self::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(s))
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// A listener's resolved security settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSecurity {
+    pub protocol: SecurityProtocol,
+    /// Set exactly when the protocol uses TLS.
+    pub tls: Option<TlsFiles>,
+    /// What a SASL client may choose from (SASL protocols only).
+    pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// How long an authenticated SASL session lasts before the client must
+    /// authenticate again (KIP-368); 0: for the connection's life.
+    pub max_reauth_ms: u64,
+}
+
+impl Default for ListenerSecurity {
+    fn default() -> Self {
+        Self {
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl_mechanisms: Vec::new(),
+            max_reauth_ms: 0,
+        }
+    }
+}
+
+/// The keys of `[listeners.<name>]` that set its security, as written.
+#[derive(Debug, Default, Clone)]
+pub struct SecurityKeys {
+    pub security_protocol: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub sasl_mechanisms: Option<Vec<String>>,
+    pub connections_max_reauth_ms: Option<u64>,
+}
+
+impl ListenerSecurity {
+    /// Resolves and checks a listener's keys; an error names the key (its last part)
+    /// and says what is wrong. `wire_supports_sasl`: whether the listener's protocol
+    /// carries SASL (Kafka's does).
+    pub fn resolve(
+        keys: SecurityKeys,
+        wire_supports_sasl: bool,
+    ) -> Result<Self, (&'static str, String)> {
+        let protocol = match keys.security_protocol.as_deref() {
+            None => SecurityProtocol::Plaintext,
+            Some(s) => SecurityProtocol::parse(s).ok_or_else(|| {
+                (
+                    "security_protocol",
+                    format!("must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, not '{s}'"),
+                )
+            })?,
+        };
+        if protocol.uses_sasl() && !wire_supports_sasl {
+            return Err((
+                "security_protocol",
+                "SASL is served on kafka listeners only (use SSL with tls_client_ca here)".into(),
+            ));
+        }
+        let tls = match (protocol.uses_tls(), keys.tls_cert, keys.tls_key) {
+            (true, Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca: keys.tls_client_ca,
+            }),
+            (true, None, _) => return Err(("tls_cert", format!("{} needs it", protocol.name()))),
+            (true, _, None) => return Err(("tls_key", format!("{} needs it", protocol.name()))),
+            (false, cert, key) => {
+                if cert.is_some() || key.is_some() || keys.tls_client_ca.is_some() {
+                    return Err((
+                        "security_protocol",
+                        "TLS files are set: use SSL or SASL_SSL".into(),
+                    ));
+                }
+                None
+            }
+        };
+        let sasl_mechanisms = match (protocol.uses_sasl(), keys.sasl_mechanisms) {
+            (false, Some(_)) => {
+                return Err((
+                    "sasl_mechanisms",
+                    format!("{} does not use SASL", protocol.name()),
+                ));
+            }
+            (false, None) => Vec::new(),
+            (true, None) => ScramMechanism::ALL
+                .into_iter()
+                .map(SaslMechanism::Scram)
+                .collect(),
+            (true, Some(names)) => {
+                let mut out = Vec::new();
+                for name in names {
+                    let m = SaslMechanism::from_name(&name).ok_or_else(|| {
+                        (
+                            "sasl_mechanisms",
+                            format!("'{name}' is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+                        )
+                    })?;
+                    if !out.contains(&m) {
+                        out.push(m);
+                    }
+                }
+                if out.is_empty() {
+                    return Err(("sasl_mechanisms", "must name at least one".into()));
+                }
+                out
+            }
+        };
+        Ok(Self {
+            protocol,
+            tls,
+            sasl_mechanisms,
+            max_reauth_ms: keys.connections_max_reauth_ms.unwrap_or(0),
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! A raw Kafka connection, plain or TLS: frames as a client writes them, answers read
+//! one by one, and whether the broker closed the connection.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+pub struct Conn {
+    stream: Pin<Box<dyn Stream>>,
+    next_id: i32,
+}
+
+impl Conn {
+    pub async fn connect(addr: &str) -> Self {
+        Self::over(TcpStream::connect(addr).await.unwrap())
+    }
+
+    pub fn over(s: impl Stream + 'static) -> Self {
+        Self {
+            stream: Box::pin(s),
+            next_id: 1,
+        }
+    }
+
+    /// Sends a request; returns its correlation id.
+    pub async fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, body: &M) -> i32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut header = RequestHeader::default();
+        header.request_api_key = api as i16;
+        header.request_api_version = version;
+        header.correlation_id = id;
+        header.client_id = Some(StrBytes::from_static_str("shale-test"));
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, api.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        self.send_raw(&buf).await;
+        id
+    }
+
+    /// Sends one frame. A connection the broker closed shows on the next read.
+    pub async fn send_raw(&mut self, frame: &[u8]) {
+        let mut out = BytesMut::new();
+        out.put_i32(frame.len() as i32);
+        out.put_slice(frame);
+        let _ = self.stream.write_all(&out).await;
+    }
+
+    /// Sends bytes as they are (no length in front).
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes).await;
+    }
+
+    /// The next response frame (without its length), or `None` once the broker
+    /// closed the connection.
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        let read = async {
+            let mut len = [0u8; 4];
+            self.stream.read_exact(&mut len).await.ok()?;
+            let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+            self.stream.read_exact(&mut frame).await.ok()?;
+            Some(Bytes::from(frame))
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("no answer and no close within 30 s")
+    }
+
+    /// A response's correlation id and body, decoded in `version`.
+    pub async fn response<M: Decodable>(&mut self, api: ApiKey, version: i16) -> (i32, M) {
+        self.try_response(api, version)
+            .await
+            .expect("connection closed")
+    }
+
+    async fn try_response<M: Decodable>(&mut self, api: ApiKey, version: i16) -> Option<(i32, M)> {
+        let mut frame = self.recv().await?;
+        let header =
+            ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
+        Some((
+            header.correlation_id,
+            M::decode(&mut frame, version).unwrap(),
+        ))
+    }
+
+    /// Sends a request and reads its answer, or `None` if the broker closed the
+    /// connection instead.
+    pub async fn try_call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Option<Resp> {
+        let id = self.send(api, version, body).await;
+        let (got, resp) = self.try_response(api, version).await?;
+        assert_eq!(got, id, "answers come in request order");
+        Some(resp)
+    }
+
+    pub async fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Resp {
+        self.try_call(api, version, body)
+            .await
+            .expect("connection closed")
+    }
+
+    /// Whether the broker closed the connection (rather than answer).
+    pub async fn closed(&mut self) -> bool {
+        self.recv().await.is_none()
+    }
+}

@@ -40,7 +40,8 @@ heartbeat_interval_ms = 500
 class Broker:
     """One shale-broker process with a Kafka and a gRPC listener."""
 
-    def __init__(self, workdir, broker_id=0, metastore=None, objects=None, extra_toml=""):
+    def __init__(self, workdir, broker_id=0, metastore=None, objects=None, extra_toml="",
+                 listeners_toml=""):
         self.id = broker_id
         self.dir = os.path.join(workdir, f"broker{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
@@ -51,6 +52,8 @@ class Broker:
         self.proc = None
         with open(os.path.join(self.dir, "shale.toml"), "w") as f:
             f.write(BROKER_TOML.replace("[cluster]\n", "[cluster]\n" + extra_toml))
+            # More listeners, or the `kafka` listener's security keys.
+            f.write(listeners_toml)
 
     @property
     def kafka(self):

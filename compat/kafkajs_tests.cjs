@@ -3,7 +3,9 @@
 const { Kafka, CompressionTypes, logLevel } = require('kafkajs');
 
 const [bootstrap, test] = process.argv.slice(2);
-const kafka = new Kafka({ clientId: 'kafkajs-compat', brokers: bootstrap.split(','), logLevel: logLevel.WARN, retry: { retries: 10 } });
+// SHALE_SASL="mechanism:user:password" authenticates (SASL_PLAINTEXT).
+const sasl = process.env.SHALE_SASL && (([mechanism, username, password]) => ({ mechanism, username, password }))(process.env.SHALE_SASL.split(':'));
+const kafka = new Kafka({ clientId: 'kafkajs-compat', brokers: bootstrap.split(','), logLevel: logLevel.WARN, retry: { retries: 10 }, ...(sasl ? { sasl } : {}) });
 
 function assert(ok, what) { if (!ok) throw new Error(what); }
 
@@ -123,6 +125,35 @@ const tests = {
     await admin.deleteTopics({ topics: [topic] });
     await eventually(async () => !(await admin.listTopics()).includes(topic), 'topic deleted');
     await admin.disconnect();
+  },
+
+  // Under SHALE_SASL with a session lifetime shorter than the pauses: the same
+  // producer keeps sending, re-authenticating on its connection (KIP-368).
+  async reauth() {
+    const topic = 'kjs-reauth';
+    await create(topic);
+    const producer = kafka.producer();
+    await producer.connect();
+    for (let i = 0; i < 3; i++) {
+      await producer.send({ topic, acks: -1, messages: [{ value: `r${i}` }] });
+      await new Promise(r => setTimeout(r, 2500));
+    }
+    await producer.disconnect();
+    const got = await consume(topic, 3);
+    assert(got.map(m => m.value).join() === 'r0,r1,r2', `got ${JSON.stringify(got.map(m => m.value))}`);
+  },
+
+  // Under SHALE_SASL with a wrong password: connecting fails as an authentication error.
+  async refused() {
+    const admin = kafka.admin();
+    try {
+      await admin.connect();
+      await admin.listTopics();
+    } catch (e) {
+      assert(/SASL|uthentication/.test(`${e.name} ${e.message}`), `unexpected error: ${e}`);
+      return;
+    }
+    throw new Error('a wrong password was accepted');
   },
 
   async idempotent() {

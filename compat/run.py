@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import confluent_tests as ck  # noqa: E402
 import harness  # noqa: E402
 import kcat_tests as kc  # noqa: E402
+import security_tests as sec  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -98,6 +99,24 @@ def main():
                     script([python, kp_script, b, "resume_phase"]))
     finally:
         one.stop()
+
+    secured = sec.Secured(work)
+    try:
+        r.check("kcat", "SASL_SSL + SCRAM-SHA-512; wrong or no credentials refused",
+                sec.kcat_sasl_ssl, secured)
+        r.check("confluent-kafka", "SASL_SSL + SCRAM-SHA-512 producer and group; wrong password refused",
+                sec.confluent_sasl_ssl, secured)
+        r.check("kafka-python 3", "SASL_PLAINTEXT + PLAIN; wrong password refused",
+                sec.kafka_python_plain, secured)
+        r.check("kafkajs", "SCRAM-SHA-256: produce/consume",
+                sec.kafkajs, secured, args.node_path, kjs_script, "codecs")
+        r.check("kafkajs", "SCRAM-SHA-256: re-authenticates as sessions expire",
+                sec.kafkajs, secured, args.node_path, kjs_script, "reauth")
+        r.check("kafkajs", "SCRAM-SHA-256: wrong password refused",
+                sec.kafkajs, secured, args.node_path, kjs_script, "refused", "wrong")
+        r.check("kcat", "mTLS; no or untrusted client certificate refused", sec.kcat_mtls, secured)
+    finally:
+        secured.stop()
 
     if args.postgres:
         three = harness.cluster_of_three(work, args.postgres)

@@ -277,7 +277,10 @@ impl ServerFirst {
         if B64.decode(channel).ok().as_deref() != Some(self.first.gs2_header.as_bytes()) {
             return Err(ScramError::ChannelBinding);
         }
-        if nonce != self.nonce {
+        // librdkafka (2.0) repeats its own nonce in front of the whole one; Kafka
+        // accepts a nonce that ends with the server's, and so does Shale. The proof
+        // covers the message as sent either way.
+        if !nonce.ends_with(&self.nonce) {
             return Err(ScramError::Nonce);
         }
         let proof = B64
@@ -310,6 +313,17 @@ mod tests {
         client_first_bare: &str,
         server_first: &str,
     ) -> (String, Vec<u8>) {
+        client_final_with(m, password, client_first_bare, server_first, "")
+    }
+
+    /// `repeat`: sent in front of the nonce in the final message (librdkafka's form).
+    fn client_final_with(
+        m: ScramMechanism,
+        password: &str,
+        client_first_bare: &str,
+        server_first: &str,
+        repeat: &str,
+    ) -> (String, Vec<u8>) {
         let mut salt = None;
         let mut iterations = 0;
         let mut nonce = "";
@@ -324,7 +338,7 @@ mod tests {
         let salted = m.salted_password(password.as_bytes(), &salt.unwrap(), iterations);
         let client_key = m.sign(&salted, b"Client Key");
         let stored_key = digest::digest(m.digest(), &client_key);
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c=biws,r={repeat}{nonce}");
         let auth = format!("{client_first_bare},{server_first},{without_proof}");
         let sig = m.sign(stored_key.as_ref(), auth.as_bytes());
         let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
@@ -390,6 +404,9 @@ mod tests {
             assert_eq!(server.finish(bad.as_bytes()), Err(ScramError::BadProof));
             let replayed = good.replace("r=abcxyz", "r=abcxyq");
             assert_eq!(server.finish(replayed.as_bytes()), Err(ScramError::Nonce));
+            // librdkafka's form: its nonce again in front (the proof then covers it).
+            let (doubled, _) = client_final_with(m, "secret", bare, &server.message, "abc");
+            assert!(server.finish(doubled.as_bytes()).is_ok());
         }
     }
 

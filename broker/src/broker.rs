@@ -105,6 +105,8 @@ pub struct Broker {
     pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
     /// The users' SCRAM credentials, refreshed with the metadata.
     pub users: crate::security::Users,
+    /// The ACLs and `[authorization]`, refreshed with the metadata.
+    pub authorizer: crate::security::Authorizer,
     pub(crate) cancel: CancellationToken,
 }
 fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
@@ -219,6 +221,7 @@ impl Broker {
             files: shale_log::FileCache::new(config.log.open_files_limit()),
         };
         let fetch_quotas = crate::quota::FetchQuotas::new(config.quotas.consumer_byte_rate);
+        let authorizer = crate::security::Authorizer::new(config.authorization.clone());
         let broker = Arc::new(Self {
             config,
             metastore,
@@ -252,6 +255,7 @@ impl Broker {
             groups,
             producer_ids: std::sync::Mutex::new((0, 0)),
             users: Default::default(),
+            authorizer,
             cluster_id,
             replica_connector,
             tasks,

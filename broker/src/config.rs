@@ -69,6 +69,11 @@
 //! max_session_timeout_ms = 1800000        # Default: 30 min.
 //! initial_rebalance_delay_ms = 3000       # Default: 3 s.
 //!
+//! [authorization]             # ACLs (security::acl); Kafka's authorizer configs
+//! enable = false                          # Default: false (no checks).
+//! super_users = ["User:admin"]            # super.users. Default: none.
+//! allow_everyone_if_no_acl_found = false  # Default: false.
+//!
 //! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
 //! "retention.ms" = 86400000
 //! ```
@@ -85,6 +90,7 @@ use serde::Deserialize;
 
 pub use sections::*;
 
+use crate::security::acl::AuthorizationSection;
 use crate::security::listener::SecurityKeys;
 use crate::security::{ListenerSecurity, SecurityProtocol};
 use crate::topic_config::{ConfigError, TopicConfig};
@@ -132,6 +138,8 @@ struct FileConfig {
     groups: GroupsSection,
     #[serde(default)]
     quotas: QuotasSection,
+    #[serde(default)]
+    authorization: AuthorizationSection,
     #[serde(default)]
     topic_defaults: BTreeMap<String, toml::Value>,
 }
@@ -224,6 +232,8 @@ pub struct BrokerConfig {
     pub cluster: ClusterSection,
     pub groups: GroupsSection,
     pub quotas: QuotasSection,
+    /// `[authorization]`: ACL checks (see `security::acl`).
+    pub authorization: AuthorizationSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
 }
@@ -342,6 +352,7 @@ impl BrokerConfig {
             cluster: file.cluster,
             groups: file.groups,
             quotas: file.quotas,
+            authorization: file.authorization,
             topic_defaults,
         };
         config.validate()?;

@@ -113,6 +113,12 @@ pub enum Error {
     Replica(#[source] LogError),
     #[error("cannot leave the ISR of {partitions} partition(s): their state keeps changing")]
     StateContention { partitions: usize },
+    #[error("not authorized to {0}")]
+    TopicAuthorizationFailed(String),
+    #[error("not authorized to {0}")]
+    GroupAuthorizationFailed(String),
+    #[error("not authorized to {0} the cluster")]
+    ClusterAuthorizationFailed(String),
     #[error("{0}")]
     UnsupportedSaslMechanism(String),
     #[error("{0}")]
@@ -176,6 +182,9 @@ impl Error {
             Producer(ProducerError::DuplicateInRequest { .. }) => {
                 ErrorCode::DuplicateSequenceNumber
             }
+            TopicAuthorizationFailed(_) => ErrorCode::TopicAuthorizationFailed,
+            GroupAuthorizationFailed(_) => ErrorCode::GroupAuthorizationFailed,
+            ClusterAuthorizationFailed(_) => ErrorCode::ClusterAuthorizationFailed,
             UnsupportedSaslMechanism(_) => ErrorCode::UnsupportedSaslMechanism,
             UnacceptableCredential(_) => ErrorCode::UnacceptableCredential,
             ResourceNotFound(_) => ErrorCode::ResourceNotFound,

@@ -21,6 +21,7 @@ impl Broker {
         let _guard = self.reconcile_lock.lock().await;
         self.users
             .replace(self.metastore.list_scram_credentials().await?);
+        self.authorizer.replace(&self.metastore.list_acls().await?);
         let wanted = self.metastore.list_topics().await?;
         let all_states = self.metastore.list_partition_states().await?;
         // Where DeleteRecords moved partitions' log starts: applied with their roles.

@@ -4,17 +4,20 @@
 //! metastore, and TLS server configurations that reload their files. A front end
 //! frames the tokens (Kafka's SaslHandshake and SaslAuthenticate), wraps its sockets
 //! with [`tls::TlsServer`], and puts the principal it established into the request's
-//! context.
+//! context. And who may do what: the ACLs every broker caches, checked by the
+//! `Service` for every front end (`acl`).
 //!
 //! Principals are written as Kafka writes them: `User:alice` for a SASL user,
 //! `User:CN=client,O=Org` for a TLS client certificate's subject.
 
+pub mod acl;
 pub mod listener;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
 mod users;
 
+pub use acl::{Authorizer, Operation, ResourceType};
 pub use listener::{ListenerSecurity, SecurityProtocol};
 pub use sasl::{SaslError, SaslExchange, SaslMechanism, SaslStep};
 pub use scram::ScramMechanism;

@@ -8,7 +8,9 @@
 //! the peer, and its latency goes to the metrics by listener and API. The context is
 //! also where authorization will be checked.
 
+mod acls;
 mod admin;
+mod authorize;
 mod data;
 mod groups;
 mod node;
@@ -24,6 +26,7 @@ use tracing::Instrument;
 use crate::broker::Broker;
 
 pub use crate::groups::GroupListing;
+pub use acls::{AclFilter, PatternFilter};
 pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,
     TieringReport, TopicMetadata,

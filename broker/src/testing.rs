@@ -215,6 +215,15 @@ impl Metastore for FaultyMetastore {
     async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> R<bool> {
         self.inner.delete_scram_credential(user, mechanism).await
     }
+    async fn list_acls(&self) -> R<Vec<shale_metastore::AclBinding>> {
+        self.inner.list_acls().await
+    }
+    async fn create_acls(&self, acls: &[shale_metastore::AclBinding]) -> R<()> {
+        self.inner.create_acls(acls).await
+    }
+    async fn delete_acls(&self, acls: &[shale_metastore::AclBinding]) -> R<u64> {
+        self.inner.delete_acls(acls).await
+    }
 }
 
 /// What a hooked object-store request is about to do.

@@ -7,6 +7,7 @@
 //! (or cannot be reached) the client refreshes the metadata and retries with backoff
 //! until its deadline.
 
+mod acls;
 mod admin;
 pub mod assignor;
 mod connection;

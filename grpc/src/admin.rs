@@ -1,5 +1,5 @@
 //! gRPC `Admin` service: topics, configs, partitions, metadata, cluster and tiering
-//! status, leader election, users.
+//! status, leader election, users, ACLs.
 
 use shale_broker::service::NewTopicRequest;
 use shale_metastore::Topic;
@@ -358,6 +358,33 @@ impl Admin for Front {
     ) -> Result<Response<AlterUserScramCredentialsResponse>, Status> {
         let ctx = self.context(&request);
         let answer = super::users::alter(&self.service, &ctx, request.into_inner()).await;
+        Ok(Response::new(answer))
+    }
+
+    async fn create_acls(
+        &self,
+        request: Request<CreateAclsRequest>,
+    ) -> Result<Response<CreateAclsResponse>, Status> {
+        let ctx = self.context(&request);
+        let answer = super::acls::create(&self.service, &ctx, request.into_inner()).await;
+        Ok(Response::new(answer))
+    }
+
+    async fn describe_acls(
+        &self,
+        request: Request<DescribeAclsRequest>,
+    ) -> Result<Response<DescribeAclsResponse>, Status> {
+        let ctx = self.context(&request);
+        let answer = super::acls::describe(&self.service, &ctx, request.into_inner()).await;
+        Ok(Response::new(answer))
+    }
+
+    async fn delete_acls(
+        &self,
+        request: Request<DeleteAclsRequest>,
+    ) -> Result<Response<DeleteAclsResponse>, Status> {
+        let ctx = self.context(&request);
+        let answer = super::acls::delete(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
 

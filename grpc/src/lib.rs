@@ -5,6 +5,7 @@
 //! answer; every error travels in the response as a code and a message (a gRPC
 //! status means the call itself failed: transport, decoding).
 
+mod acls;
 mod admin;
 mod data;
 mod groups;

@@ -203,6 +203,29 @@ fn filled(api: ApiKey) -> RequestKind {
                         .with_salted_password(Bytes::from(vec![7u8; 64])),
                 ]),
         ),
+        ApiKey::CreateAcls => {
+            RequestKind::CreateAcls(CreateAclsRequest::default().with_creations(vec![
+            create_acls_request::AclCreation::default()
+                .with_resource_type(2)
+                .with_resource_name(s("logs."))
+                .with_resource_pattern_type(4)
+                .with_principal(s("User:alice"))
+                .with_host(s("*"))
+                .with_operation(3)
+                .with_permission_type(3),
+        ]))
+        }
+        ApiKey::DeleteAcls => {
+            RequestKind::DeleteAcls(DeleteAclsRequest::default().with_filters(vec![
+            delete_acls_request::DeleteAclsFilter::default()
+                .with_resource_type_filter(2)
+                .with_resource_name_filter(Some(s("logs.")))
+                .with_pattern_type_filter(2)
+                .with_principal_filter(Some(s("User:alice")))
+                .with_operation(1)
+                .with_permission_type(1),
+        ]))
+        }
         other => empty(other),
     }
 }
@@ -244,6 +267,9 @@ fn empty(api: ApiKey) -> RequestKind {
         ApiKey::AlterUserScramCredentials => {
             RequestKind::AlterUserScramCredentials(Default::default())
         }
+        ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
+        ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
+        ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
         other => panic!("{other:?} is not served; add it here"),
     }
 }

@@ -1,6 +1,7 @@
 //! One function per API: decode the request's fields into a [`Service`] call, and
 //! its answer into the response message. No domain logic lives here.
 
+mod acls;
 mod admin;
 mod data;
 mod groups;
@@ -113,6 +114,9 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
                 id,
                 admin::incremental_alter_configs(s, ctx, r).await,
             ),
+            RequestKind::CreateAcls(r) => enc(api, v, id, acls::create(s, ctx, r).await),
+            RequestKind::DescribeAcls(r) => enc(api, v, id, acls::describe(s, ctx, r).await),
+            RequestKind::DeleteAcls(r) => enc(api, v, id, acls::delete(s, ctx, r).await),
             RequestKind::DescribeUserScramCredentials(r) => {
                 enc(api, v, id, users::describe(s, ctx, r).await)
             }

@@ -19,7 +19,7 @@ pub use cluster::{BrokerLease, ControllerLease, PartitionState, StateGuard};
 pub use groups::CommittedOffset;
 pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
-pub use users::ScramCredential;
+pub use users::{AclBinding, ScramCredential};
 
 /// A topic as the metastore records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,6 +276,13 @@ pub trait Metastore: Send + Sync + 'static {
     async fn upsert_scram_credential(&self, credential: &ScramCredential) -> Result<()>;
     /// Removes a user's credential for a mechanism; whether there was one.
     async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> Result<bool>;
+
+    /// Every ACL binding, sorted.
+    async fn list_acls(&self) -> Result<Vec<AclBinding>>;
+    /// Adds the bindings (one that exists already is kept once), in one transaction.
+    async fn create_acls(&self, acls: &[AclBinding]) -> Result<()>;
+    /// Removes these exact bindings, in one transaction; how many there were.
+    async fn delete_acls(&self, acls: &[AclBinding]) -> Result<u64>;
 }
 
 /// Opens the metastore a URL names and brings its schema up to date.

@@ -22,8 +22,9 @@ use sqlx::sqlite::{
 use uuid::Uuid;
 
 use crate::{
-    BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic, PartitionState,
-    RemoteLog, RemoteSegment, RemoteSegmentState, Result, ScramCredential, StateGuard, Topic,
+    AclBinding, BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic,
+    PartitionState, RemoteLog, RemoteSegment, RemoteSegmentState, Result, ScramCredential,
+    StateGuard, Topic,
 };
 
 /// Invokes `$m!` once per backend with its type, its database, the locking suffix of a
@@ -341,6 +342,18 @@ macro_rules! sql_metastore {
 
             async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> Result<bool> {
                 self.delete_scram_credential(user, mechanism).await
+            }
+
+            async fn list_acls(&self) -> Result<Vec<AclBinding>> {
+                self.list_acls().await
+            }
+
+            async fn create_acls(&self, acls: &[AclBinding]) -> Result<()> {
+                self.create_acls(acls).await
+            }
+
+            async fn delete_acls(&self, acls: &[AclBinding]) -> Result<u64> {
+                self.delete_acls(acls).await
             }
 
             async fn listen_for_changes(

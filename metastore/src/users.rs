@@ -15,3 +15,20 @@ pub struct ScramCredential {
     pub server_key: Vec<u8>,
     pub iterations: i32,
 }
+
+/// One access control entry on a resource pattern, as Kafka writes it. The names are
+/// Kafka's: resource type `TOPIC`/`GROUP`/`CLUSTER`, pattern type
+/// `LITERAL`/`PREFIXED`, operation `READ`, `WRITE`, …, permission `ALLOW`/`DENY`.
+/// The broker gives them their meaning; the metastore keeps each binding once.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AclBinding {
+    pub resource_type: String,
+    pub resource_name: String,
+    pub pattern_type: String,
+    /// `User:alice`, or `User:*` for everyone.
+    pub principal: String,
+    /// A client address, or `*`.
+    pub host: String,
+    pub operation: String,
+    pub permission: String,
+}

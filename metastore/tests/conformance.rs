@@ -946,6 +946,38 @@ async fn scram_credentials_are_kept_per_user_and_mechanism(m: &dyn Metastore) {
     );
 }
 
+async fn acls_are_kept_once_and_deleted_exactly(m: &dyn Metastore) {
+    let acl = |name: &str, principal: &str, op: &str| shale_metastore::AclBinding {
+        resource_type: "TOPIC".into(),
+        resource_name: name.into(),
+        pattern_type: "PREFIXED".into(),
+        principal: principal.into(),
+        host: "*".into(),
+        operation: op.into(),
+        permission: "ALLOW".into(),
+    };
+    let (a, b, c) = (
+        acl("logs.", "User:alice", "READ"),
+        acl("logs.", "User:bob", "READ"),
+        acl("billing", "User:alice", "WRITE"),
+    );
+    m.create_acls(&[a.clone(), b.clone()]).await.unwrap();
+    // Creating one again keeps it once.
+    m.create_acls(&[a.clone(), c.clone()]).await.unwrap();
+    let mut want = vec![a.clone(), b.clone(), c.clone()];
+    want.sort();
+    assert_eq!(m.list_acls().await.unwrap(), want);
+    // An unknown resource type is refused by the schema, and nothing of its
+    // transaction stays.
+    let mut bad = acl("x", "User:eve", "READ");
+    bad.resource_type = "BROKER".into();
+    let d = acl("y", "User:eve", "READ");
+    assert!(m.create_acls(&[d.clone(), bad]).await.is_err());
+    assert!(!m.list_acls().await.unwrap().contains(&d));
+    assert_eq!(m.delete_acls(&[a.clone(), d]).await.unwrap(), 1);
+    assert_eq!(m.list_acls().await.unwrap(), [c, b]);
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -972,6 +1004,7 @@ macro_rules! metastore_suite {
             case!(concurrent_writers_all_succeed);
             case!(log_start_offsets_only_move_up);
             case!(scram_credentials_are_kept_per_user_and_mechanism);
+            case!(acls_are_kept_once_and_deleted_exactly);
         }
     };
 }

@@ -8,6 +8,7 @@ use super::{Keyed, RequestContext, Service};
 use crate::broker::TopicState;
 use crate::cluster::BrokerStatus;
 use crate::error::{Error, Result};
+use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 use crate::tiering::TieringStatus;
 use crate::topic_config::ConfigSource;
 use crate::topics::TopicDescription;
@@ -128,9 +129,23 @@ impl Service {
                 states = self.broker.topics_snapshot();
             }
             let mut refused = std::collections::HashMap::new();
+            // A topic named but not describable is refused, not created.
+            for name in topics.iter().flatten() {
+                if let Err(e) = self.authorize(ctx, Operation::Describe, ResourceType::Topic, name)
+                {
+                    refused.insert(name.clone(), e);
+                }
+            }
             if auto_create && self.broker.config.cluster.auto_create_topics_enable {
-                let absent = missing(&states);
+                let absent: Vec<String> = missing(&states)
+                    .into_iter()
+                    .filter(|name| !refused.contains_key(name))
+                    .collect();
                 for name in &absent {
+                    if let Err(e) = self.may_create(ctx, name) {
+                        refused.insert(name.clone(), e);
+                        continue;
+                    }
                     match self
                         .broker
                         .create_topic(name, -1, -1, BTreeMap::new(), false)
@@ -159,7 +174,14 @@ impl Service {
                 topic_metadata(name, state.map(|s| &**s), &live)
             };
             let topics: Vec<TopicMetadata> = match &topics {
-                None => states.iter().map(|s| topic(&s.meta.name)).collect(),
+                // Only the topics the client may describe are listed.
+                None => states
+                    .iter()
+                    .filter(|s| {
+                        self.may(ctx, Operation::Describe, ResourceType::Topic, &s.meta.name)
+                    })
+                    .map(|s| topic(&s.meta.name))
+                    .collect(),
                 Some(wanted) => wanted.iter().map(|name| topic(name)).collect(),
             };
             for t in &topics {
@@ -180,6 +202,7 @@ impl Service {
     /// Creates a topic (or, with `validate_only`, checks that it could be created).
     pub async fn create_topic(&self, ctx: &RequestContext, req: NewTopicRequest) -> Result<Topic> {
         self.call(ctx, "CreateTopic", async {
+            self.counted(self.may_create(ctx, &req.name))?;
             let r = match req.assignments {
                 Some(assignments) => {
                     let (n, rf) = (
@@ -224,6 +247,7 @@ impl Service {
 
     pub async fn delete_topic(&self, ctx: &RequestContext, name: &str) -> Result<()> {
         self.call(ctx, "DeleteTopic", async {
+            self.counted(self.authorize(ctx, Operation::Delete, ResourceType::Topic, name))?;
             self.counted(self.broker.delete_topic(name).await)
         })
         .await
@@ -231,7 +255,11 @@ impl Service {
 
     pub async fn list_topics(&self, ctx: &RequestContext) -> Result<Vec<Topic>> {
         self.call(ctx, "ListTopics", async {
-            self.counted(self.broker.list_topics().await)
+            let topics = self.counted(self.broker.list_topics().await)?;
+            Ok(topics
+                .into_iter()
+                .filter(|t| self.may(ctx, Operation::Describe, ResourceType::Topic, &t.name))
+                .collect())
         })
         .await
     }
@@ -243,6 +271,7 @@ impl Service {
         name: &str,
     ) -> Result<TopicDescription> {
         self.call(ctx, "DescribeTopic", async {
+            self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Topic, name))?;
             self.counted(self.broker.describe_topic(name).await)
         })
         .await
@@ -255,6 +284,12 @@ impl Service {
         topic: &str,
     ) -> Result<Vec<ConfigEntry>> {
         self.call(ctx, "DescribeConfigs", async {
+            self.counted(self.authorize(
+                ctx,
+                Operation::DescribeConfigs,
+                ResourceType::Topic,
+                topic,
+            ))?;
             let d = self.broker.describe_topic(topic).await;
             let entries = d.map(|d| self.config_entries(&d));
             self.counted(entries)
@@ -286,6 +321,7 @@ impl Service {
         validate_only: bool,
     ) -> Result<()> {
         self.call(ctx, "AlterConfigs", async {
+            self.counted(self.authorize(ctx, Operation::AlterConfigs, ResourceType::Topic, topic))?;
             let r = self
                 .broker
                 .alter_configs(topic, set, delete, validate_only)
@@ -305,6 +341,7 @@ impl Service {
         validate_only: bool,
     ) -> Result<()> {
         self.call(ctx, "AlterConfigs", async {
+            self.counted(self.authorize(ctx, Operation::AlterConfigs, ResourceType::Topic, topic))?;
             let r = async {
                 let current = self.broker.describe_topic(topic).await?;
                 let delete = current
@@ -328,9 +365,10 @@ impl Service {
     /// broker's id, or empty).
     pub fn describe_broker_configs(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         name: &str,
     ) -> Result<Vec<ConfigEntry>> {
+        self.counted(self.authorize_cluster(ctx, Operation::DescribeConfigs))?;
         let c = &self.broker.config;
         if !name.is_empty() && name != c.broker_id.to_string() {
             return self.counted(Err(Error::InvalidRequest(format!(
@@ -394,6 +432,7 @@ impl Service {
         validate_only: bool,
     ) -> Result<()> {
         self.call(ctx, "CreatePartitions", async {
+            self.counted(self.authorize(ctx, Operation::Alter, ResourceType::Topic, topic))?;
             let r = self
                 .broker
                 .create_partitions(topic, total, assignments, validate_only)
@@ -410,6 +449,7 @@ impl Service {
         topic: Option<&str>,
     ) -> Result<TieringReport> {
         self.call(ctx, "TieringStatus", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
             let partitions = self.counted(self.broker.tiering_status(topic))?;
             let (remote_get_requests, remote_bytes_fetched) = self.broker.remote_read_stats();
             Ok(TieringReport {
@@ -424,6 +464,7 @@ impl Service {
     /// The controller and every registered broker, from the metastore.
     pub async fn cluster_status(&self, ctx: &RequestContext) -> Result<ClusterStatus> {
         self.call(ctx, "ClusterStatus", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
             let r = self.broker.cluster_status().await;
             self.counted(r).map(|(controller, brokers)| ClusterStatus {
                 controller,
@@ -442,12 +483,21 @@ impl Service {
         partitions: Option<&[i32]>,
     ) -> Result<Vec<Keyed<i32>>> {
         self.call(ctx, "ElectLeaders", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
             let r = self.broker.elect_preferred_leaders(topic, partitions).await;
             let results = self.counted(r)?;
             let (keys, results) = results.into_iter().map(|(t, p, r)| ((t, p), r)).unzip();
             Ok(self.keyed(keys, results))
         })
         .await
+    }
+
+    /// Creating a topic takes CREATE on the cluster or on the topic.
+    fn may_create(&self, ctx: &RequestContext, topic: &str) -> Result<()> {
+        if self.may(ctx, Operation::Create, ResourceType::Cluster, CLUSTER_NAME) {
+            return Ok(());
+        }
+        self.authorize(ctx, Operation::Create, ResourceType::Topic, topic)
     }
 
     /// Live brokers (this one alone without replication).

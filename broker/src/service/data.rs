@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::fetch::{FetchSpec, Fetched};
 use crate::partition::Appended;
 use crate::produce::ProduceData;
+use crate::security::acl::{Operation, ResourceType};
 
 /// Longest a produce waits for acks=all when the client names no timeout.
 const DEFAULT_PRODUCE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -90,7 +91,15 @@ impl Service {
                 let e = Arc::new(Error::TransactionsUnsupported);
                 keys.iter().map(|_| Err(Error::Shared(e.clone()))).collect()
             } else {
-                self.broker.produce(req.acks, timeout, req.partitions).await
+                let acks = req.acks;
+                self.on_allowed_topics(
+                    ctx,
+                    Operation::Write,
+                    req.partitions,
+                    |p| &p.topic,
+                    |parts| self.broker.produce(acks, timeout, parts),
+                )
+                .await
             };
             self.keyed(keys, results)
         })
@@ -107,9 +116,15 @@ impl Service {
                 .iter()
                 .map(|s| (s.topic.clone(), s.partition))
                 .collect();
+            let (max_wait, min_bytes, max_bytes) = (req.max_wait, req.min_bytes, req.max_bytes);
             let results = self
-                .broker
-                .fetch(req.partitions, req.max_wait, req.min_bytes, req.max_bytes)
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Read,
+                    req.partitions,
+                    |s| &s.topic,
+                    |parts| self.broker.fetch(parts, max_wait, min_bytes, max_bytes),
+                )
                 .await;
             let bytes: u64 = results
                 .iter()
@@ -135,18 +150,30 @@ impl Service {
         queries: Vec<OffsetQuery>,
     ) -> Vec<Keyed<Option<OffsetAndTimestamp>>> {
         self.call(ctx, "ListOffsets", async {
-            let results = futures::future::join_all(queries.iter().map(|q| async move {
-                let found = self
-                    .broker
-                    .list_offset(&q.topic, q.partition, q.timestamp)
-                    .await?;
-                Ok(found.map(|(offset, timestamp)| OffsetAndTimestamp { offset, timestamp }))
-            }))
-            .await;
             let keys = queries
-                .into_iter()
-                .map(|q| (q.topic, q.partition))
+                .iter()
+                .map(|q| (q.topic.clone(), q.partition))
                 .collect();
+            let results = self
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Describe,
+                    queries,
+                    |q| &q.topic,
+                    |qs| {
+                        futures::future::join_all(qs.into_iter().map(|q| async move {
+                            let found = self
+                                .broker
+                                .list_offset(&q.topic, q.partition, q.timestamp)
+                                .await?;
+                            Ok(found.map(|(offset, timestamp)| OffsetAndTimestamp {
+                                offset,
+                                timestamp,
+                            }))
+                        }))
+                    },
+                )
+                .await;
             self.keyed(keys, results)
         })
         .await
@@ -162,7 +189,10 @@ impl Service {
         self.call(ctx, "InitProducerId", async {
             let r = match transactional_id {
                 Some(_) => Err(Error::TransactionsUnsupported),
-                None => self.broker.init_producer_id().await,
+                None => match self.may_write_idempotently(ctx) {
+                    Ok(()) => self.broker.init_producer_id().await,
+                    Err(e) => Err(e),
+                },
             };
             self.counted(r)
         })
@@ -178,17 +208,26 @@ impl Service {
         queries: Vec<EpochQuery>,
     ) -> Vec<Keyed<(i32, i64)>> {
         self.call(ctx, "OffsetForLeaderEpoch", async {
-            let results = queries
-                .iter()
-                .map(|q| {
-                    let p = self.broker.leader_partition(&q.topic, q.partition)?;
-                    p.epoch_end_offset(q.current_leader_epoch, q.leader_epoch)
-                })
-                .collect();
             let keys = queries
-                .into_iter()
-                .map(|q| (q.topic, q.partition))
+                .iter()
+                .map(|q| (q.topic.clone(), q.partition))
                 .collect();
+            let results = self
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Describe,
+                    queries,
+                    |q| &q.topic,
+                    |qs| async move {
+                        qs.iter()
+                            .map(|q| {
+                                let p = self.broker.leader_partition(&q.topic, q.partition)?;
+                                p.epoch_end_offset(q.current_leader_epoch, q.leader_epoch)
+                            })
+                            .collect()
+                    },
+                )
+                .await;
             self.keyed(keys, results)
         })
         .await
@@ -203,18 +242,42 @@ impl Service {
         queries: Vec<DeleteRecordsQuery>,
     ) -> Vec<Keyed<i64>> {
         self.call(ctx, "DeleteRecords", async {
-            let results = futures::future::join_all(
-                queries
-                    .iter()
-                    .map(|q| self.broker.delete_records(&q.topic, q.partition, q.offset)),
-            )
-            .await;
             let keys = queries
-                .into_iter()
-                .map(|q| (q.topic, q.partition))
+                .iter()
+                .map(|q| (q.topic.clone(), q.partition))
                 .collect();
+            let results = self
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Delete,
+                    queries,
+                    |q| &q.topic,
+                    |qs| {
+                        futures::future::join_all(qs.into_iter().map(|q| async move {
+                            self.broker
+                                .delete_records(&q.topic, q.partition, q.offset)
+                                .await
+                        }))
+                    },
+                )
+                .await;
             self.keyed(keys, results)
         })
         .await
+    }
+
+    /// An idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on some
+    /// topic (as Kafka grants it since 3.0).
+    fn may_write_idempotently(&self, ctx: &RequestContext) -> Result<()> {
+        if !self.broker.authorizer.enabled()
+            || self
+                .broker
+                .topics_snapshot()
+                .iter()
+                .any(|t| self.may(ctx, Operation::Write, ResourceType::Topic, &t.meta.name))
+        {
+            return Ok(());
+        }
+        self.authorize_cluster(ctx, Operation::IdempotentWrite)
     }
 }

@@ -9,6 +9,7 @@ use crate::groups::{
     Committed, GroupDescription, GroupError, GroupListing, GroupState, JoinRequest, JoinResult,
     OffsetCommit,
 };
+use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
 /// A SyncGroup: the leader brings every member's assignment, the others none.
 pub struct SyncRequest {
@@ -60,6 +61,7 @@ impl Service {
             if kind == CoordinatorType::Transaction {
                 return self.counted(Err(Error::TransactionsUnsupported));
             }
+            self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Group, group))?;
             let r = self.broker.coordinator_for(group).and_then(|(id, _)| {
                 let lease = self
                     .live_brokers()
@@ -87,6 +89,7 @@ impl Service {
                 req.client_host = peer.ip().to_string();
             }
             let joined = async {
+                self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
                 self.broker.ensure_coordinator(&req.group)?;
                 let rx = self.broker.groups.join(req)?;
                 Ok(rx.await.map_err(|_| dropped())??)
@@ -102,6 +105,7 @@ impl Service {
     pub async fn sync_group(&self, ctx: &RequestContext, req: SyncRequest) -> Result<Bytes> {
         self.call(ctx, "SyncGroup", async {
             let synced = async {
+                self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
                 self.broker.ensure_coordinator(&req.group)?;
                 self.broker.groups.check_instance(
                     &req.group,
@@ -130,6 +134,7 @@ impl Service {
         member: MemberRef<'_>,
     ) -> Result<()> {
         self.call(ctx, "Heartbeat", async {
+            self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).and_then(|()| {
                 let groups = &self.broker.groups;
                 groups.check_instance(group, member.id, member.instance)?;
@@ -149,6 +154,7 @@ impl Service {
         member: MemberRef<'_>,
     ) -> Result<()> {
         self.call(ctx, "LeaveGroup", async {
+            self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).and_then(|()| {
                 let groups = &self.broker.groups;
                 let id = match (member.id, member.instance) {
@@ -184,19 +190,35 @@ impl Service {
                 .iter()
                 .map(|o| (o.topic.clone(), o.partition))
                 .collect();
+            self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
             let fenced = self
                 .broker
                 .groups
                 .check_instance(group, member.id, member.instance);
-            let results = match fenced {
-                Ok(()) => {
-                    self.broker
-                        .commit_offsets(group, generation, member.id, offsets)
-                        .await
-                }
-                Err(e) => Err(e.into()),
-            };
-            Ok(self.keyed(keys, self.counted(results)?))
+            self.counted(fenced.map_err(Error::from))?;
+            // Each topic needs READ; the rest of the commit goes on without the others.
+            let mut refused = Ok(());
+            let outer = &mut refused;
+            let results = self
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Read,
+                    offsets,
+                    |o| &o.topic,
+                    |allowed| async move {
+                        let done = self
+                            .broker
+                            .commit_offsets(group, generation, member.id, allowed)
+                            .await;
+                        done.unwrap_or_else(|e| {
+                            *outer = Err(e);
+                            Vec::new()
+                        })
+                    },
+                )
+                .await;
+            self.counted(refused)?;
+            Ok(self.keyed(keys, results))
         })
         .await
     }
@@ -210,9 +232,29 @@ impl Service {
         partitions: Vec<(String, i32)>,
     ) -> Result<Vec<Keyed<()>>> {
         self.call(ctx, "OffsetDelete", async {
+            self.counted(self.authorize(ctx, Operation::Delete, ResourceType::Group, group))?;
             let keys = partitions.clone();
-            let results = self.broker.delete_offsets(group, partitions).await;
-            Ok(self.keyed(keys, self.counted(results)?))
+            let mut refused = Ok(());
+            let outer = &mut refused;
+            let results = self
+                .on_allowed_topics(
+                    ctx,
+                    Operation::Read,
+                    partitions,
+                    |p| &p.0,
+                    |allowed| async move {
+                        self.broker
+                            .delete_offsets(group, allowed)
+                            .await
+                            .unwrap_or_else(|e| {
+                                *outer = Err(e);
+                                Vec::new()
+                            })
+                    },
+                )
+                .await;
+            self.counted(refused)?;
+            Ok(self.keyed(keys, results))
         })
         .await
     }
@@ -220,7 +262,13 @@ impl Service {
     /// A group's committed offsets (of topics that still exist).
     pub async fn fetch_offsets(&self, ctx: &RequestContext, group: &str) -> Result<Vec<Committed>> {
         self.call(ctx, "OffsetFetch", async {
-            self.counted(self.broker.committed_offsets(group).await)
+            self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Group, group))?;
+            let committed = self.counted(self.broker.committed_offsets(group).await)?;
+            // Only the topics the client may describe.
+            Ok(committed
+                .into_iter()
+                .filter(|c| self.may(ctx, Operation::Describe, ResourceType::Topic, &c.topic))
+                .collect())
         })
         .await
     }
@@ -228,7 +276,20 @@ impl Service {
     /// Groups this broker coordinates, and groups known by their committed offsets.
     pub async fn list_groups(&self, ctx: &RequestContext) -> Result<Vec<GroupListing>> {
         self.call(ctx, "ListGroups", async {
-            self.counted(self.broker.list_groups().await)
+            let groups = self.counted(self.broker.list_groups().await)?;
+            // DESCRIBE on the cluster lists every group; else the groups describable.
+            let all = self.may(
+                ctx,
+                Operation::Describe,
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+            );
+            Ok(groups
+                .into_iter()
+                .filter(|g| {
+                    all || self.may(ctx, Operation::Describe, ResourceType::Group, &g.group)
+                })
+                .collect())
         })
         .await
     }
@@ -241,6 +302,7 @@ impl Service {
         group: &str,
     ) -> Result<GroupDescription> {
         self.call(ctx, "DescribeGroup", async {
+            self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).map(|()| {
                 self.broker
                     .groups
@@ -262,6 +324,7 @@ impl Service {
     /// Deletes a group without members, with its committed offsets.
     pub async fn delete_group(&self, ctx: &RequestContext, group: &str) -> Result<()> {
         self.call(ctx, "DeleteGroup", async {
+            self.counted(self.authorize(ctx, Operation::Delete, ResourceType::Group, group))?;
             self.counted(self.broker.delete_group(group).await)
         })
         .await

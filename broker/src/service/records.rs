@@ -9,6 +9,7 @@ use super::{RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::find::{FindQuery, FindReport};
 use crate::partition::PartitionOffsets;
+use crate::security::acl::{Operation, ResourceType};
 
 /// Where a read of records starts.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +55,7 @@ impl Service {
         count: usize,
     ) -> Result<RecordsRead> {
         self.call(ctx, "ReadRecords", async {
+            self.counted(self.authorize(ctx, Operation::Read, ResourceType::Topic, topic))?;
             let r = self.read_records_inner(topic, partition, from, count).await;
             self.counted(r)
         })
@@ -124,6 +126,7 @@ impl Service {
     /// [`crate::find`]): the partitions this broker leads.
     pub async fn find_records(&self, ctx: &RequestContext, q: FindQuery) -> Result<FindReport> {
         self.call(ctx, "FindRecords", async {
+            self.counted(self.authorize(ctx, Operation::Read, ResourceType::Topic, &q.topic))?;
             let r = self.broker.find_records(&q).await;
             self.counted(r)
         })

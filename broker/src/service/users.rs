@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::security::ScramMechanism;
+use crate::security::acl::Operation;
 use crate::security::scram::{MAX_ITERATIONS, MIN_ITERATIONS};
 
 /// Sets a user's credential for one mechanism.
@@ -41,6 +42,7 @@ impl Service {
         users: Option<Vec<String>>,
     ) -> Result<Vec<(String, Result<UserCredentials>)>> {
         self.call(ctx, "DescribeUserScramCredentials", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
             let rows = self.broker.metastore.list_scram_credentials().await?;
             let mut all: std::collections::BTreeMap<String, UserCredentials> = Default::default();
             for row in rows {
@@ -93,6 +95,13 @@ impl Service {
                 if !order.contains(u) {
                     order.push(u.clone());
                 }
+            }
+            if let Err(e) = self.authorize_cluster(ctx, Operation::Alter) {
+                let e = std::sync::Arc::new(e);
+                return order
+                    .into_iter()
+                    .map(|u| (u, self.counted(Err(Error::Shared(e.clone())))))
+                    .collect();
             }
             let mut out = Vec::new();
             for user in order {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod auth;
 pub mod wire;
 
 use std::collections::BTreeSet;

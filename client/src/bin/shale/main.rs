@@ -1,6 +1,7 @@
 //! `shale`: the command-line client. Errors are one line on stderr and a non-zero exit;
 //! output to a pipe whose reader has gone ends the command quietly.
 
+mod acl;
 mod admin;
 mod consume;
 mod find;
@@ -89,6 +90,9 @@ enum Command {
     /// Records by key: every record with a key in a topic, within a time range,
     /// reading only the segments whose key filter may hold it.
     Find(find::FindArgs),
+    /// ACLs: who may do what on topics, groups and the cluster.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
     /// Users and their SCRAM credentials (SASL/SCRAM and PLAIN on Kafka listeners).
     #[command(subcommand)]
     User(user::UserCommand),
@@ -152,6 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tiering(cmd) => admin::tiering(client, cmd, output).await?,
         Command::Find(args) => find::run(client, args, output).await?,
         Command::User(cmd) => user::run(client, cmd, output).await?,
+        Command::Acl(cmd) => acl::run(client, cmd, output).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

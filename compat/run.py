@@ -114,7 +114,10 @@ def main():
                 sec.kafkajs, secured, args.node_path, kjs_script, "reauth")
         r.check("kafkajs", "SCRAM-SHA-256: wrong password refused",
                 sec.kafkajs, secured, args.node_path, kjs_script, "refused", "wrong")
-        r.check("kcat", "mTLS; no or untrusted client certificate refused", sec.kcat_mtls, secured)
+        r.check("kcat", "mTLS, allowed by an ACL on the certificate's subject; no or untrusted "
+                "client certificate refused", sec.kcat_mtls, secured)
+        r.check("confluent-kafka", "ACLs: admin client creates, lists, deletes; a reader reads only "
+                "its prefix and does not see the rest", sec.confluent_acls, secured)
     finally:
         secured.stop()
 

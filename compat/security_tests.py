@@ -1,11 +1,15 @@
 """Security with real Kafka clients: one broker with three Kafka listeners,
 SASL_SSL (SCRAM), SASL_PLAINTEXT (PLAIN and SCRAM-SHA-256, sessions of 1.5 s) and SSL
-with client certificates (mTLS). Certificates are made with the openssl command.
+with client certificates (mTLS), and ACLs on (alice is a super user; so is the
+anonymous gRPC caller, the CLI, as gRPC does not authenticate yet). Certificates are
+made with the openssl command.
 
 - kcat and confluent-kafka with SASL_SSL + SCRAM-SHA-512;
 - kafka-python with SASL_PLAINTEXT + PLAIN;
 - kafkajs with SCRAM-SHA-256, re-authenticating on its connections;
-- kcat with mTLS;
+- kcat with mTLS, allowed by an ACL on its certificate's subject;
+- confluent-kafka's admin client managing ACLs, and a consumer that reads only what
+  they allow;
 and for each: a wrong password, no credentials, or an untrusted certificate is
 refused, and nothing is written."""
 
@@ -76,12 +80,17 @@ security_protocol = "SSL"
 tls_cert = "{c}/server.pem"
 tls_key = "{c}/server.key"
 tls_client_ca = "{c}/ca.pem"
+
+[authorization]
+enable = true
+super_users = ["User:alice", "User:ANONYMOUS"]
 """
         b = harness.Broker(os.path.join(workdir, "secured"), listeners_toml=listeners)
         b.start()
         self.cluster = harness.Cluster([b])
-        shale(self.cluster, "user", "create", "alice", "--password-file", "-",
-              input=PASSWORD.encode())
+        for user in ["alice", "reader"]:
+            shale(self.cluster, "user", "create", user, "--password-file", "-",
+                  input=PASSWORD.encode())
 
     @property
     def sasl_ssl(self):
@@ -199,6 +208,10 @@ def kcat_mtls(s):
     topic = "sec-mtls"
     shale(s.cluster, "topic", "create", topic)
     c = s.certs
+    # The client's principal is its certificate's subject, as Kafka writes it.
+    for op in ["READ", "WRITE"]:
+        shale(s.cluster, "acl", "add", "--topic", topic, "--operation", op,
+              "--principal", "User:CN=compat-client,O=Shale Compat")
 
     def tls(cert):
         args = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={c}/ca.pem"]
@@ -225,3 +238,68 @@ def kafkajs(s, node_path, script, test, password=PASSWORD, mechanism="scram-sha-
                          timeout=300, env=env)
     if out.returncode != 0:
         raise AssertionError(out.stderr[-3000:] or out.stdout[-3000:])
+
+
+def confluent_acls(s):
+    """The admin client creates, lists and deletes ACLs; a consumer with READ on the
+    prefix `logs.` and on its group reads logs.app, is refused billing, and does not
+    see it."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, AdminClient, ResourcePatternType,
+                                       ResourceType)
+    tls = {"bootstrap.servers": s.sasl_ssl, "security.protocol": "SASL_SSL",
+           "sasl.mechanisms": "SCRAM-SHA-512", "ssl.ca.location": f"{s.certs}/ca.pem"}
+    admin_conf = {**tls, "sasl.username": "alice", "sasl.password": PASSWORD}
+    reader_conf = {**tls, "sasl.username": "reader", "sasl.password": PASSWORD}
+    for t in ["logs.app", "billing"]:
+        shale(s.cluster, "topic", "create", t)
+    p = Producer(admin_conf)
+    for t in ["logs.app", "billing"]:
+        p.produce(t, value=f"{t}-record".encode())
+    assert p.flush(30) == 0
+    admin = AdminClient(admin_conf)
+    bindings = [
+        AclBinding(ResourceType.TOPIC, "logs.", ResourcePatternType.PREFIXED, "User:reader",
+                   "*", AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.GROUP, "reader-g", ResourcePatternType.LITERAL, "User:reader",
+                   "*", AclOperation.READ, AclPermissionType.ALLOW),
+    ]
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+    listed = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:reader", None,
+        AclOperation.ANY, AclPermissionType.ANY)).result(30)
+    assert len(listed) == 2, listed
+
+    c = Consumer({**reader_conf, "group.id": "reader-g", "auto.offset.reset": "earliest"})
+    c.subscribe(["logs.app"])
+    got = None
+    deadline = harness.time.time() + 60
+    while got is None and harness.time.time() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got = m.value()
+    assert got == b"logs.app-record", got
+    c.commit(asynchronous=False)
+    topics = c.list_topics(timeout=10).topics
+    assert "billing" not in topics and "logs.app" in topics, sorted(topics)
+    c.close()
+    c = Consumer({**reader_conf, "group.id": "reader-g", "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition("billing", 0, 0)])
+    refused = None
+    deadline = harness.time.time() + 30
+    while refused is None and harness.time.time() < deadline:
+        m = c.poll(1)
+        if m is not None and m.error():
+            refused = m.error()
+        elif m is not None:
+            raise AssertionError("reader read billing")
+    c.close()
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+
+    deleted = admin.delete_acls([AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:reader", None,
+        AclOperation.ANY, AclPermissionType.ANY)])
+    for f in deleted.values():
+        assert len(f.result(30)) == 2

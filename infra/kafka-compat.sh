@@ -16,6 +16,8 @@ log() { echo "kafka-compat: $*" >&2; }
 
 apt_missing=()
 command -v kcat >/dev/null 2>&1 || apt_missing+=(kcat)
+# Certificates for the security checks.
+command -v openssl >/dev/null 2>&1 || apt_missing+=(openssl)
 /usr/bin/python3 -c 'import kafka, snappy, lz4, zstandard' >/dev/null 2>&1 ||
   apt_missing+=(python3-kafka python3-snappy python3-lz4 python3-zstandard)
 /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_missing+=(python3-venv)

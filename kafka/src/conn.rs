@@ -59,6 +59,8 @@ pub async fn serve<R, W>(
     let mut chain: Option<oneshot::Receiver<()>> = None;
     // A throttled client's connection is not read from until then (KIP-219).
     let mut muted_until: Option<tokio::time::Instant> = None;
+    // A client that does not authenticate in time holds no connection.
+    let authenticate_by = tokio::time::Instant::now() + crate::sasl::AUTHENTICATION_TIMEOUT;
     loop {
         // Start every complete request in the buffer, up to the in-flight limit.
         while muted_until.is_none() && pending.len() < limits.max_inflight_requests {
@@ -120,6 +122,10 @@ pub async fn serve<R, W>(
                 }
             }
             _ = tokio::time::sleep_until(unmute), if muted_until.is_some() => muted_until = None,
+            _ = tokio::time::sleep_until(authenticate_by), if session.unauthenticated() => {
+                tracing::warn!(target: "audit", %peer, "no authentication in time, closing");
+                return;
+            }
             read = rd.read_buf(&mut buf), if room => match read {
                 Ok(0) | Err(_) => return flush(&mut wr, pending).await,
                 Ok(_) => {}

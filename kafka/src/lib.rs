@@ -143,6 +143,12 @@ async fn connection(
         .peer_certificates()
         .and_then(|chain| chain.first())
         .and_then(certificate_principal);
+    if tls.requires_client_cert() && principal.is_none() {
+        // A verified certificate whose subject cannot be read is nobody, not anonymous.
+        tracing::warn!(target: "audit", listener = %name, %peer,
+            "client certificate without a readable subject");
+        return;
+    }
     let session = Session::new(security.sasl, principal, peer, name.clone());
     let (rd, wr) = tokio::io::split(stream);
     conn::serve(service, name, limits, rd, wr, peer, session).await

@@ -30,6 +30,8 @@ use crate::handlers::Reply;
 
 /// Largest frame an unauthenticated client may send.
 pub const MAX_UNAUTHENTICATED_FRAME: usize = 512 * 1024;
+/// How long a client on a SASL listener has to authenticate after connecting.
+pub const AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a failed authentication waits before its answer.
 const FAILURE_DELAY: Duration = Duration::from_millis(100);
 
@@ -80,6 +82,12 @@ impl Session {
             peer,
             listener,
         }
+    }
+
+    /// Whether the client has yet to authenticate (it is then closed after
+    /// [`AUTHENTICATION_TIMEOUT`]).
+    pub fn unauthenticated(&self) -> bool {
+        !self.authenticated
     }
 
     pub fn principal(&self) -> Option<&str> {
@@ -197,6 +205,7 @@ impl Session {
                 let reauth_v0 = self.authenticated && version == 0;
                 if !matches!(self.stage, Stage::Handshake) || reauth_v0 {
                     body.error_code = ErrorCode::IllegalSaslState as i16;
+                    self.stage = Stage::Failed;
                     close = true;
                 } else if let Some(m) = chosen {
                     self.stage = Stage::Exchange {
@@ -269,7 +278,9 @@ impl Session {
                 self.authenticated = true;
                 self.stage = Stage::Handshake;
                 let max = self.config.as_ref().map_or(0, |c| c.max_reauth_ms);
-                self.expires = (max > 0).then(|| Instant::now() + Duration::from_millis(max));
+                self.expires = (max > 0)
+                    .then(|| Instant::now().checked_add(Duration::from_millis(max)))
+                    .flatten();
                 (Ok(token), false)
             }
             Err(e) => {

@@ -105,9 +105,8 @@ impl SaslExchange {
                 }
                 SaslMechanism::Scram(m) => {
                     let first = ClientFirst::parse(token).map_err(|e| fail(None, e.to_string()))?;
-                    let Some(credential) = users.scram(&first.user, m) else {
-                        return Err(fail(Some(&first.user), "unknown user".into()));
-                    };
+                    // An unknown user gets a made-up challenge and fails at the proof.
+                    let credential = users.scram_or_decoy(&first.user, m);
                     let nonce = server_nonce().map_err(|r| fail(Some(&first.user), r))?;
                     let server = ServerFirst::new(m, first, credential, &nonce);
                     let challenge = server.message.clone().into_bytes();
@@ -122,9 +121,10 @@ impl SaslExchange {
                         principal: super::user_principal(user),
                         token: last.into_bytes(),
                     }),
-                    Err(e @ ScramError::BadProof) => {
-                        Err(fail(Some(user), format!("{e}: wrong password")))
-                    }
+                    Err(e @ ScramError::BadProof) => Err(fail(
+                        Some(user),
+                        format!("{e}: wrong password or unknown user"),
+                    )),
                     Err(e) => Err(fail(Some(user), e.to_string())),
                 }
             }

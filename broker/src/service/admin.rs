@@ -133,7 +133,7 @@ impl Service {
             for name in topics.iter().flatten() {
                 if let Err(e) = self.authorize(ctx, Operation::Describe, ResourceType::Topic, name)
                 {
-                    refused.insert(name.clone(), e);
+                    refused.insert(name.clone(), std::sync::Arc::new(e));
                 }
             }
             if auto_create && self.broker.config.cluster.auto_create_topics_enable {
@@ -143,7 +143,7 @@ impl Service {
                     .collect();
                 for name in &absent {
                     if let Err(e) = self.may_create(ctx, name) {
-                        refused.insert(name.clone(), e);
+                        refused.insert(name.clone(), std::sync::Arc::new(e));
                         continue;
                     }
                     match self
@@ -154,7 +154,7 @@ impl Service {
                         Ok(t) => tracing::info!(topic = %t.name, "auto-created topic"),
                         Err(Error::TopicAlreadyExists(_)) => {}
                         Err(e) => {
-                            refused.insert(name.clone(), e);
+                            refused.insert(name.clone(), std::sync::Arc::new(e));
                         }
                     }
                 }
@@ -163,11 +163,12 @@ impl Service {
                 }
             }
             let live = self.live_brokers();
-            let mut topic = |name: &str| {
-                if let Some(e) = refused.remove(name) {
+            // A name asked for twice gets the same answer twice (its refusal too).
+            let topic = |name: &str| {
+                if let Some(e) = refused.get(name) {
                     return TopicMetadata {
                         name: name.to_string(),
-                        result: Err(e),
+                        result: Err(Error::Shared(e.clone())),
                     };
                 }
                 let state = states.iter().find(|s| s.meta.name == name);

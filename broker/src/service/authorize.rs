@@ -22,7 +22,8 @@ impl Service {
     ) -> bool {
         self.broker.authorizer.allows(
             ctx.principal.as_deref(),
-            ctx.peer.map(|p| p.ip()),
+            // An IPv4 client of a dual-stack listener is its IPv4 address, as in Kafka.
+            ctx.peer.map(|p| p.ip().to_canonical()),
             op,
             resource_type,
             name,

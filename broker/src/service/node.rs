@@ -5,7 +5,31 @@ use futures::{Stream, StreamExt};
 use tokio_util::task::TaskTracker;
 
 use super::{RequestContext, Service};
-use crate::replication::{ReplicaFetchRequest, ReplicaFetchResponse};
+use crate::replication::{ReplicaFetchRequest, ReplicaFetchResponse, ReplicaPartitionData};
+use crate::security::acl::Operation;
+
+/// Every partition of a refused replica fetch answers the refusal.
+fn refused_replica_fetch(
+    req: &ReplicaFetchRequest,
+    e: &crate::error::Error,
+) -> ReplicaFetchResponse {
+    ReplicaFetchResponse {
+        partitions: req
+            .partitions
+            .iter()
+            .map(|p| ReplicaPartitionData {
+                topic_id: p.topic_id,
+                partition: p.partition,
+                error_code: e.code(),
+                error_message: e.to_string(),
+                high_watermark: -1,
+                local_log_start_offset: -1,
+                diverging: None,
+                records: Default::default(),
+            })
+            .collect(),
+    }
+}
 
 impl Service {
     /// Leader side of a follower's replica fetch stream: answers each request in
@@ -23,11 +47,13 @@ impl Service {
                 let (service, ctx) = (service.clone(), ctx.clone());
                 async move {
                     service
-                        .call(
-                            &ctx,
-                            "ReplicaFetch",
-                            service.broker.serve_replica_fetch(req),
-                        )
+                        .call(&ctx, "ReplicaFetch", async {
+                            // Only brokers (CLUSTER_ACTION on the cluster) replicate.
+                            match service.authorize_cluster(&ctx, Operation::ClusterAction) {
+                                Ok(()) => service.broker.serve_replica_fetch(req).await,
+                                Err(e) => refused_replica_fetch(&req, &e),
+                            }
+                        })
                         .await
                 }
             })

@@ -244,7 +244,7 @@ def confluent_acls(s):
     """The admin client creates, lists and deletes ACLs; a consumer with READ on the
     prefix `logs.` and on its group reads logs.app, is refused billing, and does not
     see it."""
-    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, Producer
     from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                        AclPermissionType, AdminClient, ResourcePatternType,
                                        ResourceType)
@@ -286,7 +286,7 @@ def confluent_acls(s):
     assert "billing" not in topics and "logs.app" in topics, sorted(topics)
     c.close()
     c = Consumer({**reader_conf, "group.id": "reader-g", "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition("billing", 0, 0)])
+    c.subscribe(["billing"])
     refused = None
     deadline = harness.time.time() + 30
     while refused is None and harness.time.time() < deadline:

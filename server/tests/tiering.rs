@@ -640,11 +640,15 @@ async fn local_disk_limit_refuses_produce_retriably_while_the_store_is_down() {
     s3.kill();
 
     // The refusal is retriable: a producer retries it until its deadline (short here).
+    // One request in flight: a later batch sent while a refused one is retried would
+    // be answered OUT_OF_ORDER_SEQUENCE_NUMBER, and under load that answer could come
+    // first and fail the whole run of batches with it.
     let short_retry = c.clone().with_retry_timeout(Duration::from_millis(300));
     let p = Producer::new(short_retry, "capped", Acks::All)
         .await
         .unwrap()
-        .with_batch_size(1024);
+        .with_batch_size(1024)
+        .with_max_in_flight(1);
     let mut acked = 0usize;
     let mut sent = 0usize;
     // Sends 50 records; counts those acknowledged (a refusal fails only some batches)

@@ -130,7 +130,7 @@ impl Broker {
         let metastore = shale_metastore::open(&config.metastore_url)
             .await
             .map_err(|source| StartError::Metastore {
-                url: config.metastore_url.clone(),
+                url: crate::security::secrets::redact_url(&config.metastore_url),
                 source,
             })?;
         let open_store = async || {

@@ -9,6 +9,7 @@
 //! metrics_listen = "127.0.0.1:9644"   # Shorthand for [listeners.http] listen.
 //! data_dir = "./shale-data"           # Default: ./shale-data.
 //! metastore_url = "sqlite://./shale-data/metastore.db"    # Default: SQLite in data_dir.
+//! metastore_url_file = "/run/secrets/metastore-url"       # or the URL from a file.
 //! object_store_url = "file://./shale-data/objects"        # Default: objects/ in data_dir.
 //!
 //! [listeners.grpc]                    # Shale's own protocol (clients, CLI, replication)
@@ -151,6 +152,8 @@ struct BrokerSection {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     metastore_url: Option<String>,
+    /// A file holding the metastore URL (with its password), instead of the URL here.
+    metastore_url_file: Option<PathBuf>,
     object_store_url: Option<String>,
     metrics_listen: Option<String>,
 }
@@ -311,10 +314,29 @@ impl BrokerConfig {
             args.http_listen.or(file.broker.metrics_listen),
             file.cluster.advertised_address.clone(),
         )?;
-        let metastore_url = args
-            .metastore_url
-            .or(file.broker.metastore_url)
-            .unwrap_or_else(|| format!("sqlite://{}/metastore.db", data_dir.display()));
+        let from_file = |key: &str, path: &Path| {
+            crate::security::secrets::read_secret(path)
+                .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
+        };
+        let metastore_url = match (
+            args.metastore_url.or(file.broker.metastore_url),
+            &file.broker.metastore_url_file,
+        ) {
+            (Some(url), _) => url,
+            (None, Some(path)) => from_file("broker.metastore_url_file", path)?,
+            (None, None) => format!("sqlite://{}/metastore.db", data_dir.display()),
+        };
+        let mut object_store = file.object_store;
+        if let Some(path) = object_store.secret_access_key_file.take() {
+            if object_store.secret_access_key.is_some() {
+                return Err(invalid(
+                    "object_store.secret_access_key_file",
+                    "give the secret or its file, not both",
+                ));
+            }
+            object_store.secret_access_key =
+                Some(from_file("object_store.secret_access_key_file", &path)?);
+        }
         let object_store_url = args
             .object_store_url
             .or(file.broker.object_store_url)
@@ -347,7 +369,7 @@ impl BrokerConfig {
             metastore_url,
             object_store_url,
             log: file.log,
-            object_store: file.object_store,
+            object_store,
             tiering: file.tiering,
             cluster: file.cluster,
             groups: file.groups,

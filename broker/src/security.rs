@@ -14,6 +14,7 @@ pub mod acl;
 pub mod listener;
 pub mod sasl;
 pub mod scram;
+pub mod secrets;
 pub mod tls;
 mod users;
 

@@ -156,7 +156,7 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     tracing::info!(
         listen = %broker.config.listeners[0].listen,
         data_dir = %broker.config.data_dir.display(),
-        metastore = %broker.config.metastore_url,
+        metastore = %shale_broker::security::secrets::redact_url(&broker.config.metastore_url),
         object_store = %broker.config.object_store_url,
         "shale-broker ready"
     );

@@ -422,3 +422,20 @@ async fn listener_security_configs_are_checked_at_start() {
         assert!(stderr.contains(key), "{keys}: {stderr}");
     }
 }
+
+/// A metastore password given through the environment (not the command line, which
+/// `ps` shows) never reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastore_password_stays_out_of_the_log() {
+    let db = common::PgDatabase::create();
+    // PostgreSQL here trusts local connections: the password is accepted and unused.
+    let url = db.url().replacen("postgres@", "postgres:hunter2@", 1);
+    assert!(url.contains(":hunter2@"), "{url}");
+    let broker = common::Broker::start_with_env(&[], &[("SHALE_METASTORE_URL", &url)]).await;
+    let log = broker.log();
+    assert!(
+        log.contains("postgres:***@"),
+        "the metastore is named, redacted: {log}"
+    );
+    assert!(!log.contains("hunter2"), "{log}");
+}

@@ -24,7 +24,7 @@ pub type ObjectStoreRef = Arc<dyn ObjectStore>;
 
 /// Settings of an `s3://` store (the broker's `[object_store]` config section). Unset
 /// fields fall back to the `AWS_*` environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct S3Options {
     /// e.g. `http://127.0.0.1:9000` for MinIO.
@@ -36,10 +36,32 @@ pub struct S3Options {
     pub allow_http: Option<bool>,
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
+    /// A file holding the secret access key (read by the broker at start).
+    pub secret_access_key_file: Option<std::path::PathBuf>,
     /// Per-request timeout in milliseconds. Default: 30000.
     pub request_timeout_ms: Option<u64>,
     /// Retries of a failed request (5xx, timeouts, connection errors). Default: 5.
     pub max_retries: Option<usize>,
+}
+
+/// The secret access key is never shown.
+impl std::fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .field("allow_http", &self.allow_http)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "***"),
+            )
+            .field("secret_access_key_file", &self.secret_access_key_file)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -144,3 +144,42 @@ fn listener_errors_name_the_key() {
         assert!(e.contains(key), "{text}: {e}");
     }
 }
+
+#[test]
+fn secrets_come_from_files_and_are_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let url_file = dir.path().join("metastore-url");
+    std::fs::write(&url_file, "postgres://shale:hunter2@db:5432/shale\n").unwrap();
+    let key_file = dir.path().join("s3-secret");
+    std::fs::write(&key_file, "s3cr3t\n").unwrap();
+    let c = with_file(&format!(
+        "[broker]\nmetastore_url_file = \"{}\"\n[object_store]\naccess_key_id = \"AK\"\nsecret_access_key_file = \"{}\"\n",
+        url_file.display(),
+        key_file.display()
+    ))
+    .unwrap();
+    assert_eq!(c.metastore_url, "postgres://shale:hunter2@db:5432/shale");
+    assert_eq!(c.object_store.secret_access_key.as_deref(), Some("s3cr3t"));
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+    // The flag (or SHALE_METASTORE_URL) wins over the file.
+    let c = BrokerConfig::load(Overrides {
+        metastore_url: Some("sqlite://x.db".into()),
+        ..Overrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.metastore_url, "sqlite://x.db");
+    // A missing file, or a secret given twice, names the key.
+    let e = with_file("[broker]\nmetastore_url_file = \"/no/such/file\"\n").unwrap_err();
+    assert!(e.to_string().contains("broker.metastore_url_file"), "{e}");
+    let e = with_file(&format!(
+        "[object_store]\nsecret_access_key = \"x\"\nsecret_access_key_file = \"{}\"\n",
+        key_file.display()
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("object_store.secret_access_key_file"),
+        "{e}"
+    );
+}

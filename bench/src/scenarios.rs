@@ -4,6 +4,8 @@ mod compaction;
 mod isolation;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_tls;
 mod latency;
 mod load;
 mod lookup;

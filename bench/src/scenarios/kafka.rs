@@ -1,5 +1,5 @@
-//! The Kafka-client scenarios: produce, consume, end-to-end latency and partition
-//! count through librdkafka (the `rdkafka` crate) against a Kafka-protocol listener:
+//! The Kafka-client scenarios: produce, consume, end-to-end latency, partition count
+//! and the cost of TLS and SASL (`kafka_tls`) through librdkafka (the `rdkafka` crate) against a Kafka-protocol listener:
 //! a Shale broker started here, or any broker `--kafka-bootstrap` names, so peers can
 //! be measured side by side on one machine with the same baselines.
 //!
@@ -111,7 +111,7 @@ impl ProducerContext for Deliveries {
 
 /// Sends `bytes` of `record`-byte values with acks=1: record by record round-robin
 /// over `partitions`, or (`None`) keyless to librdkafka's default partitioner.
-fn produce(
+pub(super) fn produce(
     config: ClientConfig,
     topic: &str,
     partitions: Option<i32>,
@@ -159,7 +159,12 @@ fn produce(
 }
 
 /// Reads `count` records of `topic` from offset 0 (every partition).
-fn consume(config: ClientConfig, topic: &str, partitions: i32, count: u64) -> anyhow::Result<Sent> {
+pub(super) fn consume(
+    config: ClientConfig,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+) -> anyhow::Result<Sent> {
     let mut config = config;
     config
         .set("group.id", "shale-bench-kafka")
@@ -326,6 +331,10 @@ pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         }
     }
     drop(target);
+    // The security protocols' cost needs listeners of this run's own broker.
+    if ctx.kafka_bootstrap.is_none() {
+        out.extend(super::kafka_tls::kafka_tls(ctx).await?);
+    }
     // Replay isolation needs a tiered broker of its own (not a --kafka-bootstrap one).
     if ctx.kafka_bootstrap.is_none() {
         out.extend(kafka_isolation(ctx).await?);
@@ -365,13 +374,13 @@ pub fn replay_worker(bootstrap: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+pub(super) fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
     let mut all: Vec<(&str, String)> = vec![("client", "librdkafka".into()), ("acks", "1".into())];
     all.extend(pairs.iter().map(|(k, v)| (*k, v.to_string())));
     params(&all)
 }
 
-fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {
+pub(super) fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {
     numbers(&[
         ("records_per_sec", sent.records_per_sec()),
         ("mib_per_sec", sent.mib_per_sec()),

@@ -66,6 +66,9 @@ enum Scenario {
     Kafka,
     /// Only the `kafka` scenario's replay isolation case (`kafka` feature).
     KafkaIsolation,
+    /// Only the `kafka` scenario's security cases: produce and consume through
+    /// PLAINTEXT, SSL and SASL_SSL listeners of one broker (`kafka` feature).
+    KafkaSecurity,
     /// The Kafka isolation case's replay process (started by it).
     #[value(hide = true)]
     KafkaReplayWorker,
@@ -153,6 +156,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if cli.scenario == Scenario::KafkaIsolation {
         results.extend(scenarios::kafka_isolation(&ctx).await?);
+    }
+    if cli.scenario == Scenario::KafkaSecurity {
+        results.extend(scenarios::kafka_security(&ctx).await?);
     }
     let run = Run {
         schema: report::SCHEMA,

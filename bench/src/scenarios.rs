@@ -25,6 +25,8 @@ pub use compaction::compaction;
 pub use isolation::isolation;
 #[cfg(feature = "kafka")]
 pub use kafka::{kafka, kafka_isolation, replay_worker};
+#[cfg(feature = "kafka")]
+pub use kafka_tls::kafka_tls as kafka_security;
 pub use latency::e2e;
 pub use lookup::lookup_by_key;
 pub use recovery::recovery;
@@ -58,6 +60,11 @@ pub fn running(scenario: &str, case: impl std::fmt::Display) {
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenarios.
 #[cfg(not(feature = "kafka"))]
 pub async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+    kafka(ctx).await
+}
+
+#[cfg(not(feature = "kafka"))]
+pub async fn kafka_security(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     kafka(ctx).await
 }
 

@@ -44,6 +44,31 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/tiering", get(tiering))
         .fallback(unknown)
+        .layer(axum::middleware::from_fn(json_posts_only))
+}
+
+/// A browser sends another site's POST without asking the server first only with a
+/// form or plain-text body; the API takes JSON alone, so such a request (cross-site
+/// request forgery against a console on 127.0.0.1) is refused, not acted on.
+async fn json_posts_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if req.method() == axum::http::Method::POST && !json {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::InvalidRequest.to_string(),
+            "send the request body as application/json",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 pub(crate) async fn metrics(State(s): State<AppState>) -> impl IntoResponse {

@@ -496,3 +496,42 @@ async fn the_http_api_reads_finds_and_changes_over_a_tiered_topic() {
         "{page}"
     );
 }
+
+/// Another site's page can make a browser POST a plain-text body without asking the
+/// server first: the API takes JSON alone, so it creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_that_is_not_json_is_refused_and_changes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = common::free_port();
+    let broker = Broker::start(&["--http-listen", &format!("127.0.0.1:{port}")]).await;
+    let body = r#"{"name": "forged", "partitions": 1}"#;
+    for content_type in ["text/plain", "application/x-www-form-urlencoded"] {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let request = format!(
+            "POST /api/v1/topics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Origin: http://evil.example\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 415"),
+            "{content_type}: {answer}"
+        );
+    }
+    let c = broker.client().await;
+    assert!(
+        c.list_topics()
+            .await
+            .unwrap()
+            .iter()
+            .all(|t| t.name != "forged")
+    );
+    // The same body as JSON creates the topic.
+    let (status, text) = common::http(port, "POST", "/api/v1/topics", Some(body.as_bytes())).await;
+    assert!((200..300).contains(&status), "{status}: {text}");
+}

@@ -164,8 +164,8 @@ impl Session {
         }
     }
 
-    /// A bare token after a v0 handshake: its answer as a bare frame (none after the
-    /// last step), or the end of the connection on failure (v0 has no error).
+    /// A bare token after a v0 handshake: its answer as a bare frame (empty after
+    /// PLAIN), or the end of the connection on failure (v0 carries no error).
     pub async fn raw_token(&mut self, users: &Users, token: Bytes) -> Vec<Reply> {
         match self.token(users, &token, ApiKey::SaslHandshake, 0).await {
             (Ok(bytes), false) => {

@@ -59,6 +59,8 @@ pub struct Session {
     /// Who the client is: from SASL, else from its TLS certificate.
     principal: Option<String>,
     authenticated: bool,
+    /// The mechanism the client authenticated with: re-authentication keeps it.
+    mechanism: Option<SaslMechanism>,
     expires: Option<Instant>,
     peer: SocketAddr,
     listener: std::sync::Arc<str>,
@@ -78,6 +80,7 @@ impl Session {
             config,
             stage: Stage::Handshake,
             principal,
+            mechanism: None,
             expires: None,
             peer,
             listener,
@@ -201,10 +204,24 @@ impl Session {
                     .collect();
                 let chosen =
                     SaslMechanism::from_name(mechanism).filter(|m| config.mechanisms.contains(m));
-                // Re-authentication goes through SaslAuthenticate (v1 handshakes).
+                // Re-authentication goes through SaslAuthenticate (v1 handshakes), with
+                // the mechanism first used, as Kafka requires.
                 let reauth_v0 = self.authenticated && version == 0;
+                let other_mechanism =
+                    chosen.is_some() && self.mechanism.is_some() && chosen != self.mechanism;
                 if !matches!(self.stage, Stage::Handshake) || reauth_v0 {
                     body.error_code = ErrorCode::IllegalSaslState as i16;
+                    self.stage = Stage::Failed;
+                    close = true;
+                } else if other_mechanism {
+                    body.error_code = ErrorCode::UnsupportedSaslMechanism as i16;
+                    audit_failure(
+                        &self.listener,
+                        self.peer,
+                        mechanism,
+                        None,
+                        "re-authentication changed mechanism",
+                    );
                     self.stage = Stage::Failed;
                     close = true;
                 } else if let Some(m) = chosen {
@@ -275,6 +292,7 @@ impl Session {
                 tracing::debug!(target: "audit", listener = %self.listener, peer = %self.peer,
                     mechanism, principal = %principal, "authenticated");
                 self.principal = Some(principal);
+                self.mechanism = Some(exchange.mechanism());
                 self.authenticated = true;
                 self.stage = Stage::Handshake;
                 let max = self.config.as_ref().map_or(0, |c| c.max_reauth_ms);

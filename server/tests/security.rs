@@ -266,6 +266,16 @@ async fn sessions_expire_and_clients_reauthenticate_as_themselves() {
     c.send(ApiKey::Produce, 9, &produce("r", "late")).await;
     assert!(c.closed().await);
 
+    // Re-authenticating with another mechanism is refused, as in Kafka.
+    let mut c = Conn::connect(&addr).await;
+    assert_eq!(
+        c.scram("SCRAM-SHA-512", "carol", "c-pw").await.error_code,
+        0
+    );
+    let h = c.handshake(1, "PLAIN").await;
+    assert_eq!(h.error_code, ErrorCode::UnsupportedSaslMechanism as i16);
+    assert!(c.closed().await);
+
     // Re-authenticating as someone else is refused.
     let mut c = Conn::connect(&addr).await;
     assert_eq!(

@@ -115,11 +115,20 @@ impl Service {
         auto_create: bool,
     ) -> Metadata {
         self.call(ctx, "Metadata", async {
+            let mut refused = std::collections::HashMap::new();
+            // A topic named but not describable is refused, not looked up or created.
+            for name in topics.iter().flatten() {
+                if let Err(e) = self.authorize(ctx, Operation::Describe, ResourceType::Topic, name)
+                {
+                    refused.insert(name.clone(), std::sync::Arc::new(e));
+                }
+            }
             let mut states = self.broker.topics_snapshot();
             let missing = |states: &[std::sync::Arc<TopicState>]| -> Vec<String> {
                 topics.as_ref().map_or_else(Vec::new, |wanted| {
                     wanted
                         .iter()
+                        .filter(|name| !refused.contains_key(*name))
                         .filter(|name| !states.iter().any(|s| &s.meta.name == *name))
                         .cloned()
                         .collect()
@@ -128,19 +137,8 @@ impl Service {
             if !missing(&states).is_empty() && self.broker.reconcile().await.is_ok() {
                 states = self.broker.topics_snapshot();
             }
-            let mut refused = std::collections::HashMap::new();
-            // A topic named but not describable is refused, not created.
-            for name in topics.iter().flatten() {
-                if let Err(e) = self.authorize(ctx, Operation::Describe, ResourceType::Topic, name)
-                {
-                    refused.insert(name.clone(), std::sync::Arc::new(e));
-                }
-            }
             if auto_create && self.broker.config.cluster.auto_create_topics_enable {
-                let absent: Vec<String> = missing(&states)
-                    .into_iter()
-                    .filter(|name| !refused.contains_key(name))
-                    .collect();
+                let absent = missing(&states);
                 for name in &absent {
                     if let Err(e) = self.may_create(ctx, name) {
                         refused.insert(name.clone(), std::sync::Arc::new(e));

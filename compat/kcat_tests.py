@@ -73,11 +73,14 @@ def shared_group(cluster):
                            "--group", group, "--from-beginning", "-f", "%p %s\\n"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        def two_members():
-            out = shale(cluster, "group", "describe", group, "-o", "json")
-            return len({m["member_id"] for m in json.loads(out).get("members", [])}) == 2
-        eventually(two_members, what="two members in the group")
-        time.sleep(3)  # the rebalance completes
+        def split_between_two():
+            # Stable, and the partitions held by two members: the rebalance is over (two
+            # members listed can still be a rebalance in progress, with kcat holding all 4).
+            d = json.loads(shale(cluster, "group", "describe", group, "-o", "json"))
+            holders = {p["member_id"] for p in d.get("partitions", []) if p["member_id"]}
+            return d.get("state") == "Stable" and len(holders) == 2
+        eventually(split_between_two, timeout=60, what="the group's 4 partitions split between two members")
+        time.sleep(1)  # both members start fetching what they were given
         values = "".join(f"m{i}\n" for i in range(400)).encode()
         kcat(cluster, "-P", "-t", topic, "-X", "partitioner=random", input=values)
         time.sleep(6)

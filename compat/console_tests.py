@@ -39,6 +39,18 @@ def s3s_fs():
     raise SystemExit("s3s-fs is not installed: run infra/test-services.sh")
 
 
+def start_broker(args, log):
+    """A shale-broker with `args`, logging to `log`, once it is ready."""
+    broker = subprocess.Popen([harness.BROKER_BIN, *args], stdout=subprocess.DEVNULL,
+                              stderr=open(log, "w"))
+    deadline = time.time() + 60
+    while "shale-broker ready" not in open(log).read():
+        if broker.poll() is not None or time.time() > deadline:
+            raise RuntimeError("the broker did not start:\n" + open(log).read()[-3000:])
+        time.sleep(0.1)
+    return broker
+
+
 class Stack:
     """s3s-fs and one broker with Kafka, gRPC and HTTP listeners."""
 
@@ -68,16 +80,11 @@ retention_check_interval_ms = 200
 initial_rebalance_delay_ms = 200
 """)
         self.log = os.path.join(work, "broker.log")
-        self.broker = subprocess.Popen(
-            [harness.BROKER_BIN, "--config", cfg, "--data-dir", os.path.join(work, "data"),
+        self.broker = start_broker(
+            ["--config", cfg, "--data-dir", os.path.join(work, "data"),
              "--listen", f"127.0.0.1:{self.grpc}", "--kafka-listen", f"127.0.0.1:{self.kafka}",
              "--http-listen", f"127.0.0.1:{self.http}", "--object-store-url", "s3://shale/console"],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
-        deadline = time.time() + 60
-        while "shale-broker ready" not in open(self.log).read():
-            if self.broker.poll() is not None or time.time() > deadline:
-                raise RuntimeError("the broker did not start:\n" + open(self.log).read()[-3000:])
-            time.sleep(0.1)
+            self.log)
 
     def url(self, fragment=""):
         return f"http://127.0.0.1:{self.http}/{fragment}"
@@ -145,6 +152,8 @@ def open_page(b, stack, fragment, page, shots):
     b.wait(f"document.querySelector('main#page').dataset.page === '{page}'", what=f"page {page}")
     errors = b.js("return [...document.querySelectorAll('[data-message=error]')].map(e => e.textContent)")
     assert not errors, f"{page} shows errors: {errors}"
+    assert not b.js("return [...document.querySelector('main#page').childNodes]"
+                    ".some(n => n.nodeType === 3 && n.textContent.trim() === 'null')"), f"{page} shows 'null'"
     b.screenshot(os.path.join(shots, f"{page}.png"))
 
 
@@ -291,6 +300,106 @@ def test_brokers(b, stack, shots):
     b.wait("document.querySelector('main#page').dataset.page === 'overview'", what="the overview")
 
 
+class LoginStack:
+    """One broker whose HTTP listener wants a login, with authorization on. Its admin
+    user is the inter-broker user, which the broker creates at start."""
+
+    def __init__(self, work):
+        self.work = work
+        self.grpc, self.http, self.internal = (harness.free_port() for _ in range(3))
+        with open(os.path.join(work, "admin-password"), "w") as f:
+            f.write("admin-pw\n")
+        cfg = os.path.join(work, "login.toml")
+        with open(cfg, "w") as f:
+            f.write(f"""[listeners.grpc]
+listen = "127.0.0.1:{self.grpc}"
+[listeners.http]
+listen = "127.0.0.1:{self.http}"
+security_protocol = "SASL_PLAINTEXT"
+[listeners.internal]
+protocol = "grpc"
+listen = "127.0.0.1:{self.internal}"
+security_protocol = "SASL_PLAINTEXT"
+[cluster]
+inter_broker_listener = "internal"
+inter_broker_user = "admin"
+inter_broker_password_file = "{work}/admin-password"
+[authorization]
+enable = true
+super_users = ["User:admin"]
+""")
+        self.log = os.path.join(work, "login-broker.log")
+        self.broker = start_broker(["--config", cfg, "--data-dir", os.path.join(work, "login-data")],
+                                   self.log)
+
+    def url(self, fragment=""):
+        return f"http://127.0.0.1:{self.http}/{fragment}"
+
+    def api(self, path):
+        """A GET as the admin user (Basic credentials)."""
+        import base64
+        auth = base64.b64encode(b"admin:admin-pw").decode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}/api/v1{path}",
+                                     headers={"Authorization": f"Basic {auth}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.broker.terminate()
+        try:
+            self.broker.wait(30)
+        except subprocess.TimeoutExpired:
+            self.broker.kill()
+
+
+def test_login_and_acls(b, stack, shots):
+    # Any view asks for a login first; the API refuses without one.
+    open_page(b, stack, "#/topics", "login", shots)
+    try:
+        urllib.request.urlopen(stack.url("api/v1/topics"), timeout=10)
+        raise AssertionError("the API answered without a login")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401, e.code
+    b.type("#login-user", "admin")
+    b.type("#login-password", "wrong")
+    b.click("#login-go")
+    b.wait("document.querySelector('#login-status [data-message=error]')", what="the refusal")
+    assert b.js("return document.querySelector('main#page').dataset.page") == "login"
+    b.type("#login-password", "admin-pw")
+    b.click("#login-go")
+    b.wait("document.querySelector('main#page').dataset.page === 'topics'", what="the topics after the login")
+    b.wait("document.getElementById('principal') && document.getElementById('principal').textContent === 'User:admin'",
+           what="the user in the header")
+    cookie_visible = b.js("return document.cookie")
+    assert "shale_session" not in cookie_visible, "the session cookie is readable by scripts"
+
+    # The ACL page: add a binding through the form, see it, remove it.
+    b.click("a[data-nav=acls]")
+    b.wait("document.querySelector('main#page').dataset.page === 'acls'", what="the ACL page")
+    b.type("#acl-principal", "User:alice")
+    b.select("#acl-operation", "READ")
+    b.select("#acl-resource_type", "TOPIC")
+    b.select("#acl-pattern_type", "PREFIXED")
+    b.type("#acl-resource_name", "logs.")
+    b.click("#acl-add")
+    row = "User:alice|ALLOW|READ|TOPIC|PREFIXED|logs.|*"
+    b.wait(f"document.querySelector('tr[data-acl=\"{row}\"]')", what="the new binding")
+    b.screenshot(os.path.join(shots, "acls.png"))
+    acls = stack.api("/acls")["acls"]
+    assert [(a["principal"], a["operation"], a["pattern_type"], a["resource_name"]) for a in acls] == \
+        [("User:alice", "READ", "PREFIXED", "logs.")], acls
+    b.click(f"button[data-remove=\"{row}\"]")
+    b.wait("!document.getElementById('confirm').hidden", what="the confirmation")
+    b.click("#confirm-yes")
+    b.wait(f"!document.querySelector('tr[data-acl=\"{row}\"]') && document.querySelector('main#page').dataset.page === 'acls'",
+           what="the binding gone")
+    assert stack.api("/acls")["acls"] == []
+
+    # Logging out: back to the login form.
+    b.click("#logout")
+    b.wait("document.querySelector('main#page').dataset.page === 'login'", what="the login form after logging out")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--screenshots", default=os.path.join(harness.ROOT, "target", "console-screenshots"))
@@ -298,6 +407,7 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shale-console-")
     stack = Stack(work)
+    login = LoginStack(work)
     browser = None
     r = harness.Results()
     try:
@@ -315,16 +425,19 @@ def main():
                     browser, stack, shots, key, found, retention)
             r.check(name, "groups: lag chart equals the API's; reset offsets", test_groups, browser, stack, shots)
             r.check(name, "brokers page and navigation", test_brokers, browser, stack, shots)
+            r.check(name, "login required: refused, logged in, ACL page adds and removes, log out",
+                    test_login_and_acls, browser, login, shots)
             browser.quit()
             browser = None
     finally:
         if browser:
             browser.quit()
         stack.stop()
+        login.stop()
     print(f"screenshots in {args.screenshots}")
     code = r.summary()
     if code:
-        print(f"broker log: {stack.log}", file=sys.stderr)
+        print(f"broker logs: {stack.log} {login.log}", file=sys.stderr)
         sys.exit(code)
     shutil.rmtree(work, ignore_errors=True)
 

@@ -269,6 +269,10 @@ impl Broker {
             }
         })?;
         broker
+            .create_inter_broker_user()
+            .await
+            .map_err(StartError::step("cannot create the inter-broker user"))?;
+        broker
             .reconcile()
             .await
             .map_err(StartError::step("cannot load topics"))?;

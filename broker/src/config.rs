@@ -21,7 +21,7 @@
 //! max_connections = 10000             # Default: 10000.
 //! max_request_bytes = 104857600       # socket.request.max.bytes. Default: 100 MiB.
 //! max_inflight_requests = 16          # per connection. Default: 16.
-//! security_protocol = "PLAINTEXT"     # TLS and SASL keys: see `security::listener`.
+//! security_protocol = "PLAINTEXT"     # TLS and SASL keys (kafka, grpc): see `security::listener`.
 //!
 //! [listeners.http]                    # the console, the HTTP API and /metrics
 //! listen = "127.0.0.1:9644"           # Default: 127.0.0.1:9644.
@@ -58,6 +58,9 @@
 //! [cluster]
 //! advertised_address = "127.0.0.1:9093"  # Shorthand for [listeners.grpc] advertised.
 //! inter_broker_listener = "grpc"          # Default: grpc.
+//! inter_broker_user = "broker"            # On a SASL inter-broker listener.
+//! inter_broker_password_file = "/etc/shale/broker-password"  # or SHALE_INTER_BROKER_PASSWORD.
+//! inter_broker_tls_ca = "/etc/shale/ca.pem"  # On a TLS one. Default: its tls_client_ca.
 //! lease_ms = 6000                         # Default: 6 s.
 //! heartbeat_interval_ms = 1000            # Default: 1 s.
 //! controller_interval_ms = 500            # Default: 500 ms.
@@ -92,10 +95,11 @@ use serde::Deserialize;
 
 pub use sections::*;
 
-use listeners::resolve_listeners;
+use listeners::{resolve_inter_broker, resolve_listeners};
 
 use crate::security::ListenerSecurity;
 use crate::security::acl::AuthorizationSection;
+use crate::security::listener::InterBrokerClient;
 use crate::topic_config::{ConfigError, TopicConfig};
 
 /// The listener `[broker] listen`, `--listen` and `[cluster] advertised_address` set.
@@ -241,6 +245,9 @@ pub struct BrokerConfig {
     pub authorization: AuthorizationSection,
     /// Built-in topic defaults with `[topic_defaults]` applied.
     pub topic_defaults: TopicConfig,
+    /// How this broker connects to leaders, from `cluster.inter_broker_*` and the
+    /// inter-broker listener's security.
+    pub inter_broker: InterBrokerClient,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -364,7 +371,7 @@ impl BrokerConfig {
                  to it would lose data: use file:// or s3://, or leave tiering off",
             ));
         }
-        let config = Self {
+        let mut config = Self {
             broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
             listeners,
             data_dir,
@@ -378,8 +385,11 @@ impl BrokerConfig {
             quotas: file.quotas,
             authorization: file.authorization,
             topic_defaults,
+            inter_broker: InterBrokerClient::default(),
         };
         config.validate()?;
+        let password = std::env::var("SHALE_INTER_BROKER_PASSWORD").ok();
+        config.inter_broker = resolve_inter_broker(&config, password, from_file)?;
         Ok(config)
     }
 

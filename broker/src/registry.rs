@@ -12,8 +12,63 @@ use crate::broker::{Broker, TopicState};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, partition_dir, read_topic_id};
+use crate::security::ScramMechanism;
+
+/// PBKDF2 iterations of the inter-broker user's credentials.
+const INTER_BROKER_ITERATIONS: i32 = 8192;
 
 impl Broker {
+    /// Creates the inter-broker user's SCRAM credentials (both mechanisms, from
+    /// `cluster.inter_broker_password_file`) when the metastore has no user at all:
+    /// the first user of a cluster whose listeners all authenticate, with which an
+    /// operator creates the others. Once any user exists nothing is created, so a
+    /// deleted inter-broker user stays deleted across restarts.
+    pub(crate) async fn create_inter_broker_user(&self) -> Result<()> {
+        use ring::rand::SecureRandom;
+        let Some((user, password)) = self.config.inter_broker.credentials.clone() else {
+            return Ok(());
+        };
+        if !self.metastore.list_scram_credentials().await?.is_empty() {
+            return Ok(());
+        }
+        let user_ = user.clone();
+        let rows = tokio::task::spawn_blocking(move || {
+            ScramMechanism::ALL
+                .into_iter()
+                .map(|m| {
+                    let mut salt = [0u8; 32];
+                    ring::rand::SystemRandom::new()
+                        .fill(&mut salt)
+                        .map_err(|_| {
+                            Error::Storage(std::io::Error::other(
+                                "the system's random source failed",
+                            ))
+                        })?;
+                    let salted = m.salted_password(
+                        password.expose().as_bytes(),
+                        &salt,
+                        INTER_BROKER_ITERATIONS as u32,
+                    );
+                    let (stored_key, server_key) = m.keys(&salted);
+                    Ok(shale_metastore::ScramCredential {
+                        user: user_.clone(),
+                        mechanism: m.name().to_string(),
+                        salt: salt.to_vec(),
+                        stored_key,
+                        server_key,
+                        iterations: INTER_BROKER_ITERATIONS,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .await??;
+        for row in &rows {
+            self.metastore.upsert_scram_credential(row).await?;
+        }
+        tracing::info!(user, "created the inter-broker user's SCRAM credentials");
+        Ok(())
+    }
+
     /// Brings local partitions in line with the metastore: first removes topics that
     /// are gone (or re-created under a new id), then opens the replicas this broker
     /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.

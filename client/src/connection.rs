@@ -8,9 +8,10 @@ use shale_proto::v1::admin_client::AdminClient;
 use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::*;
 use shale_records::ErrorCode;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use crate::error::broker_error;
+use crate::security::{Chan, ClientSecurity};
 use crate::{Client, ClusterView, Error, Result};
 
 /// Largest gRPC message the client sends or accepts.
@@ -19,8 +20,21 @@ const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 /// How long data calls keep retrying retriable errors. Default: 60 s.
 const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn endpoint(address: &str) -> Result<Endpoint> {
+fn endpoint(address: &str, security: &ClientSecurity) -> Result<Endpoint> {
     let url = if address.contains("://") {
+        // A URL's scheme must agree with the TLS settings: credentials meant for a TLS
+        // connection never go out in the clear.
+        if !address.starts_with(&format!("{}://", security.scheme())) {
+            return Err(Error::Invalid(format!(
+                "broker address '{address}': use {}:// (TLS is {})",
+                security.scheme(),
+                if security.tls.is_some() {
+                    "set"
+                } else {
+                    "not set"
+                }
+            )));
+        }
         address.to_string()
     } else {
         // `host:port`, `[v6]:port`; a bare host would silently mean port 80.
@@ -32,9 +46,9 @@ fn endpoint(address: &str) -> Result<Endpoint> {
                 "broker address '{address}' has no port: give host:port, e.g. {address}:9093"
             )));
         }
-        format!("http://{address}")
+        format!("{}://{address}", security.scheme())
     };
-    Ok(Endpoint::from_shared(url)
+    let endpoint = Endpoint::from_shared(url)
         .map_err(|source| Error::Connect {
             address: address.to_string(),
             source,
@@ -42,16 +56,17 @@ fn endpoint(address: &str) -> Result<Endpoint> {
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .initial_stream_window_size(8 * 1024 * 1024)
-        .initial_connection_window_size(32 * 1024 * 1024))
+        .initial_connection_window_size(32 * 1024 * 1024);
+    security.apply(endpoint)
 }
 
-fn admin_client(channel: Channel) -> AdminClient<Channel> {
+fn admin_client(channel: Chan) -> AdminClient<Chan> {
     AdminClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-pub(crate) fn data_client(channel: Channel) -> DataClient<Channel> {
+pub(crate) fn data_client(channel: Chan) -> DataClient<Chan> {
     DataClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -61,6 +76,12 @@ impl Client {
     /// Connects to the first reachable broker of `bootstrap` (`host:port` or an
     /// `http://` URL, or several separated by commas).
     pub async fn connect(bootstrap: &str) -> Result<Self> {
+        Self::connect_with(bootstrap, ClientSecurity::default()).await
+    }
+
+    /// Like [`Client::connect`], to listeners that use TLS or require credentials.
+    pub async fn connect_with(bootstrap: &str, security: ClientSecurity) -> Result<Self> {
+        let credentials = security.interceptor()?;
         let addresses: Vec<String> = bootstrap
             .split(',')
             .map(str::trim)
@@ -69,8 +90,9 @@ impl Client {
             .collect();
         let mut last = None;
         for address in &addresses {
-            match endpoint(address)?.connect().await {
+            match endpoint(address, &security)?.connect().await {
                 Ok(channel) => {
+                    let channel = Chan::new(channel, credentials.clone());
                     let mut view = ClusterView::default();
                     view.channels.insert(address.clone(), channel.clone());
                     return Ok(Self {
@@ -80,6 +102,7 @@ impl Client {
                         view: Arc::new(Mutex::new(view)),
                         request_timeout: Duration::from_secs(30),
                         retry_timeout: DEFAULT_RETRY_TIMEOUT,
+                        security: Arc::new(security.clone()),
                     });
                 }
                 Err(source) => {
@@ -115,7 +138,7 @@ impl Client {
     }
 
     /// A data client of the bootstrap broker (calls any broker can answer).
-    pub(crate) fn data_any(&self) -> DataClient<Channel> {
+    pub(crate) fn data_any(&self) -> DataClient<Chan> {
         data_client(self.bootstrap_channel.clone())
     }
 
@@ -128,11 +151,14 @@ impl Client {
     }
 
     /// A channel to `address` (connected lazily, reused).
-    pub(crate) fn channel(&self, address: &str) -> Result<Channel> {
+    pub(crate) fn channel(&self, address: &str) -> Result<Chan> {
         if let Some(c) = self.view().channels.get(address) {
             return Ok(c.clone());
         }
-        let channel = endpoint(address)?.connect_lazy();
+        let channel = Chan::new(
+            endpoint(address, &self.security)?.connect_lazy(),
+            self.security.interceptor()?,
+        );
         self.view()
             .channels
             .insert(address.to_string(), channel.clone());
@@ -192,7 +218,7 @@ impl Client {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<(i32, DataClient<Channel>)> {
+    ) -> Result<(i32, DataClient<Chan>)> {
         let key = (topic.to_string(), partition);
         let cached = self.view().leaders.get(&key).copied();
         let leader = match cached {
@@ -240,7 +266,7 @@ impl Client {
         mut call: F,
     ) -> Result<T>
     where
-        F: FnMut(DataClient<Channel>) -> Fut,
+        F: FnMut(DataClient<Chan>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         let deadline = self.retry_deadline();

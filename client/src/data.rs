@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::security::Chan;
 use shale_proto::v1::data_client::DataClient;
 use shale_proto::v1::*;
-use tonic::transport::Channel;
 
 use crate::connection::data_client;
 use crate::{Client, Error, Result, check};
@@ -77,7 +77,7 @@ impl Client {
         max_wait_ms: u32,
     ) -> Result<FetchPartitionResult> {
         let timeout = self.request_timeout + Duration::from_millis(u64::from(max_wait_ms));
-        let fetch = |mut data: DataClient<Channel>| async move {
+        let fetch = |mut data: DataClient<Chan>| async move {
             let mut req = tonic::Request::new(FetchRequest {
                 max_wait_ms,
                 min_bytes: 1,

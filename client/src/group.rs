@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::security::Chan;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
-use tonic::transport::Channel;
 
 use crate::assignor::TopicPartition;
 use crate::consumer::{ConsumedRecord, Consumer};
@@ -38,7 +38,7 @@ pub struct GroupConsumer {
     client: Client,
     topics: Vec<String>,
     config: GroupConfig,
-    coordinator: Option<GroupsClient<Channel>>,
+    coordinator: Option<GroupsClient<Chan>>,
     membership: Arc<Mutex<Membership>>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
     /// Per topic: the fetching consumer of the assigned, unpaused partitions.
@@ -127,7 +127,7 @@ impl GroupConsumer {
         out
     }
 
-    async fn coordinator(&mut self) -> Result<GroupsClient<Channel>> {
+    async fn coordinator(&mut self) -> Result<GroupsClient<Chan>> {
         if let Some(c) = &self.coordinator {
             return Ok(c.clone());
         }

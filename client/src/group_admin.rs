@@ -4,20 +4,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::security::Chan;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
-use tonic::transport::Channel;
 
 use crate::{Client, Error, Result, check, check_result};
 
 impl Client {
     /// A groups client of the bootstrap broker.
-    fn groups_any(&self) -> GroupsClient<Channel> {
+    fn groups_any(&self) -> GroupsClient<Chan> {
         GroupsClient::new(self.bootstrap_channel.clone())
     }
 
     /// The coordinator of `group` (asking the bootstrap broker, then the others).
-    pub async fn group_coordinator(&self, group: &str) -> Result<GroupsClient<Channel>> {
+    pub async fn group_coordinator(&self, group: &str) -> Result<GroupsClient<Chan>> {
         let mut candidates = vec![self.groups_any()];
         let known: Vec<String> = self.view().brokers.values().cloned().collect();
         for a in known.iter().chain(self.bootstrap.iter()) {

@@ -20,15 +20,16 @@ pub mod group;
 mod group_admin;
 pub mod partitioner;
 pub mod producer;
+mod security;
 mod users;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::security::Chan;
 use shale_proto::v1::admin_client::AdminClient;
 use shale_proto::v1::data_client::DataClient;
-use tonic::transport::Channel;
 
 pub use assignor::Assignor;
 pub use consumer::{ConsumedRecord, Consumer, StartFrom};
@@ -40,6 +41,7 @@ pub use producer::{
     Acks, DeliveryFuture, Partitioner, Partitioning, Producer, ProducerConfig, ProducerRecord,
     RecordMetadata,
 };
+pub use security::{ClientSecurity, TlsSettings};
 pub use users::SCRAM_MECHANISMS;
 
 /// What the client knows of the cluster: broker addresses, partition leaders, and a
@@ -49,21 +51,23 @@ struct ClusterView {
     brokers: HashMap<i32, String>,
     leaders: HashMap<(String, i32), i32>,
     partition_counts: HashMap<String, i32>,
-    channels: HashMap<String, Channel>,
+    channels: HashMap<String, Chan>,
 }
 
 /// Requests being assembled per leader broker: its data client and the partitions' parts.
-pub(crate) type ByLeader<T> = BTreeMap<i32, (DataClient<Channel>, Vec<T>)>;
+pub(crate) type ByLeader<T> = BTreeMap<i32, (DataClient<Chan>, Vec<T>)>;
 
 /// A connection to a cluster. Cheap to clone; clones share connections and metadata.
 #[derive(Clone)]
 pub struct Client {
-    admin: AdminClient<Channel>,
-    bootstrap_channel: Channel,
+    admin: AdminClient<Chan>,
+    bootstrap_channel: Chan,
     /// Every address given at bootstrap, tried in turn when metadata is needed.
     bootstrap: Vec<String>,
     view: Arc<Mutex<ClusterView>>,
     /// Per-call deadline of data calls (a paused broker never answers).
     request_timeout: Duration,
     retry_timeout: Duration,
+    /// TLS and credentials of every connection.
+    security: Arc<ClientSecurity>,
 }

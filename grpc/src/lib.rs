@@ -10,6 +10,7 @@ mod admin;
 mod data;
 mod groups;
 mod replication;
+mod security;
 mod users;
 
 use std::net::SocketAddr;
@@ -22,26 +23,31 @@ use shale_proto::v1::admin_server::AdminServer;
 use shale_proto::v1::data_server::DataServer;
 use shale_proto::v1::groups_server::GroupsServer;
 use shale_proto::v1::replication_server::ReplicationServer;
+use tonic::Status;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 pub use replication::GrpcReplicaConnector;
+pub use security::Security;
 
 /// Largest gRPC message accepted or sent (a produce request of many batches, a large fetch).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Serves the gRPC services on `listener` (the listener named `name` in the
-/// configuration) until `shutdown` resolves, then lets in-flight requests finish.
+/// configuration, with its `security`) until `shutdown` resolves, then lets in-flight
+/// requests finish.
 pub async fn serve(
     service: Service,
     name: &str,
     listener: tokio::net::TcpListener,
+    security: Security,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let name: Arc<str> = name.into();
     let front = Front {
         service,
-        listener: name.into(),
+        listener: name.clone(),
+        security: security.clone(),
     };
     let data = DataServer::new(front.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -50,41 +56,70 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let groups = GroupsServer::new(front.clone());
-    let replication = ReplicationServer::new(front)
+    let replication = ReplicationServer::new(front.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    Server::builder()
+    let check = security::CheckCredentials::layer(
+        front.service.clone(),
+        name.clone(),
+        security.credentials_required,
+    );
+    let router = Server::builder()
         // HTTP/2 starts at 64 KiB windows; large fetches crawl without bigger ones.
         .initial_stream_window_size(8 * 1024 * 1024)
         .initial_connection_window_size(32 * 1024 * 1024)
         .max_frame_size(1024 * 1024)
+        .layer(check)
         .add_service(data)
         .add_service(admin)
         .add_service(groups)
-        .add_service(replication)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .add_service(replication);
+    match security.tls {
+        None => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Some(tls) => {
+            let incoming = security::tls_incoming(listener, tls, name);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    }
 }
 
-/// Every gRPC service of one listener: the core service and the listener's name.
+/// Every gRPC service of one listener: the core service, the listener's name and
+/// security.
 #[derive(Clone)]
 struct Front {
     service: Service,
     listener: Arc<str>,
+    security: Security,
 }
 
 impl Front {
-    /// The request's context: this listener, the peer's address.
-    fn context<T>(&self, request: &tonic::Request<T>) -> RequestContext {
-        let peer: Option<SocketAddr> = request.remote_addr();
+    /// The request's context: this listener, the peer's address, and who the caller
+    /// authenticated as (UNAUTHENTICATED when the listener requires credentials and
+    /// the call's are missing or wrong).
+    async fn context<T>(&self, request: &tonic::Request<T>) -> Result<RequestContext, Status> {
+        let principal = security::principal(&self.security, request)?;
+        let peer: Option<SocketAddr> = request
+            .extensions()
+            .get::<security::PeerInfo>()
+            .map(|i| i.addr)
+            .or_else(|| request.remote_addr());
         let client_id = request
             .metadata()
             .get("x-client-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        RequestContext::new(self.listener.clone())
+        let mut ctx = RequestContext::new(self.listener.clone())
             .with_peer(peer)
-            .with_client_id(client_id)
+            .with_client_id(client_id);
+        ctx.principal = principal;
+        Ok(ctx)
     }
 }
 

@@ -7,14 +7,17 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use shale_broker::replication::{self as domain, ReplicaConnector, ReplicaLink, TransportError};
+use shale_broker::security::listener::InterBrokerClient;
 use shale_proto::v1::replication_client::ReplicationClient;
 use shale_proto::v1::replication_server::Replication;
 use shale_proto::v1::*;
 use shale_records::ErrorCode;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::security::{AUTHORIZATION, basic_credentials};
 use super::{Front, MAX_MESSAGE_BYTES};
 
 type AnswerStream = Pin<Box<dyn Stream<Item = Result<ReplicaFetchResponse, Status>> + Send>>;
@@ -27,7 +30,7 @@ impl Replication for Front {
         &self,
         request: Request<Streaming<ReplicaFetchRequest>>,
     ) -> Result<Response<Self::ReplicaFetchStream>, Status> {
-        let ctx = self.context(&request);
+        let ctx = self.context(&request).await?;
         // A request that does not decode ends the stream (the follower reconnects).
         let requests = tokio_stream::StreamExt::map_while(request.into_inner(), |r| r.ok())
             .map(decode_request);
@@ -128,8 +131,44 @@ fn decode_response(a: ReplicaFetchResponse) -> domain::ReplicaFetchResponse {
     }
 }
 
-/// Connects followers to leaders over gRPC.
-pub struct GrpcReplicaConnector;
+/// Connects followers to leaders over gRPC, with the inter-broker listener's
+/// security: TLS (the files are read at each connection, so renewed ones are used
+/// without a restart) and the broker's credentials on every call.
+#[derive(Default)]
+pub struct GrpcReplicaConnector {
+    settings: InterBrokerClient,
+}
+
+impl GrpcReplicaConnector {
+    pub fn new(settings: InterBrokerClient) -> Self {
+        Self { settings }
+    }
+
+    fn endpoint(&self, address: &str) -> Result<Endpoint, TransportError> {
+        let scheme = if self.settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .initial_stream_window_size(8 * 1024 * 1024)
+            .initial_connection_window_size(32 * 1024 * 1024);
+        if let Some(tls) = &self.settings.tls {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            };
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+            }
+            endpoint = endpoint.tls_config(config)?;
+        }
+        Ok(endpoint)
+    }
+}
 
 impl ReplicaConnector for GrpcReplicaConnector {
     fn connect<'a>(
@@ -137,21 +176,22 @@ impl ReplicaConnector for GrpcReplicaConnector {
         address: &'a str,
     ) -> BoxFuture<'a, Result<Box<dyn ReplicaLink>, TransportError>> {
         Box::pin(async move {
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true)
-                .initial_stream_window_size(8 * 1024 * 1024)
-                .initial_connection_window_size(32 * 1024 * 1024)
-                .connect()
-                .await?;
+            let channel = self.endpoint(address)?.connect().await?;
             let mut client = ReplicationClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
             let (requests, rx) = mpsc::channel(1);
-            let answers = client
-                .replica_fetch(ReceiverStream::new(rx))
-                .await?
-                .into_inner();
+            let mut call = Request::new(ReceiverStream::new(rx));
+            if let Some((user, password)) = &self.settings.credentials {
+                let value = basic_credentials(user, password.expose());
+                call.metadata_mut().insert(
+                    AUTHORIZATION,
+                    value.parse().map_err(
+                        |_| "the inter-broker user or password is not valid in gRPC metadata",
+                    )?,
+                );
+            }
+            let answers = client.replica_fetch(call).await?.into_inner();
             Ok(Box::new(GrpcLink { requests, answers }) as Box<dyn ReplicaLink>)
         })
     }

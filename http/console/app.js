@@ -21,6 +21,11 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// Appends the children that are there (a page's optional parts are null when absent).
+function fill(el, ...children) {
+  el.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined));
+}
+
 function svg(tag, attrs, ...children) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
@@ -138,7 +143,7 @@ function message(kind, text) {
 async function overview(page) {
   const o = await api("/overview");
   const alive = o.brokers.filter((b) => b.alive).length;
-  page.append(
+  fill(page, 
     h("h1", {}, "Overview"),
     h("div", { class: "cards" },
       card("brokers alive", `${alive}/${o.brokers.length}`, "brokers"),
@@ -175,13 +180,13 @@ function brokerTable(brokers, controller) {
 
 async function brokersPage(page) {
   const c = await api("/cluster");
-  page.append(h("h1", {}, "Brokers"), h("p", { class: "muted" }, `Cluster ${c.cluster_id}`), brokerTable(c.brokers, c.controller));
+  fill(page, h("h1", {}, "Brokers"), h("p", { class: "muted" }, `Cluster ${c.cluster_id}`), brokerTable(c.brokers, c.controller));
 }
 
 async function topicsPage(page) {
   const { topics } = await api("/topics");
   const max = Math.max(0, ...topics.map((t) => t.local_bytes + t.remote_bytes));
-  page.append(h("h1", {}, "Topics"), legend(),
+  fill(page, h("h1", {}, "Topics"), legend(),
     table(["Topic", "Partitions#", "Replication#", "Retention", "Local retention", "Tiered", "Local#", "Remote#", "Size"], topics.map((t) =>
       h("tr", { "data-topic": t.name },
         h("td", {}, h("a", { href: `#/topic/${encodeURIComponent(t.name)}` }, t.name)),
@@ -211,7 +216,7 @@ function timeParam(input) {
 async function topicPage(page, name) {
   const t = await api(`/topics/${encodeURIComponent(name)}`);
   const maxPart = Math.max(0, ...t.partitions.map((p) => (p.local_bytes || 0) + (p.remote_bytes || 0)));
-  page.append(h("h1", {}, `Topic ${t.name}`),
+  fill(page, h("h1", {}, `Topic ${t.name}`),
     h("div", { class: "cards" }, card("partitions", t.partition_count, "partitions"), card("replication", t.replication_factor, "replication"),
       card("local", bytes(t.local_bytes), "local"), card("remote", bytes(t.remote_bytes), "remote"), card("retention", duration(t.retention_ms), "retention")),
     h("h2", {}, "Partitions"),
@@ -295,7 +300,7 @@ function keySearch(t) {
 
 async function groupsPage(page) {
   const { groups } = await api("/groups");
-  page.append(h("h1", {}, "Consumer groups"),
+  fill(page, h("h1", {}, "Consumer groups"),
     table(["Group", "State", "Members#", "Coordinator#"], groups.map((g) => h("tr", { "data-group": g.group },
       h("td", {}, h("a", { href: `#/group/${encodeURIComponent(g.group)}` }, g.group)), h("td", { "data-field": "state" }, g.state),
       num(g.members, "members"), num(g.coordinator, "coordinator")))),
@@ -322,7 +327,7 @@ async function groupPage(page, name) {
       setTimeout(route, 800);
     } catch (e) { status.replaceChildren(message("error", `${e.code || "ERROR"}: ${e.message}`)); }
   };
-  page.append(h("h1", {}, `Group ${g.group}`),
+  fill(page, h("h1", {}, `Group ${g.group}`),
     h("div", { class: "cards" }, card("state", g.state, "state"), card("members", g.members.length, "members"),
       card("generation", g.generation, "generation"), card("total lag", g.total_lag, "total_lag")),
     h("h2", {}, "Lag per partition"),
@@ -342,26 +347,108 @@ async function groupPage(page, name) {
       h("button", { type: "submit", id: "reset-go", class: "danger" }, "Reset")));
 }
 
+// The login form, shown for any view while the listener wants a user.
+function loginPage(page) {
+  const user = h("input", { id: "login-user", autocomplete: "username", required: true });
+  const password = h("input", { id: "login-password", type: "password", autocomplete: "current-password" });
+  const status = h("div", { id: "login-status" });
+  const submit = async (ev) => {
+    ev.preventDefault();
+    try {
+      await send("POST", "/login", { user: user.value, password: password.value });
+      await showCaller();
+      showCluster();
+      route();
+    } catch (e) { status.replaceChildren(message("error", `${e.code || "ERROR"}: ${e.message}`)); }
+  };
+  fill(page, h("h1", {}, "Log in"), h("p", { class: "muted" }, "This console needs a Shale user (as made by shale user create)."),
+    status, h("form", { class: "inline", id: "login-form", onsubmit: submit },
+      h("label", {}, "User", user), h("label", {}, "Password", password), h("button", { type: "submit", id: "login-go" }, "Log in")));
+}
+
+const ACL_FIELDS = {
+  resource_type: ["TOPIC", "GROUP", "CLUSTER"],
+  pattern_type: ["LITERAL", "PREFIXED"],
+  operation: ["READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "CLUSTER_ACTION", "IDEMPOTENT_WRITE", "ALL"],
+  permission: ["ALLOW", "DENY"],
+};
+
+async function aclsPage(page) {
+  const { acls } = await api("/acls");
+  const status = h("div", { id: "acl-status" });
+  const choice = (name) => h("select", { id: `acl-${name}` }, ACL_FIELDS[name].map((x) => h("option", { value: x }, x)));
+  const f = { resource_type: choice("resource_type"), resource_name: h("input", { id: "acl-resource_name", placeholder: "logs. or kafka-cluster", size: 18 }),
+    pattern_type: choice("pattern_type"), principal: h("input", { id: "acl-principal", placeholder: "User:alice", size: 18 }),
+    host: h("input", { id: "acl-host", value: "*", size: 10 }), operation: choice("operation"), permission: choice("permission") };
+  const fail = (e) => status.replaceChildren(message("error", `${e.code || "ERROR"}: ${e.message}`));
+  const add = async (ev) => {
+    ev.preventDefault();
+    const body = Object.fromEntries(Object.entries(f).map(([k, el]) => [k, el.value]));
+    if (body.resource_type === "CLUSTER" && !body.resource_name) body.resource_name = "kafka-cluster";
+    try { await send("POST", "/acls", body); route(); } catch (e) { fail(e); }
+  };
+  const remove = async (a) => {
+    if (!(await confirmAction(`Remove ${a.permission} ${a.operation} on ${a.resource_type} ${a.resource_name} for ${a.principal}?`))) return;
+    try { await send("POST", "/acls/delete", a); route(); } catch (e) { fail(e); }
+  };
+  const key = (a) => [a.principal, a.permission, a.operation, a.resource_type, a.pattern_type, a.resource_name, a.host].join("|");
+  fill(page, h("h1", {}, "ACLs"),
+    h("p", { class: "muted" }, "Who may do what, as Kafka's ACLs: DENY wins; super users may do everything."),
+    status,
+    table(["Principal", "Permission", "Operation", "Resource", "Pattern", "Name", "Host", ""], acls.map((a) => h("tr", { "data-acl": key(a) },
+      h("td", {}, a.principal), h("td", { class: a.permission === "DENY" ? "bad" : "ok" }, a.permission), h("td", {}, a.operation),
+      h("td", {}, a.resource_type), h("td", {}, a.pattern_type), h("td", {}, a.resource_name), h("td", {}, a.host),
+      h("td", {}, h("button", { type: "button", class: "secondary", "data-remove": key(a), onclick: () => remove(a) }, "Remove"))))),
+    acls.length ? null : h("p", { class: "muted" }, "No bindings."),
+    h("h2", {}, "Add a binding"),
+    h("form", { class: "inline", id: "acl-form", onsubmit: add },
+      h("label", {}, "Principal", f.principal), h("label", {}, "Permission", f.permission), h("label", {}, "Operation", f.operation),
+      h("label", {}, "Resource", f.resource_type), h("label", {}, "Pattern", f.pattern_type), h("label", {}, "Name", f.resource_name),
+      h("label", {}, "Host", f.host), h("button", { type: "submit", id: "acl-add" }, "Add")));
+}
+
+// Who is logged in, and a way out, in the header.
+async function showCaller() {
+  const who = await api("/whoami").catch(() => null);
+  const box = document.getElementById("caller");
+  if (!who || !who.login_required || !who.principal) { box.replaceChildren(); return who; }
+  const out = async () => { await send("POST", "/logout", {}); box.replaceChildren(); route(); };
+  box.replaceChildren(h("span", { id: "principal" }, who.principal), " ", h("button", { type: "button", class: "secondary", id: "logout", onclick: out }, "Log out"));
+  return who;
+}
+
 async function route() {
   clearTimeout(refreshTimer);
   const hash = decodeURIComponent(location.hash.replace(/^#\/?/, ""));
   const [view, ...rest] = hash.split("/");
   const arg = rest.join("/");
   const pages = { "": ["overview", overview], topics: ["topics", topicsPage], topic: ["topic", topicPage],
-    groups: ["groups", groupsPage], group: ["group", groupPage], brokers: ["brokers", brokersPage] };
+    groups: ["groups", groupsPage], group: ["group", groupPage], brokers: ["brokers", brokersPage], acls: ["acls", aclsPage] };
   const [id, render] = pages[view] || ["overview", overview];
   const page = h("main", { id: "page", "data-page": "loading" });
   document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === id || a.dataset.nav === id + "s"));
+  let shown = id;
   try {
     await render(page, arg);
   } catch (e) {
-    page.replaceChildren(h("h1", {}, "Error"), message("error", `${e.code || "ERROR"}: ${e.message}`));
+    if (e.code === "UNAUTHENTICATED") {
+      shown = "login";
+      page.replaceChildren();
+      loginPage(page);
+    } else {
+      page.replaceChildren(h("h1", {}, "Error"), message("error", `${e.code || "ERROR"}: ${e.message}`));
+    }
   }
-  page.dataset.page = id;
+  page.dataset.page = shown;
   document.getElementById("page").replaceWith(page);
   document.title = `Shale · ${id}${arg ? " " + arg : ""}`;
 }
 
-api("/cluster").then((c) => { document.getElementById("cluster").textContent = `cluster ${c.cluster_id} · broker ${c.this_broker}`; }).catch(() => {});
+function showCluster() {
+  api("/cluster").then((c) => { document.getElementById("cluster").textContent = `cluster ${c.cluster_id} · broker ${c.this_broker}`; }).catch(() => {});
+}
+
+showCluster();
+showCaller();
 window.addEventListener("hashchange", route);
 route();

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, patch};
@@ -18,6 +18,7 @@ use shale_broker::service::NewTopicRequest;
 use shale_broker::tiering::TieringStatus;
 use shale_records::ErrorCode;
 
+use crate::auth::Call;
 use crate::{ApiError, ApiResult, AppState};
 
 const OPENAPI: &str = include_str!("openapi.json");
@@ -43,6 +44,11 @@ pub(crate) fn routes() -> Router<AppState> {
             axum::routing::post(crate::groups::reset_offsets),
         )
         .route("/tiering", get(tiering))
+        .route("/login", axum::routing::post(crate::auth::login))
+        .route("/logout", axum::routing::post(crate::auth::logout))
+        .route("/whoami", get(crate::auth::whoami))
+        .route("/acls", get(crate::acls::list).post(crate::acls::create))
+        .route("/acls/delete", axum::routing::post(crate::acls::delete))
         .fallback(unknown)
         .layer(axum::middleware::from_fn(json_posts_only))
 }
@@ -71,14 +77,14 @@ async fn json_posts_only(
     next.run(req).await
 }
 
-pub(crate) async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+pub(crate) async fn metrics(s: Call) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         s.service.metrics_text().await,
     )
 }
 
-pub(crate) async fn health(State(s): State<AppState>) -> impl IntoResponse {
+pub(crate) async fn health(s: Call) -> impl IntoResponse {
     match s.service.health() {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
@@ -112,7 +118,7 @@ pub(crate) fn body<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| ApiError::param("body", e))
 }
 
-async fn brokers_json(s: &AppState) -> ApiResult<Value> {
+async fn brokers_json(s: &Call) -> ApiResult<Value> {
     let status = s.service.cluster_status(&s.ctx()).await?;
     let this = s.service.broker().config.broker_id;
     let brokers: Vec<Value> = status
@@ -139,19 +145,19 @@ async fn brokers_json(s: &AppState) -> ApiResult<Value> {
     Ok(json!({ "brokers": brokers, "controller": controller, "this_broker": this }))
 }
 
-async fn cluster(State(s): State<AppState>) -> ApiResult<Json<Value>> {
+async fn cluster(s: Call) -> ApiResult<Json<Value>> {
     let mut v = brokers_json(&s).await?;
     v["cluster_id"] = json!(s.service.broker().cluster_id.to_string());
     Ok(Json(v))
 }
 
-async fn brokers(State(s): State<AppState>) -> ApiResult<Json<Value>> {
+async fn brokers(s: Call) -> ApiResult<Json<Value>> {
     Ok(Json(brokers_json(&s).await?))
 }
 
 /// Brokers, controller, partitions without a full ISR or without a leader, upload lag
 /// and the traffic of the last minutes.
-async fn overview(State(s): State<AppState>) -> ApiResult<Json<Value>> {
+async fn overview(s: Call) -> ApiResult<Json<Value>> {
     let mut v = brokers_json(&s).await?;
     let md = s.service.metadata(&s.ctx(), None, false).await;
     let (mut under, mut offline, mut partitions) = (Vec::new(), Vec::new(), 0);
@@ -210,7 +216,7 @@ fn tier_json(t: &TieringStatus) -> Value {
 }
 
 /// One topic: partitions with every offset and size this broker knows, and configs.
-async fn topic_json(s: &AppState, name: &str) -> ApiResult<Value> {
+async fn topic_json(s: &Call, name: &str) -> ApiResult<Value> {
     let d = s.service.describe_topic(&s.ctx(), name).await?;
     let tiers: BTreeMap<i32, TieringStatus> =
         match s.service.tiering_status(&s.ctx(), Some(name)).await {
@@ -266,7 +272,7 @@ async fn topic_json(s: &AppState, name: &str) -> ApiResult<Value> {
     }))
 }
 
-async fn list_topics(State(s): State<AppState>) -> ApiResult<Json<Value>> {
+async fn list_topics(s: Call) -> ApiResult<Json<Value>> {
     let topics = s.service.list_topics(&s.ctx()).await?;
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
@@ -286,10 +292,7 @@ async fn list_topics(State(s): State<AppState>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "topics": out })))
 }
 
-async fn describe_topic(
-    State(s): State<AppState>,
-    Path(topic): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn describe_topic(s: Call, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(topic_json(&s, &topic).await?))
 }
 
@@ -312,7 +315,7 @@ fn minus_one() -> i32 {
 }
 
 async fn create_topic(
-    State(s): State<AppState>,
+    s: Call,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let req: NewTopic = body(raw)?;
@@ -339,10 +342,7 @@ async fn create_topic(
     ))
 }
 
-async fn delete_topic(
-    State(s): State<AppState>,
-    Path(topic): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn delete_topic(s: Call, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
     s.service.delete_topic(&s.ctx(), &topic).await?;
     Ok(Json(json!({ "deleted": topic })))
 }
@@ -359,7 +359,7 @@ struct ConfigChange {
 }
 
 async fn alter_configs(
-    State(s): State<AppState>,
+    s: Call,
     Path(topic): Path<String>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
@@ -370,10 +370,7 @@ async fn alter_configs(
     Ok(Json(topic_json(&s, &topic).await?["configs"].take()))
 }
 
-async fn tiering(
-    State(s): State<AppState>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+async fn tiering(s: Call, Query(q): Query<BTreeMap<String, String>>) -> ApiResult<Json<Value>> {
     let topic = q.get("topic").map(String::as_str);
     if let Some(t) = topic {
         // An unknown topic is a 404, not an empty list.

@@ -25,6 +25,9 @@ async fn index() -> impl IntoResponse {
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-cache"),
+            // No other site may frame the console (clickjacking its buttons).
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
         ],
         INDEX,
     )

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::Path;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -15,9 +15,10 @@ use shale_broker::groups::OffsetCommit;
 use shale_broker::service::{MemberRef, OffsetQuery};
 use shale_records::ErrorCode;
 
-use crate::{ApiError, ApiResult, AppState};
+use crate::auth::Call;
+use crate::{ApiError, ApiResult};
 
-pub(crate) async fn list(State(s): State<AppState>) -> ApiResult<Json<Value>> {
+pub(crate) async fn list(s: Call) -> ApiResult<Json<Value>> {
     let groups = s.service.list_groups(&s.ctx()).await?;
     Ok(Json(json!({
         "groups": groups.iter().map(|g| json!({
@@ -64,7 +65,7 @@ pub(crate) fn decode_assignment(b: &[u8]) -> Vec<(String, Vec<i32>)> {
     parse(&mut b).unwrap_or_default()
 }
 
-async fn high_watermarks(s: &AppState, topics: &BTreeSet<String>) -> BTreeMap<(String, i32), i64> {
+async fn high_watermarks(s: &Call, topics: &BTreeSet<String>) -> BTreeMap<(String, i32), i64> {
     let mut out = BTreeMap::new();
     for t in topics {
         if let Ok(d) = s.service.describe_topic(&s.ctx(), t).await {
@@ -78,10 +79,7 @@ async fn high_watermarks(s: &AppState, topics: &BTreeSet<String>) -> BTreeMap<(S
     out
 }
 
-pub(crate) async fn describe(
-    State(s): State<AppState>,
-    Path(group): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub(crate) async fn describe(s: Call, Path(group): Path<String>) -> ApiResult<Json<Value>> {
     let d = s.service.describe_group(&s.ctx(), &group).await?;
     let committed = s.service.fetch_offsets(&s.ctx(), &group).await?;
     if d.members.is_empty() && committed.is_empty() {
@@ -160,7 +158,7 @@ struct Reset {
 }
 
 pub(crate) async fn reset_offsets(
-    State(s): State<AppState>,
+    s: Call,
     Path(group): Path<String>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {

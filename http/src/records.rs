@@ -7,13 +7,14 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use serde_json::{Value, json};
 use shale_broker::find::FindQuery;
 use shale_broker::service::{MAX_RECORDS_PER_READ, ReadFrom};
 use shale_records::record::Record;
 
-use crate::{ApiError, ApiResult, AppState};
+use crate::auth::Call;
+use crate::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -104,7 +105,7 @@ fn count_param(q: &BTreeMap<String, String>, name: &str, default: usize) -> ApiR
 /// `?offset=N` or `?timestamp=MS` (neither: the log start), `count` (default 20),
 /// `format`.
 pub(crate) async fn read(
-    State(s): State<AppState>,
+    s: Call,
     Path((topic, partition)): Path<(String, String)>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
@@ -167,7 +168,7 @@ pub(crate) async fn read(
 /// `?key=K` (`key_encoding=utf8|hex`), `from_time`, `to_time` (ms), `limit`
 /// (default 100), `format`.
 pub(crate) async fn find(
-    State(s): State<AppState>,
+    s: Call,
     Path(topic): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<Value>> {

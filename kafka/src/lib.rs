@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shale_broker::security::ListenerSecurity;
-use shale_broker::security::tls::{TlsError, TlsServer, certificate_principal};
+use shale_broker::security::tls::{TlsError, TlsServer};
 use shale_broker::service::Service;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -52,12 +52,7 @@ impl Security {
     /// start).
     pub fn load(l: &ListenerSecurity) -> Result<Self, TlsError> {
         Ok(Self {
-            tls: l
-                .tls
-                .clone()
-                .map(TlsServer::load)
-                .transpose()?
-                .map(Arc::new),
+            tls: l.tls_server(&[])?,
             sasl: l.protocol.uses_sasl().then(|| SaslConfig {
                 mechanisms: l.sasl_mechanisms.clone(),
                 max_reauth_ms: l.max_reauth_ms,
@@ -65,9 +60,6 @@ impl Security {
         })
     }
 }
-
-/// How long a client has to finish its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepts Kafka connections on `listener` (the listener named `name`) until the
 /// node stops. Beyond `limits.max_connections` open connections, new ones are closed
@@ -123,32 +115,9 @@ async fn connection(
         let (rd, wr) = stream.into_split();
         return conn::serve(service, name, limits, rd, wr, peer, session).await;
     };
-    let accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await;
-    let stream = match accepted {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            // An untrusted or missing client certificate ends here.
-            tracing::warn!(target: "audit", listener = %name, %peer, error = %e,
-                "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(listener = %name, %peer, "TLS handshake timed out");
-            return;
-        }
-    };
-    let principal = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(certificate_principal);
-    if tls.requires_client_cert() && principal.is_none() {
-        // A verified certificate whose subject cannot be read is nobody, not anonymous.
-        tracing::warn!(target: "audit", listener = %name, %peer,
-            "client certificate without a readable subject");
+    let Some((stream, principal)) = tls.accept(stream, &name, peer).await else {
         return;
-    }
+    };
     let session = Session::new(security.sasl, principal, peer, name.clone());
     let (rd, wr) = tokio::io::split(stream);
     conn::serve(service, name, limits, rd, wr, peer, session).await

@@ -106,7 +106,11 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {} (listener '{}')", l.listen, l.name))?;
         match l.protocol {
-            Protocol::Grpc => grpc.push((l.name.clone(), socket)),
+            Protocol::Grpc => {
+                let security = shale_grpc::Security::load(&l.security)
+                    .with_context(|| format!("listener '{}'", l.name))?;
+                grpc.push((l.name.clone(), security, socket))
+            }
             Protocol::Kafka => {
                 let security = shale_kafka::Security::load(&l.security)
                     .with_context(|| format!("listener '{}'", l.name))?;
@@ -117,11 +121,18 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     socket,
                 ))
             }
-            Protocol::Http => http.push((l.name.clone(), l.max_request_bytes, socket)),
+            Protocol::Http => {
+                let security = shale_http::Security::load(&l.security)
+                    .with_context(|| format!("listener '{}'", l.name))?;
+                let tls = l.security.protocol.uses_tls();
+                http.push((l.name.clone(), l.max_request_bytes, security, tls, socket))
+            }
         }
     }
     let shutdown_timeout = Duration::from_millis(config.log.shutdown_timeout_ms);
-    let connector = Arc::new(shale_grpc::GrpcReplicaConnector);
+    let connector = Arc::new(shale_grpc::GrpcReplicaConnector::new(
+        config.inter_broker.clone(),
+    ));
     let broker = Broker::start(config, connector, cancel.clone()).await?;
     broker.spawn_background();
     let service = Service::new(broker.clone());
@@ -134,12 +145,13 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 .clone()
                 .spawn(async move { rates.run(service).await });
         }
-        for (name, max_request_bytes, socket) in http {
+        for (name, max_request_bytes, security, tls, socket) in http {
             let addr = socket.local_addr()?;
-            tracing::info!(listener = %name, "console at http://{addr}/ (API at /api/v1/, metrics at /metrics)");
+            let scheme = if tls { "https" } else { "http" };
+            tracing::info!(listener = %name, "console at {scheme}://{addr}/ (API at /api/v1/, metrics at /metrics)");
             let (service, rates) = (service.clone(), rates.clone());
             service.tasks().clone().spawn(async move {
-                shale_http::serve(service, &name, socket, max_request_bytes, rates).await
+                shale_http::serve(service, &name, socket, max_request_bytes, security, rates).await
             });
         }
     }
@@ -170,10 +182,10 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             cancel.cancel();
         });
     }
-    let served = futures::future::join_all(grpc.into_iter().map(|(name, socket)| {
+    let served = futures::future::join_all(grpc.into_iter().map(|(name, security, socket)| {
         let (service, cancel) = (service.clone(), cancel.clone());
         async move {
-            shale_grpc::serve(service, &name, socket, cancel.cancelled_owned())
+            shale_grpc::serve(service, &name, socket, security, cancel.cancelled_owned())
                 .await
                 .with_context(|| format!("gRPC listener '{name}' failed"))
         }

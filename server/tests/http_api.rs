@@ -534,4 +534,25 @@ async fn a_post_that_is_not_json_is_refused_and_changes_nothing() {
     // The same body as JSON creates the topic.
     let (status, text) = common::http(port, "POST", "/api/v1/topics", Some(body.as_bytes())).await;
     assert!((200..300).contains(&status), "{status}: {text}");
+
+    // DNS rebinding: another site's name pointed at 127.0.0.1 reads nothing.
+    for (host, served) in [
+        ("rebound.example", false),
+        ("rebound.example:9644", false),
+        ("localhost", true),
+        ("127.0.0.1:9644", true),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let request =
+            format!("GET /api/v1/topics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer).await;
+        assert_eq!(answer.contains("forged"), served, "{host}: {answer}");
+        if !served {
+            assert!(answer.starts_with("HTTP/1.1 421"), "{host}: {answer}");
+        }
+    }
 }

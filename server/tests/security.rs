@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::auth::{add_user, broker_with, end_offset, metadata, produce, produce_one};
+use common::certs::{Ca, Pem};
 use common::wire::Conn;
 use common::{free_port, write_config};
 use kafka_protocol::messages::*;
@@ -29,58 +30,6 @@ impl Conn {
         // TLS 1.3 reports a refused client certificate only on the first read.
         tls.flush().await?;
         Ok(Self::over(tls))
-    }
-}
-
-/// A certificate and its key, PEM.
-struct Pem {
-    cert: String,
-    key: String,
-}
-
-/// A CA and what it signs.
-struct Ca {
-    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    pem: Pem,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let key_pem = key.serialize_pem();
-        let issuer = rcgen::CertifiedIssuer::self_signed(params, key).unwrap();
-        let cert = issuer.pem();
-        Self {
-            issuer,
-            pem: Pem { cert, key: key_pem },
-        }
-    }
-
-    /// A leaf certificate: a server's for localhost, or a client's named `cn`.
-    fn sign(&self, cn: &str, server: bool) -> Pem {
-        let names = if server {
-            vec!["localhost".to_string(), "127.0.0.1".to_string()]
-        } else {
-            Vec::new()
-        };
-        let mut params = rcgen::CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "Shale Tests");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Pem {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
     }
 }
 

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use super::{
-    ConfigLoadError, GRPC_LISTENER, HTTP_LISTENER, KAFKA_LISTENER, ListenerConfig, ListenerSection,
-    Protocol, invalid, socket_addr,
+    BrokerConfig, ConfigLoadError, GRPC_LISTENER, HTTP_LISTENER, KAFKA_LISTENER, ListenerConfig,
+    ListenerSection, Protocol, invalid, socket_addr,
 };
-use crate::security::listener::SecurityKeys;
-use crate::security::{ListenerSecurity, SecurityProtocol};
+use crate::security::ListenerSecurity;
+use crate::security::listener::{ClientTls, InterBrokerClient, SecurityKeys};
+use crate::security::secrets::Secret;
 
 /// `[listeners.*]` with the shorthands applied: `grpc_listen` (`--listen`,
 /// `[broker] listen`) and `grpc_advertised` (`[cluster] advertised_address`) set the
@@ -87,24 +88,31 @@ pub(super) fn resolve_listeners(
                 format!("{listen} is the address of listener '{}' too", other.name),
             ));
         }
-        let security = ListenerSecurity::resolve(
-            SecurityKeys {
-                security_protocol: s.security_protocol,
-                tls_cert: s.tls_cert,
-                tls_key: s.tls_key,
-                tls_client_ca: s.tls_client_ca,
-                sasl_mechanisms: s.sasl_mechanisms,
-                connections_max_reauth_ms: s.connections_max_reauth_ms,
-            },
-            protocol == Protocol::Kafka,
-        )
-        .map_err(|(field, reason)| invalid(key(field), reason))?;
-        if protocol != Protocol::Kafka && security.protocol != SecurityProtocol::Plaintext {
-            return Err(invalid(
-                key("security_protocol"),
-                "TLS is served on kafka listeners only so far",
-            ));
+        if protocol != Protocol::Kafka {
+            // gRPC carries a user and password with each call, and HTTP a session
+            // cookie from a login, checked against the users' SCRAM credentials: there
+            // are no mechanisms and no re-authentication.
+            for (field, set) in [
+                ("sasl_mechanisms", s.sasl_mechanisms.is_some()),
+                (
+                    "connections_max_reauth_ms",
+                    s.connections_max_reauth_ms.is_some(),
+                ),
+            ] {
+                if set {
+                    return Err(invalid(key(field), "applies to kafka listeners only"));
+                }
+            }
         }
+        let security = ListenerSecurity::resolve(SecurityKeys {
+            security_protocol: s.security_protocol,
+            tls_cert: s.tls_cert,
+            tls_key: s.tls_key,
+            tls_client_ca: s.tls_client_ca,
+            sasl_mechanisms: s.sasl_mechanisms,
+            connections_max_reauth_ms: s.connections_max_reauth_ms,
+        })
+        .map_err(|(field, reason)| invalid(key(field), reason))?;
         let positive = |field: &str, v: Option<usize>, default: usize| match v {
             Some(0) => Err(invalid(key(field), "must be > 0")),
             v => Ok(v.unwrap_or(default)),
@@ -129,4 +137,64 @@ pub(super) fn resolve_listeners(
         });
     }
     Ok(out)
+}
+
+/// How followers connect to leaders: the inter-broker listener's protocol with the
+/// client's side of it (`cluster.inter_broker_*`). `password` is
+/// `SHALE_INTER_BROKER_PASSWORD`; `read` reads a secret's file.
+pub(super) fn resolve_inter_broker(
+    config: &BrokerConfig,
+    password: Option<String>,
+    read: impl Fn(&str, &std::path::Path) -> Result<String, ConfigLoadError>,
+) -> Result<InterBrokerClient, ConfigLoadError> {
+    let c = &config.cluster;
+    let security = &config
+        .listener(&c.inter_broker_listener)
+        .expect("validated: the inter-broker listener exists")
+        .security;
+    let tls = match &security.tls {
+        None => None,
+        Some(files) => {
+            let ca = c
+                .inter_broker_tls_ca
+                .clone()
+                .or_else(|| files.client_ca.clone())
+                .ok_or_else(|| {
+                    invalid(
+                        "cluster.inter_broker_tls_ca",
+                        "the inter-broker listener uses TLS: give the CA its certificates are \
+                         checked against",
+                    )
+                })?;
+            // A listener that asks for client certificates gets its own from followers.
+            let identity = files
+                .client_ca
+                .is_some()
+                .then(|| (files.cert.clone(), files.key.clone()));
+            Some(ClientTls { ca, identity })
+        }
+    };
+    let credentials = if security.protocol.uses_sasl() {
+        let user = c.inter_broker_user.clone().ok_or_else(|| {
+            invalid(
+                "cluster.inter_broker_user",
+                "the inter-broker listener uses SASL: give the user brokers authenticate as",
+            )
+        })?;
+        let password = match (&c.inter_broker_password_file, password) {
+            (Some(path), _) => read("cluster.inter_broker_password_file", path)?,
+            (None, Some(p)) => p,
+            (None, None) => {
+                return Err(invalid(
+                    "cluster.inter_broker_password_file",
+                    "the inter-broker listener uses SASL: give the password's file (or \
+                     SHALE_INTER_BROKER_PASSWORD)",
+                ));
+            }
+        };
+        Some((user, Secret::new(password)))
+    } else {
+        None
+    };
+    Ok(InterBrokerClient { tls, credentials })
 }

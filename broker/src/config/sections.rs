@@ -75,7 +75,19 @@ pub struct ClusterSection {
     /// Shorthand for `[listeners.grpc] advertised`.
     pub advertised_address: Option<String>,
     /// The listener other brokers replicate through (a gRPC one). Default: `grpc`.
+    /// Followers connect to it with its security protocol: TLS checked against
+    /// `inter_broker_tls_ca` (presenting the listener's own certificate when it
+    /// requires client certificates), SASL as `inter_broker_user`.
     pub inter_broker_listener: String,
+    /// The user followers authenticate as on a SASL inter-broker listener (a super
+    /// user, or one allowed CLUSTER_ACTION). Its SCRAM credential is created at
+    /// start when the metastore has none for it.
+    pub inter_broker_user: Option<String>,
+    /// File holding that user's password (or `SHALE_INTER_BROKER_PASSWORD`).
+    pub inter_broker_password_file: Option<PathBuf>,
+    /// CA that leaders' certificates are checked against on a TLS inter-broker
+    /// listener. Default: the listener's `tls_client_ca`.
+    pub inter_broker_tls_ca: Option<PathBuf>,
     /// How long a broker's registration lasts without renewal. The controller moves
     /// leadership away from a broker whose lease expired; the broker itself stops
     /// acknowledging writes after 3/4 of it. Default: 6000 ms.
@@ -115,6 +127,9 @@ impl Default for ClusterSection {
         Self {
             advertised_address: None,
             inter_broker_listener: "grpc".into(),
+            inter_broker_user: None,
+            inter_broker_password_file: None,
+            inter_broker_tls_ca: None,
             lease_ms: 6_000,
             heartbeat_interval_ms: 1_000,
             controller_interval_ms: 500,

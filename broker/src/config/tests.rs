@@ -183,3 +183,57 @@ fn secrets_come_from_files_and_are_never_shown() {
         "{e}"
     );
 }
+
+#[test]
+fn inter_broker_security_follows_the_listener_and_names_missing_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    for f in ["c.pem", "k.pem", "ca.pem"] {
+        std::fs::write(dir.path().join(f), "x").unwrap();
+    }
+    std::fs::write(dir.path().join("pw"), "secret-pw\n").unwrap();
+    let listener = format!(
+        "[listeners.grpc]\nprotocol = \"grpc\"\nlisten = \"127.0.0.1:9093\"\n\
+         security_protocol = \"SASL_SSL\"\ntls_cert = \"{d}/c.pem\"\ntls_key = \"{d}/k.pem\"\n"
+    );
+    let c = with_file(&format!(
+        "{listener}[cluster]\ninter_broker_user = \"broker\"\n\
+         inter_broker_password_file = \"{d}/pw\"\ninter_broker_tls_ca = \"{d}/ca.pem\"\n"
+    ))
+    .unwrap();
+    let tls = c.inter_broker.tls.as_ref().unwrap();
+    assert_eq!(tls.ca, dir.path().join("ca.pem"));
+    assert_eq!(tls.identity, None, "no client certificate is asked for");
+    let (user, password) = c.inter_broker.credentials.as_ref().unwrap();
+    assert_eq!((user.as_str(), password.expose()), ("broker", "secret-pw"));
+    assert!(!format!("{c:?}").contains("secret-pw"));
+    for (cluster, key) in [
+        (
+            format!("inter_broker_user = \"b\"\ninter_broker_password_file = \"{d}/pw\"\n"),
+            "cluster.inter_broker_tls_ca",
+        ),
+        (
+            format!("inter_broker_tls_ca = \"{d}/ca.pem\"\n"),
+            "cluster.inter_broker_user",
+        ),
+        (
+            format!("inter_broker_user = \"b\"\ninter_broker_tls_ca = \"{d}/ca.pem\"\n"),
+            "cluster.inter_broker_password_file",
+        ),
+    ] {
+        let e = with_file(&format!("{listener}[cluster]\n{cluster}")).unwrap_err();
+        assert!(e.to_string().contains(key), "{cluster}: {e}");
+    }
+    // gRPC and HTTP have no SASL mechanisms and no re-authentication.
+    let e = with_file(&format!("{listener}sasl_mechanisms = [\"PLAIN\"]\n")).unwrap_err();
+    assert!(e.to_string().contains("grpc.sasl_mechanisms"), "{e}");
+    let e = with_file(
+        "[listeners.http]\nprotocol = \"http\"\nlisten = \"127.0.0.1:9644\"\n\
+         security_protocol = \"SASL_PLAINTEXT\"\nconnections_max_reauth_ms = 1000\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("http.connections_max_reauth_ms"),
+        "{e}"
+    );
+}

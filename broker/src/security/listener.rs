@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use super::sasl::SaslMechanism;
 use super::scram::ScramMechanism;
+use super::secrets::Secret;
 use super::tls::TlsFiles;
 
 /// Kafka's `security.protocol` of a listener.
@@ -93,12 +94,9 @@ pub struct SecurityKeys {
 
 impl ListenerSecurity {
     /// Resolves and checks a listener's keys; an error names the key (its last part)
-    /// and says what is wrong. `wire_supports_sasl`: whether the listener's protocol
-    /// carries SASL (Kafka's does).
-    pub fn resolve(
-        keys: SecurityKeys,
-        wire_supports_sasl: bool,
-    ) -> Result<Self, (&'static str, String)> {
+    /// and says what is wrong. SASL on a gRPC listener means credentials on each call,
+    /// on an HTTP one a login.
+    pub fn resolve(keys: SecurityKeys) -> Result<Self, (&'static str, String)> {
         let protocol = match keys.security_protocol.as_deref() {
             None => SecurityProtocol::Plaintext,
             Some(s) => SecurityProtocol::parse(s).ok_or_else(|| {
@@ -108,12 +106,6 @@ impl ListenerSecurity {
                 )
             })?,
         };
-        if protocol.uses_sasl() && !wire_supports_sasl {
-            return Err((
-                "security_protocol",
-                "SASL is served on kafka listeners only (use SSL with tls_client_ca here)".into(),
-            ));
-        }
         let tls = match (protocol.uses_tls(), keys.tls_cert, keys.tls_key) {
             (true, Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -170,4 +162,39 @@ impl ListenerSecurity {
             max_reauth_ms: keys.connections_max_reauth_ms.unwrap_or(0),
         })
     }
+}
+
+impl ListenerSecurity {
+    /// The listener's TLS server, its files loaded now (`None` without TLS), offering
+    /// the application protocols `alpn` (`h2` for gRPC).
+    pub fn tls_server(
+        &self,
+        alpn: &[&[u8]],
+    ) -> Result<Option<std::sync::Arc<super::tls::TlsServer>>, super::tls::TlsError> {
+        let Some(files) = self.tls.clone() else {
+            return Ok(None);
+        };
+        let alpn = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Some(std::sync::Arc::new(
+            super::tls::TlsServer::load_with_alpn(files, alpn)?,
+        )))
+    }
+}
+
+/// How a follower connects to its leaders: the inter-broker listener's security, seen
+/// from the client's side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterBrokerClient {
+    /// TLS: the CA that leaders' certificates are checked against, and the certificate
+    /// and key to present when the listener requires client certificates.
+    pub tls: Option<ClientTls>,
+    /// SASL: the user and password.
+    pub credentials: Option<(String, Secret)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    pub ca: PathBuf,
+    /// (certificate, key)
+    pub identity: Option<(PathBuf, PathBuf)>,
 }

@@ -20,6 +20,26 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// A password or key held in memory: shown as `***` by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// A secret kept in a file: its contents without the final newline.
 pub fn read_secret(path: &Path) -> std::io::Result<String> {
     let text = std::fs::read_to_string(path)?;

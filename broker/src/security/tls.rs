@@ -47,6 +47,8 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// A listener's TLS server configuration, reloaded when its files change.
 pub struct TlsServer {
     files: TlsFiles,
+    /// Application protocols offered in the handshake (ALPN): `h2` for gRPC.
+    alpn: Vec<Vec<u8>>,
     loaded: Mutex<Loaded>,
 }
 
@@ -59,10 +61,16 @@ struct Loaded {
 impl TlsServer {
     /// Loads the files now: a listener does not start with files that do not load.
     pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
+        Self::load_with_alpn(files, Vec::new())
+    }
+
+    /// Like [`TlsServer::load`], offering the application protocols `alpn`.
+    pub fn load_with_alpn(files: TlsFiles, alpn: Vec<Vec<u8>>) -> Result<Self, TlsError> {
         let stamps = stamps(&files);
-        let acceptor = TlsAcceptor::from(Arc::new(server_config(&files)?));
+        let acceptor = TlsAcceptor::from(Arc::new(server_config(&files, &alpn)?));
         Ok(Self {
             files,
+            alpn,
             loaded: Mutex::new(Loaded {
                 checked: Instant::now(),
                 stamps,
@@ -82,7 +90,7 @@ impl TlsServer {
             loaded.checked = Instant::now();
             let now = stamps(&self.files);
             if now != loaded.stamps {
-                match server_config(&self.files) {
+                match server_config(&self.files, &self.alpn) {
                     Ok(config) => {
                         loaded.acceptor = TlsAcceptor::from(Arc::new(config));
                         loaded.stamps = now;
@@ -96,6 +104,113 @@ impl TlsServer {
         }
         loaded.acceptor.clone()
     }
+}
+
+/// How long a client has to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl TlsServer {
+    /// Runs the server side of a new connection's handshake (at most
+    /// [`HANDSHAKE_TIMEOUT`]), and reads the principal of the client's certificate.
+    /// `None` when the connection must close: the handshake failed (an untrusted or
+    /// missing client certificate, audited) or timed out, or a verified certificate's
+    /// subject cannot be read (nobody, not anonymous).
+    pub async fn accept<S>(
+        &self,
+        stream: S,
+        listener: &str,
+        peer: std::net::SocketAddr,
+    ) -> Option<(tokio_rustls::server::TlsStream<S>, Option<String>)>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor().accept(stream))
+            .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::warn!(target: "audit", listener, %peer, error = %e, "TLS handshake failed");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!(listener, %peer, "TLS handshake timed out");
+                return None;
+            }
+        };
+        let principal = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(certificate_principal);
+        if self.requires_client_cert() && principal.is_none() {
+            tracing::warn!(target: "audit", listener, %peer,
+                "client certificate without a readable subject");
+            return None;
+        }
+        Some((stream, principal))
+    }
+}
+
+/// TLS handshakes one listener runs at once (each holds a socket for up to
+/// [`HANDSHAKE_TIMEOUT`]).
+const MAX_HANDSHAKES: usize = 1024;
+
+/// A connection of a TLS listener, its handshake done.
+pub struct Accepted {
+    pub stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    pub peer: std::net::SocketAddr,
+    /// The subject of the client's certificate, if it showed one.
+    pub principal: Option<String>,
+}
+
+/// The connections of a TLS listener (the one named `name`), handshakes done: each
+/// handshake runs on its own task, so a slow or silent client holds up no one.
+/// Accepting stops when the receiver is dropped.
+pub fn accept_loop(
+    listener: tokio::net::TcpListener,
+    tls: Arc<TlsServer>,
+    name: Arc<str>,
+) -> tokio::sync::mpsc::Receiver<Accepted> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            // Past MAX_HANDSHAKES unfinished handshakes, new connections wait in the
+            // kernel's backlog.
+            let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                return;
+            };
+            let (stream, peer) = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors, most likely: wait instead of spinning.
+                        tracing::warn!(listener = %name, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let (tx, tls, name) = (tx.clone(), tls.clone(), name.clone());
+            tokio::spawn(async move {
+                let accepted = tls.accept(stream, &name, peer).await;
+                drop(permit);
+                if let Some((stream, principal)) = accepted {
+                    let _ = tx
+                        .send(Accepted {
+                            stream,
+                            peer,
+                            principal,
+                        })
+                        .await;
+                }
+            });
+        }
+    });
+    rx
 }
 
 /// Each file's modification time and length (a rewrite within the same second
@@ -146,7 +261,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn server_config(files: &TlsFiles) -> Result<rustls::ServerConfig, TlsError> {
+fn server_config(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<rustls::ServerConfig, TlsError> {
     let chain = certificates(&files.cert)?;
     let key_pem = read(&files.key)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
@@ -168,7 +283,9 @@ fn server_config(files: &TlsFiles) -> Result<rustls::ServerConfig, TlsError> {
             builder.with_client_cert_verifier(verifier)
         }
     };
-    Ok(builder.with_single_cert(chain, key)?)
+    let mut config = builder.with_single_cert(chain, key)?;
+    config.alpn_protocols = alpn.to_vec();
+    Ok(config)
 }
 
 /// The principal of a verified client certificate: `User:` and its subject as RFC

@@ -3,7 +3,7 @@
 //! authentication never waits for the database.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use super::scram::{ScramMechanism, StoredCredential};
 
@@ -12,9 +12,15 @@ pub struct Users {
     /// Key derivations (PLAIN) at once: each costs milliseconds of CPU, and they
     /// come from clients that have not authenticated yet.
     derivations: tokio::sync::Semaphore,
-    /// Makes an unknown user's made-up salt stable and unguessable.
+    /// Makes an unknown user's made-up salt stable and unguessable, and keys the
+    /// verified passwords.
     secret: [u8; 32],
+    /// Passwords verified (`verify_password_cached`).
+    verified: Mutex<Verified>,
 }
+
+/// HMAC of user and password → (user, StoredKey of the credential it matched).
+type Verified = HashMap<Vec<u8>, (String, Vec<u8>)>;
 
 impl Default for Users {
     fn default() -> Self {
@@ -25,9 +31,13 @@ impl Default for Users {
             credentials: Default::default(),
             derivations: tokio::sync::Semaphore::new(2),
             secret,
+            verified: Default::default(),
         }
     }
 }
+
+/// Verified passwords remembered at most (then forgotten all at once).
+const MAX_VERIFIED: usize = 4096;
 
 /// The iterations of an unknown user's made-up credential.
 const UNKNOWN_USER_ITERATIONS: i32 = 8192;
@@ -102,19 +112,120 @@ impl Users {
     /// An unknown user costs the same derivation (against a made-up credential), so
     /// the time taken does not tell whether the user exists.
     pub async fn verify_password(&self, user: &str, password: &[u8]) -> bool {
-        let (m, cred) = [ScramMechanism::Sha512, ScramMechanism::Sha256]
-            .into_iter()
-            .find_map(|m| self.scram(user, m).map(|c| (m, c)))
-            .unwrap_or_else(|| {
-                let m = ScramMechanism::Sha512;
-                (m, self.scram_or_decoy(user, m))
-            });
-        let Ok(_permit) = self.derivations.acquire().await else {
+        self.verify(user, password).await.is_some()
+    }
+
+    /// Like [`Users::verify_password`], for front ends that carry the password with
+    /// every request (gRPC): a password verified once is remembered, keyed by an HMAC
+    /// of user and password, for as long as the credential it matched stays the
+    /// user's (a changed or deleted credential is derived again, and fails).
+    pub async fn verify_password_cached(&self, user: &str, password: &[u8]) -> bool {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.secret);
+        let mut ctx = ring::hmac::Context::with_key(&key);
+        ctx.update(user.as_bytes());
+        ctx.update(&[0]);
+        ctx.update(password);
+        let tag = ctx.sign().as_ref().to_vec();
+        let remembered = self.lock_verified().get(&tag).cloned();
+        if let Some((u, stored_key)) = remembered
+            && u == user
+            && self
+                .current(user)
+                .is_some_and(|(_, c)| c.stored_key == stored_key)
+        {
+            return true;
+        }
+        let Some(stored_key) = self.verify(user, password).await else {
             return false;
         };
+        let mut verified = self.lock_verified();
+        if verified.len() >= MAX_VERIFIED {
+            verified.clear();
+        }
+        verified.insert(tag, (user.to_string(), stored_key));
+        true
+    }
+
+    /// Like [`Users::verify_password`], giving the StoredKey of the credential the
+    /// password matched: a session kept on it ends when [`Users::credential_key`]
+    /// no longer gives the same (the password changed or the user was deleted).
+    pub async fn verify_password_key(&self, user: &str, password: &[u8]) -> Option<Vec<u8>> {
+        self.verify(user, password).await
+    }
+
+    /// The StoredKey of the credential a password of `user` is checked against.
+    pub fn credential_key(&self, user: &str) -> Option<Vec<u8>> {
+        self.current(user).map(|(_, c)| c.stored_key)
+    }
+
+    fn lock_verified(&self) -> std::sync::MutexGuard<'_, Verified> {
+        self.verified.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The credential a password is checked against: SHA-512's, else SHA-256's.
+    fn current(&self, user: &str) -> Option<(ScramMechanism, StoredCredential)> {
+        [ScramMechanism::Sha512, ScramMechanism::Sha256]
+            .into_iter()
+            .find_map(|m| self.scram(user, m).map(|c| (m, c)))
+    }
+
+    /// The StoredKey of the credential `password` matched, if it did.
+    async fn verify(&self, user: &str, password: &[u8]) -> Option<Vec<u8>> {
+        let (m, cred) = self.current(user).unwrap_or_else(|| {
+            let m = ScramMechanism::Sha512;
+            (m, self.scram_or_decoy(user, m))
+        });
+        let _permit = self.derivations.acquire().await.ok()?;
         let password = password.to_vec();
-        tokio::task::spawn_blocking(move || cred.matches_password(m, &password))
-            .await
-            .unwrap_or(false)
+        tokio::task::spawn_blocking(move || {
+            cred.matches_password(m, &password)
+                .then_some(cred.stored_key)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(user: &str, password: &str) -> shale_metastore::ScramCredential {
+        let m = ScramMechanism::Sha512;
+        let salt = b"salt".to_vec();
+        let (stored_key, server_key) = m.keys(&m.salted_password(password.as_bytes(), &salt, 4096));
+        shale_metastore::ScramCredential {
+            user: user.into(),
+            mechanism: m.name().into(),
+            salt,
+            stored_key,
+            server_key,
+            iterations: 4096,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_remembered_password_stops_working_when_the_credential_changes() {
+        let users = Users::default();
+        users.replace(vec![row("u", "first")]);
+        assert!(users.verify_password_cached("u", b"first").await);
+        assert!(
+            users.verify_password_cached("u", b"first").await,
+            "remembered"
+        );
+        assert!(!users.verify_password_cached("u", b"second").await);
+        assert!(
+            !users.verify_password_cached("v", b"first").await,
+            "another user"
+        );
+        users.replace(vec![row("u", "second")]);
+        assert!(!users.verify_password_cached("u", b"first").await);
+        assert!(users.verify_password_cached("u", b"second").await);
+        users.replace(Vec::new());
+        assert!(
+            !users.verify_password_cached("u", b"second").await,
+            "deleted"
+        );
     }
 }

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::security::Chan;
 use shale_proto::v1::groups_client::GroupsClient;
 use shale_proto::v1::*;
 use shale_records::ErrorCode;
-use tonic::transport::Channel;
 
 use super::GroupConsumer;
 use crate::assignor::TopicPartition;
@@ -79,10 +79,7 @@ impl GroupConsumer {
     }
 }
 
-async fn send_commit(
-    coordinator: &mut GroupsClient<Channel>,
-    req: OffsetCommitRequest,
-) -> Result<()> {
+async fn send_commit(coordinator: &mut GroupsClient<Chan>, req: OffsetCommitRequest) -> Result<()> {
     let r = coordinator.offset_commit(req).await?.into_inner();
     check_result(r.error)?;
     for p in r.partitions {

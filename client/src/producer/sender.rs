@@ -240,7 +240,7 @@ impl Sender {
 
     fn request(
         &self,
-        mut data: shale_proto::v1::data_client::DataClient<tonic::transport::Channel>,
+        mut data: shale_proto::v1::data_client::DataClient<crate::security::Chan>,
         batches: Vec<Batch>,
     ) -> impl Future<Output = Vec<Attempt>> + Send + 'static {
         let timeout = self.client.request_timeout();

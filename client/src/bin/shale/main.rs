@@ -12,11 +12,12 @@ mod progress;
 mod topic;
 mod user;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use shale_client::Client;
+use shale_client::{Client, ClientSecurity, TlsSettings};
 
 use crate::out::OutputFormat;
 
@@ -63,8 +64,83 @@ struct Cli {
         help_heading = "Global options"
     )]
     output: OutputFormat,
+    /// CA certificates (PEM) the brokers' certificates are checked against: connects
+    /// with TLS.
+    #[arg(long, global = true, env = "SHALE_TLS_CA", help_heading = "Security")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for listeners that require one (with --tls-key).
+    #[arg(
+        long,
+        global = true,
+        env = "SHALE_TLS_CERT",
+        requires = "tls_key",
+        help_heading = "Security"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "SHALE_TLS_KEY",
+        requires = "tls_cert",
+        help_heading = "Security"
+    )]
+    tls_key: Option<PathBuf>,
+    /// User to authenticate as, on listeners that require credentials. The password
+    /// comes from SHALE_AUTH_PASSWORD or --auth-password-file, never from the
+    /// command line.
+    #[arg(
+        long,
+        global = true,
+        env = "SHALE_AUTH_USER",
+        help_heading = "Security"
+    )]
+    auth_user: Option<String>,
+    /// File holding the password of --auth-user.
+    #[arg(long, global = true, requires = "auth_user", help_heading = "Security")]
+    auth_password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// TLS and credentials from the security options.
+    fn security(&self) -> anyhow::Result<ClientSecurity> {
+        use anyhow::Context;
+        let read =
+            |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
+        let tls = match &self.tls_ca {
+            None if self.tls_cert.is_some() => anyhow::bail!("--tls-cert needs --tls-ca"),
+            None => None,
+            Some(ca) => Some(TlsSettings {
+                ca: read(ca)?,
+                identity: match (&self.tls_cert, &self.tls_key) {
+                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+                    _ => None,
+                },
+            }),
+        };
+        let credentials = match &self.auth_user {
+            None => None,
+            Some(user) => {
+                let password = match &self.auth_password_file {
+                    Some(path) => {
+                        let text = String::from_utf8(read(path)?)
+                            .with_context(|| format!("{} is not UTF-8", path.display()))?;
+                        text.trim_end_matches(['\n', '\r']).to_string()
+                    }
+                    None => std::env::var("SHALE_AUTH_PASSWORD").map_err(|_| {
+                        anyhow::anyhow!(
+                            "--auth-user needs a password: set SHALE_AUTH_PASSWORD or give \
+                             --auth-password-file"
+                        )
+                    })?,
+                };
+                Some((user.clone(), password))
+            }
+        };
+        Ok(ClientSecurity { tls, credentials })
+    }
 }
 
 #[derive(Subcommand)]
@@ -141,7 +217,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(&cli.bootstrap)
+    let client = Client::connect_with(&cli.bootstrap, cli.security()?)
         .await?
         .with_request_timeout(Duration::from_millis(cli.request_timeout_ms))
         .with_retry_timeout(Duration::from_millis(cli.retry_timeout_ms));

@@ -29,7 +29,7 @@ impl Admin for Front {
         &self,
         request: Request<CreateTopicRequest>,
     ) -> Result<Response<CreateTopicResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = request.into_inner();
         let req = NewTopicRequest {
             name: r.name,
@@ -50,7 +50,7 @@ impl Admin for Front {
         &self,
         request: Request<DeleteTopicRequest>,
     ) -> Result<Response<DeleteTopicResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let result = self
             .service
             .delete_topic(&ctx, &request.into_inner().name)
@@ -64,7 +64,7 @@ impl Admin for Front {
         &self,
         request: Request<ListTopicsRequest>,
     ) -> Result<Response<ListTopicsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let result = self.service.list_topics(&ctx).await;
         Ok(Response::new(ListTopicsResponse {
             error: error_result(&result),
@@ -76,7 +76,7 @@ impl Admin for Front {
         &self,
         request: Request<DescribeTopicRequest>,
     ) -> Result<Response<DescribeTopicResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let result = self
             .service
             .describe_topic(&ctx, &request.into_inner().name)
@@ -135,7 +135,7 @@ impl Admin for Front {
         &self,
         request: Request<AlterConfigsRequest>,
     ) -> Result<Response<AlterConfigsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = request.into_inner();
         let set = r.set.into_iter().collect();
         let result = self
@@ -151,7 +151,7 @@ impl Admin for Front {
         &self,
         request: Request<CreatePartitionsRequest>,
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = request.into_inner();
         let result = self
             .service
@@ -166,7 +166,7 @@ impl Admin for Front {
         &self,
         request: Request<TieringStatusRequest>,
     ) -> Result<Response<TieringStatusResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let topic = request.into_inner().topic;
         let result = self.service.tiering_status(&ctx, named(&topic)).await;
         let error = error_result(&result);
@@ -208,7 +208,7 @@ impl Admin for Front {
         &self,
         request: Request<FindRecordsRequest>,
     ) -> Result<Response<FindRecordsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = request.into_inner();
         let q = shale_broker::find::FindQuery {
             topic: r.topic,
@@ -264,7 +264,7 @@ impl Admin for Front {
         &self,
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let wanted = request.into_inner().topics;
         let m = self
             .service
@@ -318,7 +318,7 @@ impl Admin for Front {
         &self,
         request: Request<ElectLeadersRequest>,
     ) -> Result<Response<ElectLeadersResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = request.into_inner();
         let partitions = (!r.partitions.is_empty()).then_some(&r.partitions[..]);
         let result = self
@@ -347,7 +347,7 @@ impl Admin for Front {
         &self,
         request: Request<DescribeUserScramCredentialsRequest>,
     ) -> Result<Response<DescribeUserScramCredentialsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let answer = super::users::describe(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
@@ -356,7 +356,7 @@ impl Admin for Front {
         &self,
         request: Request<AlterUserScramCredentialsRequest>,
     ) -> Result<Response<AlterUserScramCredentialsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let answer = super::users::alter(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
@@ -365,7 +365,7 @@ impl Admin for Front {
         &self,
         request: Request<CreateAclsRequest>,
     ) -> Result<Response<CreateAclsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let answer = super::acls::create(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
@@ -374,7 +374,7 @@ impl Admin for Front {
         &self,
         request: Request<DescribeAclsRequest>,
     ) -> Result<Response<DescribeAclsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let answer = super::acls::describe(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
@@ -383,7 +383,7 @@ impl Admin for Front {
         &self,
         request: Request<DeleteAclsRequest>,
     ) -> Result<Response<DeleteAclsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let answer = super::acls::delete(&self.service, &ctx, request.into_inner()).await;
         Ok(Response::new(answer))
     }
@@ -392,7 +392,7 @@ impl Admin for Front {
         &self,
         request: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let result = self.service.cluster_status(&ctx).await;
         let error = error_result(&result);
         let Ok(status) = result else {

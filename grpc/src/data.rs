@@ -17,7 +17,7 @@ impl Data for Front {
         &self,
         request: Request<ProduceRequest>,
     ) -> Result<Response<ProduceResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let req = service::ProduceRequest {
             acks: req.acks,
@@ -59,7 +59,7 @@ impl Data for Front {
         &self,
         request: Request<DeleteRecordsRequest>,
     ) -> Result<Response<DeleteRecordsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let queries = request
             .into_inner()
             .partitions
@@ -93,7 +93,7 @@ impl Data for Front {
         &self,
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = self.service.init_producer_id(&ctx, None).await;
         let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
         Ok(Response::new(InitProducerIdResponse {
@@ -107,7 +107,7 @@ impl Data for Front {
         &self,
         request: Request<FetchRequest>,
     ) -> Result<Response<FetchResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let req = service::FetchRequest {
             // gRPC has no throttle field: a throttled client's answer comes later.
@@ -154,7 +154,7 @@ impl Data for Front {
         &self,
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let queries = request
             .into_inner()
             .partitions

@@ -14,7 +14,7 @@ impl Groups for Front {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let group = request.into_inner().group_id;
         let r = self
             .service
@@ -33,7 +33,7 @@ impl Groups for Front {
         &self,
         request: Request<JoinGroupRequest>,
     ) -> Result<Response<JoinGroupResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let join = JoinRequest {
             group: req.group_id,
@@ -78,7 +78,7 @@ impl Groups for Front {
         &self,
         request: Request<SyncGroupRequest>,
     ) -> Result<Response<SyncGroupResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let sync = SyncRequest {
             group: req.group_id,
@@ -102,7 +102,7 @@ impl Groups for Front {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let r = self
             .service
@@ -122,7 +122,7 @@ impl Groups for Front {
         &self,
         request: Request<LeaveGroupRequest>,
     ) -> Result<Response<LeaveGroupResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let r = self
             .service
@@ -137,7 +137,7 @@ impl Groups for Front {
         &self,
         request: Request<OffsetCommitRequest>,
     ) -> Result<Response<OffsetCommitResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let req = request.into_inner();
         let offsets = req
             .partitions
@@ -180,7 +180,7 @@ impl Groups for Front {
         &self,
         request: Request<OffsetFetchRequest>,
     ) -> Result<Response<OffsetFetchResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let group = request.into_inner().group_id;
         let r = self.service.fetch_offsets(&ctx, &group).await;
         Ok(Response::new(OffsetFetchResponse {
@@ -203,7 +203,7 @@ impl Groups for Front {
         &self,
         request: Request<ListGroupsRequest>,
     ) -> Result<Response<ListGroupsResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let r = self.service.list_groups(&ctx).await;
         Ok(Response::new(ListGroupsResponse {
             error: error_result(&r),
@@ -224,7 +224,7 @@ impl Groups for Front {
         &self,
         request: Request<DescribeGroupRequest>,
     ) -> Result<Response<DescribeGroupResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let group = request.into_inner().group_id;
         let r = self.service.describe_group(&ctx, &group).await;
         let error = error_result(&r);
@@ -259,7 +259,7 @@ impl Groups for Front {
         &self,
         request: Request<DeleteGroupRequest>,
     ) -> Result<Response<DeleteGroupResponse>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         let group = request.into_inner().group_id;
         let r = self.service.delete_group(&ctx, &group).await;
         Ok(Response::new(DeleteGroupResponse {

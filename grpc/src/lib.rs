@@ -103,7 +103,7 @@ impl Front {
     /// The request's context: this listener, the peer's address, and who the caller
     /// authenticated as (UNAUTHENTICATED when the listener requires credentials and
     /// the call's are missing or wrong).
-    async fn context<T>(&self, request: &tonic::Request<T>) -> Result<RequestContext, Status> {
+    fn context<T>(&self, request: &tonic::Request<T>) -> Result<RequestContext, Status> {
         let principal = security::principal(&self.security, request)?;
         let peer: Option<SocketAddr> = request
             .extensions()

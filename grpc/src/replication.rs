@@ -30,7 +30,7 @@ impl Replication for Front {
         &self,
         request: Request<Streaming<ReplicaFetchRequest>>,
     ) -> Result<Response<Self::ReplicaFetchStream>, Status> {
-        let ctx = self.context(&request).await?;
+        let ctx = self.context(&request)?;
         // A request that does not decode ends the stream (the follower reconnects).
         let requests = tokio_stream::StreamExt::map_while(request.into_inner(), |r| r.ok())
             .map(decode_request);

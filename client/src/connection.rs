@@ -235,6 +235,16 @@ impl Client {
                             format!("topic '{topic}' does not exist"),
                         ));
                     }
+                    // Another call dropped the topic's leaders between the refresh and
+                    // here (after a failure of its own): retriable, as no leader is.
+                    (None, Some(n)) if partition >= 0 && partition < n => {
+                        return Err(broker_error(
+                            ErrorCode::LeaderNotAvailable,
+                            format!(
+                                "partition {partition} of '{topic}' has no known leader right now"
+                            ),
+                        ));
+                    }
                     (None, Some(n)) => {
                         return Err(broker_error(
                             ErrorCode::UnknownTopicOrPartition,

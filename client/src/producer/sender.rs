@@ -123,7 +123,14 @@ impl Sender {
         let acc = &mut *acc;
         let mut next_wake = now + Duration::from_millis(100);
         let total_in_flight: usize = acc.partitions.iter().map(|q| q.in_flight).sum();
-        if acc.bump_epoch && total_in_flight == 0 {
+        // A batch that may already be written (its last attempt's answer was lost) is
+        // resolved under its own epoch first: renumbered under a new one, it would be
+        // written a second time.
+        let unresolved = acc
+            .partitions
+            .iter()
+            .any(|q| q.queued.iter().any(may_be_written));
+        if acc.bump_epoch && total_in_flight == 0 && !unresolved {
             self.bump_epoch(acc);
         }
         let mut ready = Vec::new();
@@ -143,8 +150,10 @@ impl Sender {
                 }
                 expired.push(q.queued.pop_front().expect("front exists"));
             }
-            // Nothing goes while an epoch bump waits, or while a new id is awaited.
-            if acc.bump_epoch || (self.idempotent && acc.producer.is_none()) {
+            // Nothing goes while an epoch bump waits (but the batches it waits for), or
+            // while a new id is awaited.
+            let resolving = q.queued.front().is_some_and(may_be_written);
+            if (acc.bump_epoch && !resolving) || (self.idempotent && acc.producer.is_none()) {
                 continue;
             }
             let limit = if q.retrying {
@@ -334,6 +343,7 @@ impl Sender {
                     // sequence. Renumber under a new epoch.
                     tracing::warn!(partition = p, error = %e, "sequence gap at the leader; bumping the epoch");
                     acc.bump_epoch = true;
+                    b.last_error = Some(e);
                     requeue(q, b, Instant::now());
                 } else if (gap || e.is_retriable())
                     && Instant::now() < b.created + self.config.delivery_timeout
@@ -380,6 +390,20 @@ fn explained(q: &PartitionQueue, e: Arc<Error>) -> Arc<Error> {
 }
 
 /// Puts a batch back in its partition's queue, in sequence order.
+/// Whether a queued batch may already be in the log: it was sent under its sequence
+/// and its last attempt did not end in a refusal for a sequence gap (which means it
+/// was not written).
+fn may_be_written(b: &Batch) -> bool {
+    b.seq.is_some()
+        && b.attempts > 0
+        && !b.last_error.as_ref().is_some_and(|e| {
+            matches!(
+                e.code(),
+                Some(ErrorCode::OutOfOrderSequenceNumber | ErrorCode::UnknownProducerId)
+            )
+        })
+}
+
 fn requeue(q: &mut PartitionQueue, mut b: Batch, not_before: Instant) {
     b.not_before = not_before;
     let pos = match b.seq {

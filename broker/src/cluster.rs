@@ -199,30 +199,18 @@ impl Broker {
     ///   epoch: the controller elects again, this broker too if it is the only choice.
     /// - After a start that did not follow a clean shutdown, its logs may have lost
     ///   their unflushed tails (power loss) or everything (a new disk): it leaves every
-    ///   ELR, and every ISR that names another member or has an eligible replica, before
-    ///   its lease makes it electable; each leader adds it back once it has caught up.
-    ///   As the only member of both it stays: nothing could then be elected without an
-    ///   unclean election.
+    ///   ISR and ELR in which another member remains, before its lease makes it
+    ///   electable; each leader adds it back once it has caught up. As the last member
+    ///   of both it stays: nothing could then be elected without an unclean election
+    ///   (see [`crate::rules::after_restart`]).
     async fn leave_isrs(&self, clean: bool, deadline: Instant) -> Result<()> {
         let id = self.config.broker_id;
         loop {
             let mut conflicts = 0;
             for state in self.metastore.list_partition_states().await? {
-                let mut next = state.clone();
-                if state.leader == id {
-                    next.leader = -1;
-                    next.leader_epoch += 1;
-                }
-                if !clean {
-                    next.elr.retain(|b| *b != id);
-                    let others = next.isr.iter().chain(&next.elr).any(|b| *b != id);
-                    if others {
-                        next.isr.retain(|b| *b != id);
-                    }
-                }
-                if next == state {
+                let Some(next) = crate::rules::after_restart(&state, id, clean) else {
                     continue;
-                }
+                };
                 match self
                     .metastore
                     .update_partition_state(&next, StateGuard::default())

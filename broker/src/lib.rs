@@ -27,6 +27,7 @@ pub mod quota;
 mod registry;
 pub mod remote_io;
 pub mod replication;
+mod rules;
 pub mod security;
 pub mod service;
 pub mod stats;

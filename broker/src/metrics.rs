@@ -139,13 +139,14 @@ pub async fn render(broker: &Broker) -> String {
     }
     // Replication health, as Kafka's LeaderCount / UnderReplicatedPartitions /
     // UnderMinIsrPartitionCount.
-    let (mut leading, mut under_replicated, mut under_min_isr) = (0, 0, 0);
+    let (mut leading, mut under_replicated, mut under_min_isr, mut hw_held) = (0, 0, 0, 0);
     for p in broker.all_partitions() {
         let role = p.role();
         if role.leader == broker.config.broker_id {
             leading += 1;
             under_replicated += i32::from(role.isr.len() < role.replicas.len());
             under_min_isr += i32::from((role.isr.len() as i64) < p.config().min_insync_replicas);
+            hw_held += i32::from(p.hw_held());
         }
     }
     for (name, help, value) in [
@@ -163,6 +164,12 @@ pub async fn render(broker: &Broker) -> String {
             "shale_under_min_isr_partitions",
             "Partitions led here whose ISR is below min.insync.replicas (acks=all refused).",
             under_min_isr,
+        ),
+        (
+            "shale_hw_held_partitions",
+            "Partitions led here whose high watermark is held by the strict min.insync.replicas \
+             rule: records above it are neither readable nor uploaded until the ISR recovers.",
+            hw_held,
         ),
         (
             "shale_lease_valid",

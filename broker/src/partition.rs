@@ -9,9 +9,11 @@
 //! atomically; fetches plan under the lock and read with `pread` after it.
 //!
 //! # High watermark
-//! The leader's HW is the smallest log end offset over the ISR (its own included), and
-//! never goes down while it leads. A follower's HW is the leader's, capped by its own
-//! log end. Consumers read only below the HW.
+//! The leader's HW is the smallest log end offset over the maximal ISR (its own included,
+//! and followers whose addition it has sent to the metastore), and never goes down
+//! while it leads. While the ISR is below min.insync.replicas it does not move at all
+//! (KIP-966's strict rule; see [`crate::rules::high_watermark`]). A follower's HW is
+//! the leader's, capped by its own log end. Consumers read only below the HW.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -108,6 +110,11 @@ struct Replica {
     log: PartitionLog,
     role: Role,
     followers: HashMap<i32, FollowerProgress>,
+    /// Leader: followers whose addition to the ISR it sent to the metastore, for the
+    /// role it holds (Kafka's maximal ISR): cleared when the role changes.
+    pending_isr: Vec<i32>,
+    /// Leader: whether the HW is held by the strict min-ISR rule (logged on change).
+    hw_held: bool,
     /// Closed at shutdown: nothing is written after the final fsync, or a clean
     /// shutdown could leave an unflushed tail behind.
     closed: bool,
@@ -194,6 +201,8 @@ impl Partition {
                     version: -1,
                 },
                 followers: HashMap::new(),
+                pending_isr: Vec::new(),
+                hw_held: false,
                 closed: false,
             }),
             config: RwLock::new(config),
@@ -245,6 +254,7 @@ impl Partition {
             return Ok(());
         }
         let was_leading_epoch = (r.role.leader == self.broker_id).then_some(r.role.leader_epoch);
+        r.pending_isr.clear();
         r.role = Role {
             leader: state.leader,
             leader_epoch: state.leader_epoch,
@@ -288,7 +298,7 @@ impl Partition {
             tracing::info!(topic = %self.topic, partition = self.index, leader = state.leader,
                 epoch = state.leader_epoch, "no longer leading partition");
         }
-        self.advance_hw(&r);
+        self.advance_hw(&mut r);
         Ok(())
     }
 
@@ -299,8 +309,9 @@ impl Partition {
             r.role.isr = isr;
             r.role.elr = elr;
             r.role.version = version;
+            r.pending_isr.clear();
         }
-        self.advance_hw(&r);
+        self.advance_hw(&mut r);
     }
 
     pub fn config(&self) -> Arc<TopicConfig> {
@@ -371,7 +382,7 @@ impl Partition {
         let epoch = r.role.leader_epoch;
         let info = r.log.append(&mut buf, &mut headers, epoch, now_ms)?;
         let log_start_offset = r.log.log_start_offset();
-        self.advance_hw(&r);
+        self.advance_hw(&mut r);
         drop(r);
         if !info.duplicate {
             self.appended.send_modify(|n| *n = n.wrapping_add(1));

@@ -149,7 +149,8 @@ impl Broker {
                     tracing::warn!(topic = %p.topic, partition = p.index, replica = req.replica_id,
                         "follower's log went backwards (it lost records), removing it from the ISR");
                 }
-                self.write_isr(p, role, isr.clone()).await;
+                let lost = (!isr.contains(&req.replica_id)).then_some(req.replica_id);
+                self.write_isr(p, role, isr.clone(), lost).await;
             }
             // Out of range: the follower needs the leader's local log start to restart at.
             let range_start = match &r {
@@ -182,23 +183,20 @@ impl Broker {
 
     /// Writes a new ISR for a partition this broker leads (compare-and-set on the
     /// version its role came from). Skipped while this broker's lease is not valid.
-    pub(crate) async fn write_isr(&self, p: &Partition, role: &Role, isr: Vec<i32>) {
+    pub(crate) async fn write_isr(
+        &self,
+        p: &Partition,
+        role: &Role,
+        isr: Vec<i32>,
+        lost: Option<i32>,
+    ) {
         if !self.lease_valid() {
+            p.isr_change_not_sent(role.version);
             return;
         }
-        // Eligible replicas back in the ISR are plain members again; and once the ISR
-        // reaches min.insync.replicas, records can commit without the others: none of
-        // them stays eligible (KIP-966).
+        // Eligible replicas as KIP-966 keeps them (see `rules::elr_after_isr_change`).
         let min_isr = p.config().min_insync_replicas.max(1) as usize;
-        let elr = if isr.len() >= min_isr {
-            Vec::new()
-        } else {
-            role.elr
-                .iter()
-                .copied()
-                .filter(|b| !isr.contains(b))
-                .collect()
-        };
+        let elr = crate::rules::elr_after_isr_change(&role.elr, &role.isr, &isr, lost, min_isr);
         let next = PartitionState {
             topic_id: p.topic_id,
             partition: p.index,
@@ -221,6 +219,9 @@ impl Broker {
             }
             Err(e) => {
                 tracing::info!(topic = %p.topic, partition = p.index, error = %e, "ISR change not written");
+                // The write may still have been applied (a lost answer): the followers
+                // it adds keep counting for the HW until the metadata reloaded here
+                // shows the partition's state.
                 self.changes.notify_one();
             }
         }
@@ -234,7 +235,7 @@ impl Broker {
             if let Some((role, isr)) = p.isr_to_shrink(now, lag) {
                 tracing::warn!(topic = %p.topic, partition = p.index, from = ?role.isr, to = ?isr,
                     "followers fell behind, shrinking the ISR");
-                self.write_isr(&p, &role, isr).await;
+                self.write_isr(&p, &role, isr, None).await;
             }
         }
         Ok(())

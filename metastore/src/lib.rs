@@ -157,7 +157,10 @@ pub trait Metastore: Send + Sync + 'static {
     /// Registers a (re)starting broker as a new incarnation: raises and returns its
     /// broker epoch, so no earlier incarnation can renew the lease any more. The lease
     /// keeps its expiry: an earlier incarnation that still runs (a duplicate broker id)
-    /// trusts it until then, so leadership cannot move before it has stopped.
+    /// trusts it until then, so leadership cannot move from it before then
+    /// ([`StateGuard::expired`]). It does not make the new incarnation live
+    /// ([`BrokerLease::is_alive`], [`StateGuard::alive`]): that takes a renewal by the
+    /// new incarnation itself.
     /// `address` is where other brokers reach it, `endpoints` its address on each
     /// listener by name.
     async fn register_broker(

@@ -244,11 +244,12 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
         brokers[0].is_alive() && !brokers[1].is_alive(),
         "{brokers:?}"
     );
-    // A restart registers a newer incarnation: the older one can no longer renew, and
-    // the lease keeps its expiry (an older process that still runs trusts it).
+    // A restart registers a newer incarnation: the older one can no longer renew. The
+    // lease keeps its expiry for the older one (a process that still runs trusts it),
+    // but makes the new one live only once it renews it itself.
     let e1b = m.register_broker(1, "127.0.0.1:1", &[]).await.unwrap();
     assert_eq!(e1b, e1 + 1);
-    assert!(m.list_brokers().await.unwrap()[0].is_alive());
+    assert!(!m.list_brokers().await.unwrap()[0].is_alive());
     let err = m
         .renew_broker_lease(1, e1, "127.0.0.1:1", 60_000)
         .await
@@ -322,7 +323,22 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
-    let stored = m.update_partition_state(&next, elect(e2)).await.unwrap();
+    // Broker 2 restarts within its lease: the lease still fences leadership away from
+    // the older incarnation, but makes the new one electable only once it renewed it.
+    let e2b = m.register_broker(2, "127.0.0.1:2", &[]).await.unwrap();
+    for guard in [elect(e2), elect(e2b)] {
+        let err = m.update_partition_state(&next, guard).await.unwrap_err();
+        assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
+    }
+    let err = m
+        .update_partition_state(&next, expired(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BrokerStillAlive(2)), "{err:?}");
+    m.renew_broker_lease(2, e2b, "127.0.0.1:2", 60_000)
+        .await
+        .unwrap();
+    let stored = m.update_partition_state(&next, elect(e2b)).await.unwrap();
     assert_eq!(stored.elr, vec![1]);
     assert_eq!(
         (stored.leader, stored.leader_epoch, stored.version),

@@ -1163,3 +1163,163 @@ async fn deleted_records_stay_deleted_across_a_failover() {
     assert_eq!(offsets.first(), Some(&250));
     assert_eq!(offsets, (250..600).collect::<Vec<_>>());
 }
+
+impl Cluster {
+    /// The test topic on two brokers (replication factor 2, min.insync.replicas 2).
+    async fn create_pair_topic(&self) {
+        let configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
+        self.client()
+            .await
+            .create_topic(TOPIC, PARTITIONS, 2, configs)
+            .await
+            .unwrap();
+        self.wait_until(1, "both replicas in every ISR", |ps| {
+            ps.iter().all(|(l, _, isr)| *l > 0 && isr.len() == 2)
+        })
+        .await;
+    }
+
+    /// Sends `count` records to partition 0 (values `r-{first}`…), one batch each;
+    /// returns the acknowledgements.
+    async fn send(&self, acks: Acks, first: u64, count: u64) -> Vec<Ack> {
+        let mut producer = Producer::new(self.client().await, TOPIC, acks)
+            .await
+            .unwrap();
+        let mut acked = Vec::new();
+        for seq in first..first + count {
+            let record = ProducerRecord {
+                partition: Some(0),
+                value: Some(Bytes::from(format!("r-{seq}"))),
+                ..Default::default()
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                match producer.send_all(vec![record.clone()]).await {
+                    Ok(meta) => {
+                        acked.push((0, meta[0].offset, seq));
+                        break;
+                    }
+                    Err(e) => {
+                        assert!(Instant::now() < deadline, "r-{seq} not acknowledged: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+        acked
+    }
+}
+
+/// Replication factor 2, min.insync.replicas 2: the follower is paused past its lease
+/// (ISR {leader}, ELR {follower}) and acks=1 records are acknowledged meanwhile. The
+/// strict min-ISR rule holds the high watermark, so they stay unreadable; the leader is
+/// then killed and the follower, resumed, is elected from the ELR without them. The
+/// old leader truncates them on its return, and the acks=all records written next at
+/// the same offsets are all read back (they used to be shadowed by the acks=1 records
+/// uploaded from the old leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_hw_holds_below_min_isr_and_an_eligible_replica_loses_no_acks_all_record() {
+    let mut cluster = Cluster::start(2, None).await;
+    cluster.create_pair_topic().await;
+    let mut acked = cluster.send(Acks::All, 0, 20).await;
+    let leader = cluster.partitions(1).await[0].0;
+    let follower = 3 - leader;
+    cluster.broker(follower).pause();
+    cluster
+        .wait_until(leader, "the paused follower out of the ISR", |ps| {
+            ps[0].2 == vec![leader]
+        })
+        .await;
+    let unsafe_acks = cluster.send(Acks::Leader, 20, 40).await;
+    assert_eq!(unsafe_acks.last().unwrap().1, 59);
+    let client = Client::connect(&cluster.broker(leader).address())
+        .await
+        .unwrap();
+    let hw = client.list_offset(TOPIC, 0, -1).await.unwrap().unwrap();
+    assert_eq!(
+        hw, 20,
+        "the HW moved with the ISR below min.insync.replicas"
+    );
+    assert!(
+        cluster.broker(leader).log().contains("high watermark held"),
+        "no log line says the HW is held"
+    );
+    cluster.broker(leader).kill();
+    cluster.broker(follower).resume();
+    cluster
+        .wait_until(follower, "the eligible follower elected", |ps| {
+            ps[0].0 == follower
+        })
+        .await;
+    cluster.broker(leader).start_again().await;
+    cluster
+        .wait_until(follower, "the old leader back in the ISR", |ps| {
+            ps[0].2.len() == 2
+        })
+        .await;
+    let more = cluster.send(Acks::All, 60, 80).await;
+    assert_eq!(more[0].1, 20, "acks=all records continue at the HW");
+    acked.extend(more);
+    let read = check(cluster.client().await, &acked).await;
+    report("eligible replica elected", &acked, 0, read);
+}
+
+/// Replication factor 2, min.insync.replicas 2: the follower dies and stays down past
+/// its lease, then the leader dies; the leader restarts, then the follower. Both hold
+/// every record, so the partition must get a leader again on its own (it used to stay
+/// offline with an empty ISR and ELR), and nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_whose_replicas_all_restart_gets_a_leader_again() {
+    let mut cluster = Cluster::start(2, None).await;
+    cluster.create_pair_topic().await;
+    let mut acked = cluster.send(Acks::All, 0, 20).await;
+    let leader = cluster.partitions(1).await[0].0;
+    let follower = 3 - leader;
+    cluster.broker(follower).kill();
+    cluster
+        .wait_until(leader, "the dead follower out of the ISR", |ps| {
+            ps[0].2 == vec![leader]
+        })
+        .await;
+    cluster.broker(leader).kill();
+    cluster.broker(leader).start_again().await;
+    cluster.broker(follower).start_again().await;
+    let recovered = cluster
+        .wait_until(leader, "a leader for partition 0", |ps| ps[0].0 > 0)
+        .await;
+    eprintln!("partition 0 led again {recovered:?} after both restarts");
+    acked.extend(cluster.send(Acks::All, 20, 20).await);
+    let read = check(cluster.client().await, &acked).await;
+    report("both replicas restarted", &acked, 0, read);
+}
+
+/// Both brokers are killed within a lease; one loses the unflushed tail of its active
+/// segment (a power loss) and restarts at once, within its old lease. It must not be
+/// elected for the records it lost: the other, whose disk is intact, leads on its
+/// return, and every acknowledged record is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_restarted_within_its_lease_is_not_elected_with_a_lost_tail() {
+    let mut cluster = Cluster::start(2, None).await;
+    cluster.create_pair_topic().await;
+    let acked = cluster.send(Acks::All, 0, 30).await;
+    let leader = cluster.partitions(1).await[0].0;
+    let follower = 3 - leader;
+    cluster.broker(leader).kill();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.broker(follower).kill();
+    let segment = active_segment(cluster.broker(follower));
+    let len = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len * 2 / 3)
+        .unwrap();
+    cluster.broker(follower).start_again().await;
+    cluster.broker(leader).start_again().await;
+    cluster
+        .wait_until(follower, "a leader for partition 0", |ps| ps[0].0 > 0)
+        .await;
+    let read = check(cluster.client().await, &acked).await;
+    report("lost tail within the lease", &acked, 0, read);
+}

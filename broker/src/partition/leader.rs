@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::{Partition, Replica, Role};
 use crate::error::{Error, Result};
+use crate::rules::{FetchCheck, check_follower_fetch, may_join_isr};
 
 /// One partition of a follower's fetch, as the leader sees it.
 #[derive(Debug, Clone, Copy)]
@@ -46,33 +47,82 @@ pub(super) struct FollowerProgress {
 }
 
 impl Partition {
-    /// Leader: raises the HW to the smallest log end over the ISR (followers not heard
-    /// from since this epoch began hold it where it is).
-    pub(super) fn advance_hw(&self, r: &Replica) {
+    /// Leader: raises the HW to the smallest log end over the maximal ISR (the ISR and
+    /// the members whose addition was sent to the metastore), unless the ISR is below
+    /// min.insync.replicas (see [`crate::rules::high_watermark`]). Followers not heard
+    /// from since this epoch began hold it where it is.
+    pub(super) fn advance_hw(&self, r: &mut Replica) {
         if r.role.leader != self.broker_id {
             return;
         }
         let current = self.high_watermark();
-        let hw = r
-            .role
-            .isr
-            .iter()
-            .filter(|&&b| b != self.broker_id)
-            .map(|b| r.followers.get(b).map_or(-1, |f| f.leo))
-            .map(|leo| if leo < 0 { current } else { leo })
-            .fold(r.log.log_end_offset(), i64::min);
+        let min_isr = self.config().min_insync_replicas.max(1) as usize;
+        let leo = r.log.log_end_offset();
+        let members = r.role.isr.iter().chain(&r.pending_isr);
+        let hw = crate::rules::high_watermark(
+            current,
+            leo,
+            r.role.isr.len(),
+            min_isr,
+            members
+                .filter(|&&b| b != self.broker_id)
+                .map(|b| r.followers.get(b).map_or(-1, |f| f.leo)),
+        );
         if hw > current {
             self.high_watermark.send_replace(hw);
+        }
+        // Held by the strict min-ISR rule: records above the HW are neither readable
+        // nor uploaded, and the local log grows, until the ISR recovers.
+        let held = r.role.isr.len() < min_isr && leo > hw;
+        if held != r.hw_held {
+            r.hw_held = held;
+            if held {
+                tracing::warn!(topic = %self.topic, partition = self.index, high_watermark = hw,
+                    log_end_offset = leo, isr = ?r.role.isr, min_insync_replicas = min_isr,
+                    "high watermark held: the ISR is below min.insync.replicas, so records above it \
+                     stay unreadable and local until the ISR recovers");
+            } else {
+                tracing::info!(topic = %self.topic, partition = self.index, high_watermark = hw,
+                    isr = ?r.role.isr, "high watermark no longer held by min.insync.replicas");
+            }
+        }
+    }
+
+    /// Leader: whether its HW is held by the strict min-ISR rule (records above it).
+    pub fn hw_held(&self) -> bool {
+        let r = self.replica();
+        r.role.leader == self.broker_id && r.hw_held
+    }
+
+    /// Leader: an ISR change it proposed for the role at `version` was not sent;
+    /// followers it would have added no longer count for the HW.
+    pub fn isr_change_not_sent(&self, version: i64) {
+        let mut r = self.replica();
+        if r.role.version == version {
+            r.pending_isr.clear();
         }
     }
 
     /// Leader: followers in the ISR that have not caught up within `lag_ms`; the ISR
     /// without them, if any.
     pub fn isr_to_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<(Role, Vec<i32>)> {
-        let r = self.replica();
+        let mut r = self.replica();
         if r.role.leader != self.broker_id {
             return None;
         }
+        // A proposed member that fell behind since: its addition failed (the metadata
+        // reloaded after the failure would have shown it otherwise), so it no longer
+        // holds the HW.
+        let Replica {
+            pending_isr,
+            followers,
+            ..
+        } = &mut *r;
+        pending_isr.retain(|b| {
+            followers
+                .get(b)
+                .is_some_and(|f| now_ms - f.caught_up_ms <= lag_ms)
+        });
         let isr: Vec<i32> = r
             .role
             .isr
@@ -139,26 +189,28 @@ impl Partition {
                 diverging: None,
                 isr_change: None,
             };
-            if f.fetch_offset > local_start && f.last_fetched_epoch >= 0 {
-                match r.log.epoch_end_offset(f.last_fetched_epoch) {
-                    Some((epoch, end))
-                        if epoch == f.last_fetched_epoch && end >= f.fetch_offset => {}
-                    Some((epoch, end)) => {
-                        out.diverging = Some((epoch, end));
-                        return Ok(out);
-                    }
-                    None => {
-                        out.diverging = Some((-1, local_start));
-                        return Ok(out);
-                    }
+            let epoch_end = (f.last_fetched_epoch >= 0)
+                .then(|| r.log.epoch_end_offset(f.last_fetched_epoch))
+                .flatten();
+            match check_follower_fetch(
+                f.fetch_offset,
+                f.last_fetched_epoch,
+                local_start,
+                leo,
+                epoch_end,
+            ) {
+                FetchCheck::Serve => {}
+                FetchCheck::Diverging(epoch, end) => {
+                    out.diverging = Some((epoch, end));
+                    return Ok(out);
                 }
-            }
-            if f.fetch_offset < local_start || f.fetch_offset > leo {
-                return Err(Error::OffsetOutOfRange {
-                    offset: f.fetch_offset,
-                    log_start: local_start,
-                    log_end: leo,
-                });
+                FetchCheck::OutOfRange => {
+                    return Err(Error::OffsetOutOfRange {
+                        offset: f.fetch_offset,
+                        log_start: local_start,
+                        log_end: leo,
+                    });
+                }
             }
             // A follower joins the ISR only at the HW and at the start of this epoch: a
             // new leader's HW may lag what the last leader acknowledged (KAFKA-7128).
@@ -182,11 +234,11 @@ impl Partition {
                     };
                     p.leader_leo_at_last_fetch = leo;
                     p.broker_epoch = f.replica_epoch;
-                    (p.leo >= hw && p.leo >= epoch_start, went_back)
+                    (may_join_isr(p.leo, hw, epoch_start), went_back)
                 }
                 None => return Err(Error::NotReplica(f.replica_id)),
             };
-            self.advance_hw(&r);
+            self.advance_hw(&mut r);
             out.high_watermark = self.high_watermark();
             let in_isr = r.role.isr.contains(&f.replica_id);
             if went_back && in_isr {
@@ -203,6 +255,10 @@ impl Partition {
                 isr.push(f.replica_id);
                 isr.sort_unstable();
                 out.isr_change = Some((r.role.clone(), isr));
+                // Electable once the metastore has it: the HW waits for it from now.
+                if !r.pending_isr.contains(&f.replica_id) {
+                    r.pending_isr.push(f.replica_id);
+                }
             }
             (r.log.plan_read(f.fetch_offset, leo)?, out)
         };

@@ -178,7 +178,9 @@ fn apply_one(
 ) -> Result<bool> {
     match r.error_code {
         ErrorCode::None => {}
-        ErrorCode::OffsetOutOfRange if pos.log_end_offset < r.local_log_start_offset => {
+        // At the start itself: its last epoch is older than any the leader knows there,
+        // so what it holds below cannot be checked (see `rules::check_follower_fetch`).
+        ErrorCode::OffsetOutOfRange if pos.log_end_offset <= r.local_log_start_offset => {
             tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
                 leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
             p.reset_to(pos, r.local_log_start_offset)?;

@@ -85,7 +85,8 @@ macro_rules! cluster_sql {
             ) -> Result<()> {
                 let updated = sqlx::query(concat!(
                     "UPDATE brokers SET address = $3, \
-                       lease_expires_ms = CASE WHEN $4 > 0 THEN ", $now, " + $4 ELSE 0 END \
+                       lease_expires_ms = CASE WHEN $4 > 0 THEN ", $now, " + $4 ELSE 0 END, \
+                       lease_epoch = broker_epoch \
                      WHERE broker_id = $1 AND broker_epoch = $2",
                 ))
                 .bind(broker_id)
@@ -103,7 +104,8 @@ macro_rules! cluster_sql {
             pub(super) async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
                 let rows: Vec<(i32, String, String, i64, i64, i64, i64)> = sqlx::query_as(concat!(
                     "SELECT broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, \
-                       lease_expires_ms - ", $now, " FROM brokers ORDER BY broker_id",
+                       CASE WHEN lease_epoch = broker_epoch THEN lease_expires_ms - ", $now, " ELSE 0 END \
+                     FROM brokers ORDER BY broker_id",
                 ))
                 .fetch_all(&self.pool)
                 .await?;
@@ -175,20 +177,22 @@ macro_rules! cluster_sql {
             ) -> Result<PartitionState> {
                 let mut tx = self.begin_write().await?;
                 let lease_of = concat!(
-                    "SELECT lease_expires_ms - ", $now, ", broker_epoch FROM brokers WHERE broker_id = $1",
+                    "SELECT lease_expires_ms - ", $now, ", broker_epoch, lease_epoch FROM brokers WHERE broker_id = $1",
                     $for_update
                 );
                 if let Some(broker_id) = guard.expired {
-                    let lease: Option<(i64, i64)> =
+                    // Any incarnation's lease: an older process may still trust it.
+                    let lease: Option<(i64, i64, i64)> =
                         sqlx::query_as(lease_of).bind(broker_id).fetch_optional(&mut *tx).await?;
-                    if lease.is_some_and(|(remaining, _)| remaining > 0) {
+                    if lease.is_some_and(|(remaining, _, _)| remaining > 0) {
                         return Err(Error::BrokerStillAlive(broker_id));
                     }
                 }
                 if let Some((broker_id, epoch)) = guard.alive {
-                    let lease: Option<(i64, i64)> =
+                    // Only a lease that this very incarnation renewed.
+                    let lease: Option<(i64, i64, i64)> =
                         sqlx::query_as(lease_of).bind(broker_id).fetch_optional(&mut *tx).await?;
-                    if !lease.is_some_and(|(remaining, e)| remaining > 0 && e == epoch) {
+                    if !lease.is_some_and(|(remaining, e, held)| remaining > 0 && e == epoch && held == epoch) {
                         return Err(Error::BrokerNotAlive(broker_id));
                     }
                 }

@@ -1,0 +1,156 @@
+//! The replication protocol's decisions, as pure functions of their inputs: how far a
+//! leader's high watermark may move, when a follower joins the ISR, what the eligible
+//! replicas become when the ISR changes, whether a follower's fetch diverged, where it
+//! truncates, and what a restarting broker gives up. (The controller's election is
+//! [`crate::elections::elect`].) The production code calls these, and so does the
+//! model check in `rules/model.rs`, which explores every interleaving of a small
+//! cluster against the durability invariants: a rule changed here is a rule checked.
+
+use shale_metastore::PartitionState;
+
+/// The leader's high watermark: the smallest log end offset over the ISR, raised only.
+///
+/// - `isr_size` is the ISR the metastore holds (the committed one). While it is
+///   smaller than `min_isr` the HW stays where it is (KIP-966's strict rule): an
+///   eligible replica that left the ISR below min.insync.replicas may be elected with
+///   none of what was written since, so none of it may count as committed.
+/// - `follower_leos` are the log ends of the other members of the *maximal* ISR (the
+///   committed one plus members whose addition was sent to the metastore but not yet
+///   seen back): a follower that the metastore may already list is electable, so the
+///   HW must not pass it. -1 is a follower not heard from since this epoch began; it
+///   holds the HW where it is.
+pub(crate) fn high_watermark(
+    current: i64,
+    leader_leo: i64,
+    isr_size: usize,
+    min_isr: usize,
+    follower_leos: impl IntoIterator<Item = i64>,
+) -> i64 {
+    if isr_size < min_isr {
+        return current;
+    }
+    let hw = follower_leos
+        .into_iter()
+        .map(|leo| if leo < 0 { current } else { leo })
+        .fold(leader_leo, i64::min);
+    hw.max(current)
+}
+
+/// Whether a follower whose log ends at `follower_leo` may join the ISR: it has every
+/// committed record (`hw`) and reached the start of the leader's epoch, since a new
+/// leader's HW may lag what the last one acknowledged (KAFKA-7128).
+pub(crate) fn may_join_isr(follower_leo: i64, hw: i64, epoch_start: i64) -> bool {
+    follower_leo >= hw && follower_leo >= epoch_start
+}
+
+/// The eligible leader replicas after the leader changes the ISR from `before` to
+/// `isr` (KIP-966). Once the ISR is at min.insync.replicas records can commit without
+/// the others, so none stays eligible. Below it, members back in the ISR are plain
+/// members again, and members removed because they fell behind become eligible: the HW
+/// did not pass their log end while they were in the ISR, and it does not move again
+/// until the ISR is back at min.insync.replicas, so they hold every committed record. A
+/// member removed because it lost records (`lost`) is not eligible.
+pub(crate) fn elr_after_isr_change(
+    elr: &[i32],
+    before: &[i32],
+    isr: &[i32],
+    lost: Option<i32>,
+    min_isr: usize,
+) -> Vec<i32> {
+    if isr.len() >= min_isr {
+        return Vec::new();
+    }
+    let mut next: Vec<i32> = elr
+        .iter()
+        .copied()
+        .filter(|b| !isr.contains(b) && Some(*b) != lost)
+        .collect();
+    for b in before {
+        if !isr.contains(b) && !next.contains(b) && Some(*b) != lost {
+            next.push(*b);
+        }
+    }
+    next
+}
+
+/// The leader's check of a follower's fetch position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FetchCheck {
+    /// Serve from `fetch_offset`.
+    Serve,
+    /// The follower's log diverged: its `last_fetched_epoch` ends at this (epoch, end
+    /// offset) here.
+    Diverging(i32, i64),
+    /// Outside the local log, or older than every epoch this log knows at its start:
+    /// the follower restarts empty at the leader's local log start.
+    OutOfRange,
+}
+
+/// Checks a follower's fetch (`fetch_offset`, `last_fetched_epoch`; -1: its log is
+/// empty) against the leader's local log [`local_start`, `leo`), where
+/// `epoch_end` is the leader's largest epoch <= `last_fetched_epoch` and where it
+/// ends. The divergence check runs at the local log start too: a follower that
+/// fetches exactly there may hold different records below it.
+pub(crate) fn check_follower_fetch(
+    fetch_offset: i64,
+    last_fetched_epoch: i32,
+    local_start: i64,
+    leo: i64,
+    epoch_end: Option<(i32, i64)>,
+) -> FetchCheck {
+    if fetch_offset >= local_start && last_fetched_epoch >= 0 {
+        match epoch_end {
+            Some((epoch, end)) if epoch == last_fetched_epoch && end >= fetch_offset => {}
+            Some((epoch, end)) => return FetchCheck::Diverging(epoch, end),
+            // The leader knows no epoch that old: nothing to compare at the start, so
+            // the follower starts over there; above it, it first cuts back to it.
+            None if fetch_offset > local_start => {
+                return FetchCheck::Diverging(-1, local_start);
+            }
+            None => return FetchCheck::OutOfRange,
+        }
+    }
+    if fetch_offset < local_start || fetch_offset > leo {
+        return FetchCheck::OutOfRange;
+    }
+    FetchCheck::Serve
+}
+
+/// Where a follower truncates when the leader says its `epoch` ends at `end_offset`:
+/// there, or where that epoch ends in the follower's own log (`own_epoch_end`) if
+/// sooner.
+pub(crate) fn truncation_point(end_offset: i64, own_epoch_end: Option<(i32, i64)>) -> i64 {
+    own_epoch_end.map_or(end_offset, |(_, end)| end.min(end_offset))
+}
+
+/// What a broker starting a new incarnation writes for one partition (`None`:
+/// nothing changes). It gives up a leadership it held before (the partition goes
+/// offline at a new epoch until the controller elects again). Unless its last stop
+/// was `clean` (every log fsynced), its log may have lost its unflushed tail (power
+/// loss) or everything (a new disk), so it leaves the ELR, and the ISR, as long as
+/// another member of either remains: a member that lost records is never elected for
+/// them while one that may hold them is eligible. As the last member of both it
+/// stays, or no replica could ever be elected again without an unclean election,
+/// though the log of the restarting broker is all that is left of the partition.
+pub(crate) fn after_restart(
+    state: &PartitionState,
+    broker: i32,
+    clean: bool,
+) -> Option<PartitionState> {
+    let mut next = state.clone();
+    if state.leader == broker {
+        next.leader = -1;
+        next.leader_epoch += 1;
+    }
+    let others = state.isr.iter().chain(&state.elr).any(|b| *b != broker);
+    if !clean && others {
+        next.elr.retain(|b| *b != broker);
+        next.isr.retain(|b| *b != broker);
+    }
+    (next != *state).then_some(next)
+}
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;

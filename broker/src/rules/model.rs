@@ -1,0 +1,837 @@
+//! An exhaustive model check of replication, elections and restarts, over the same
+//! decision functions the broker runs ([`crate::elections::elect`] and the functions of
+//! [`crate::rules`]).
+//!
+//! The world is one partition on a few brokers, with a metastore holding its state and
+//! each broker's lease, and a remote tier. Every interleaving of these steps is explored
+//! (breadth first, each distinct world once):
+//! - a produce with acks=1 or acks=all at a broker that leads with a valid lease, and
+//!   the acknowledgement of an acks=all produce once the HW passed it;
+//! - a follower's fetch from the broker it follows: the divergence check, truncation,
+//!   copying, the leader's HW, and an ISR addition written to the metastore (the leader
+//!   learns of it later);
+//! - a leader dropping a lagging or dead follower from the ISR;
+//! - a broker learning the metastore's state;
+//! - the controller's pass (compare-and-set, guarded by the leases);
+//! - a crash, and a restart that keeps the log, loses an unflushed tail (any suffix) or
+//!   starts on an empty disk: a new incarnation, which leaves the ISRs before it renews
+//!   its lease;
+//! - a lease running out (a crash, or a pause or partition past the lease) and its
+//!   renewal by a broker that runs;
+//! - an upload of the leader's log below its HW, and local retention of what was
+//!   uploaded.
+//!
+//! Invariants, checked in every state:
+//! - every acks=all-acknowledged record is in the log (or the bucket, below the local
+//!   log start) of every broker acting as leader, at its offset;
+//! - no offset below a HW that was ever exposed changes value;
+//! - at most one broker writes in each leader epoch;
+//! - once every broker runs, has left the ISRs after its restart and holds its lease,
+//!   the controller elects a leader: no partition stays offline while its replicas live.
+//!
+//! Each guard of [`Guards`] can be turned off, the old logic it replaced taking its
+//! place; the tests show that each one is needed and that the logic before them loses
+//! acknowledged records.
+
+use std::collections::{HashMap, VecDeque};
+
+use shale_metastore::PartitionState;
+
+use crate::elections::{TopicRules, elect};
+use crate::rules::{
+    FetchCheck, after_restart, check_follower_fetch, elr_after_isr_change, high_watermark,
+    may_join_isr, truncation_point,
+};
+
+/// The protocol's guards against loss; each can be turned off to show it is needed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Guards {
+    /// The HW does not move while the ISR is below min.insync.replicas.
+    pub(super) strict_min_isr: bool,
+    /// A new incarnation is live only once it renewed its lease itself.
+    pub(super) fresh_lease: bool,
+    /// A restarting broker stays in the ISR or ELR as their last member.
+    pub(super) last_member_stays: bool,
+    /// The divergence check runs when a follower fetches at the leader's log start.
+    pub(super) divergence_at_log_start: bool,
+    /// The HW waits for followers whose ISR addition was written.
+    pub(super) maximal_isr: bool,
+}
+
+impl Guards {
+    pub(super) const ALL: Guards = Guards {
+        strict_min_isr: true,
+        fresh_lease: true,
+        last_member_stays: true,
+        divergence_at_log_start: true,
+        maximal_isr: true,
+    };
+    pub(super) const NONE: Guards = Guards {
+        strict_min_isr: false,
+        fresh_lease: false,
+        last_member_stays: false,
+        divergence_at_log_start: false,
+        maximal_isr: false,
+    };
+}
+
+/// The size of the world explored.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub(super) brokers: usize,
+    pub(super) min_isr: usize,
+    /// Records produced in all.
+    pub(super) records: u8,
+    /// Crashes in all.
+    pub(super) crashes: u8,
+    /// Whether a restart may lose a tail or the whole disk.
+    pub(super) lose_data: bool,
+    /// Whether the leader uploads and trims its local log.
+    pub(super) tiering: bool,
+    /// Whether leases may run out while the broker runs (a pause).
+    pub(super) pauses: bool,
+}
+
+/// A local log: entries (leader epoch, value) from `start`, and the epoch cache (each
+/// epoch's start offset), kept as `shale_log` keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Log {
+    start: i64,
+    entries: Vec<(i32, u8)>,
+    epochs: Vec<(i32, i64)>,
+}
+
+impl Log {
+    fn leo(&self) -> i64 {
+        self.start + self.entries.len() as i64
+    }
+    fn at(&self, offset: i64) -> Option<(i32, u8)> {
+        (offset >= self.start)
+            .then(|| self.entries.get((offset - self.start) as usize).copied())
+            .flatten()
+    }
+    fn latest_epoch(&self) -> i32 {
+        self.epochs.last().map_or(-1, |e| e.0)
+    }
+    fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
+        let i = self.epochs.partition_point(|e| e.0 <= epoch);
+        let floor = self.epochs.get(i.checked_sub(1)?)?;
+        let end = self.epochs.get(i).map_or(self.leo(), |next| next.1);
+        Some((floor.0, end))
+    }
+    fn assign(&mut self, epoch: i32, start: i64) {
+        match self.epochs.last_mut() {
+            Some(last) if last.0 >= epoch => {}
+            Some(last) if last.1 == start => last.0 = epoch,
+            _ => self.epochs.push((epoch, start)),
+        }
+    }
+    fn start_epoch(&mut self, epoch: i32) {
+        if !(self.epochs.is_empty() && self.leo() == self.start) {
+            self.assign(epoch, self.leo());
+        }
+    }
+    fn append(&mut self, epoch: i32, value: u8) {
+        self.assign(epoch, self.leo());
+        self.entries.push((epoch, value));
+    }
+    fn truncate_from_end(&mut self, end: i64) {
+        let keep = self.epochs.partition_point(|e| e.1 < end);
+        self.epochs.truncate(keep);
+    }
+    fn truncate_to(&mut self, offset: i64) {
+        if offset >= self.leo() {
+            self.truncate_from_end(offset);
+        } else if offset <= self.start {
+            self.reset_to(offset);
+        } else {
+            self.entries.truncate((offset - self.start) as usize);
+            self.truncate_from_end(offset);
+        }
+    }
+    fn reset_to(&mut self, offset: i64) {
+        self.start = offset;
+        self.entries.clear();
+        self.epochs.clear();
+    }
+}
+
+/// The partition's state in the metastore.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Meta {
+    leader: i32,
+    epoch: i32,
+    isr: Vec<i32>,
+    elr: Vec<i32>,
+    version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Node {
+    up: bool,
+    incarnation: i64,
+    /// Restarted, and not yet out of the ISRs (its lease cannot be renewed yet).
+    leaving: bool,
+    log: Log,
+    /// The partition state this broker applied last.
+    role: Option<Meta>,
+    hw: i64,
+    /// Leader: each follower's log end and incarnation (-1: not heard from).
+    progress: Vec<(i64, i64)>,
+    /// Leader: followers whose ISR addition it wrote.
+    pending: Vec<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct World {
+    nodes: Vec<Node>,
+    meta: Meta,
+    /// Per broker: whether its lease runs in the metastore, and which incarnation
+    /// renewed it last.
+    leases: Vec<(bool, i64)>,
+    remote: Vec<(i32, u8)>,
+    /// acks=all produces waiting for the HW: (broker, epoch, offset, value).
+    waiting: Vec<(i32, i32, i64, u8)>,
+    acked: Vec<(i64, u8)>,
+    /// Values at every offset below the highest HW exposed so far.
+    exposed: Vec<u8>,
+    /// Who wrote in each epoch.
+    writers: Vec<(i32, i32)>,
+    produced: u8,
+    crashes: u8,
+}
+
+/// What the check found.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub(super) states: usize,
+    /// The first invariant broken, with the steps that led there.
+    pub(super) violation: Option<(String, Vec<String>)>,
+}
+
+struct Model {
+    guards: Guards,
+    bounds: Bounds,
+}
+
+impl Model {
+    fn rules(&self) -> TopicRules {
+        TopicRules {
+            min_isr: self.bounds.min_isr,
+            unclean: false,
+        }
+    }
+
+    fn initial(&self) -> World {
+        let ids: Vec<i32> = (0..self.bounds.brokers as i32).collect();
+        let meta = Meta {
+            leader: 0,
+            epoch: 0,
+            isr: ids.clone(),
+            elr: Vec::new(),
+            version: 0,
+        };
+        let node = Node {
+            up: true,
+            incarnation: 1,
+            leaving: false,
+            log: Log {
+                start: 0,
+                entries: Vec::new(),
+                epochs: Vec::new(),
+            },
+            role: None,
+            hw: 0,
+            progress: vec![(-1, -1); self.bounds.brokers],
+            pending: Vec::new(),
+        };
+        let mut w = World {
+            nodes: vec![node; self.bounds.brokers],
+            meta,
+            leases: vec![(true, 1); self.bounds.brokers],
+            remote: Vec::new(),
+            waiting: Vec::new(),
+            acked: Vec::new(),
+            exposed: Vec::new(),
+            writers: Vec::new(),
+            produced: 0,
+            crashes: 0,
+        };
+        for b in 0..self.bounds.brokers {
+            self.apply_meta(&mut w, b);
+        }
+        w
+    }
+
+    fn state_of(&self, m: &Meta) -> PartitionState {
+        PartitionState {
+            topic_id: uuid::Uuid::nil(),
+            partition: 0,
+            replicas: (0..self.bounds.brokers as i32).collect(),
+            leader: m.leader,
+            leader_epoch: m.epoch,
+            isr: m.isr.clone(),
+            elr: m.elr.clone(),
+            version: m.version,
+        }
+    }
+
+    fn meta_of(s: &PartitionState) -> Meta {
+        Meta {
+            leader: s.leader,
+            epoch: s.leader_epoch,
+            isr: s.isr.clone(),
+            elr: s.elr.clone(),
+            version: s.version,
+        }
+    }
+
+    /// Live as the controller sees it: a running lease, renewed by the registered
+    /// incarnation (or, without the guard, by any).
+    fn live(&self, w: &World) -> HashMap<i32, i64> {
+        (0..self.bounds.brokers)
+            .filter(|&b| {
+                let (running, holder) = w.leases[b];
+                running && (holder == w.nodes[b].incarnation || !self.guards.fresh_lease)
+            })
+            .map(|b| (b as i32, w.nodes[b].incarnation))
+            .collect()
+    }
+
+    /// Whether broker `b` may act as leader now: it runs and trusts its own lease.
+    fn acting_leader(&self, w: &World, b: usize) -> bool {
+        let n = &w.nodes[b];
+        n.up && w.leases[b] == (true, n.incarnation)
+            && n.role.as_ref().is_some_and(|r| r.leader == b as i32)
+    }
+
+    fn advance_hw(&self, w: &mut World, b: usize) {
+        let n = &w.nodes[b];
+        let Some(role) = &n.role else { return };
+        if role.leader != b as i32 {
+            return;
+        }
+        let min_isr = if self.guards.strict_min_isr {
+            self.bounds.min_isr
+        } else {
+            0
+        };
+        let mut members: Vec<i32> = role.isr.clone();
+        if self.guards.maximal_isr {
+            members.extend(n.pending.iter().copied());
+        }
+        let hw = high_watermark(
+            n.hw,
+            n.log.leo(),
+            role.isr.len(),
+            min_isr,
+            members
+                .iter()
+                .filter(|&&f| f != b as i32)
+                .map(|&f| n.progress[f as usize].0),
+        );
+        w.nodes[b].hw = hw;
+    }
+
+    /// Broker `b` adopts the metastore's state if newer (as `Partition::apply_state`).
+    fn apply_meta(&self, w: &mut World, b: usize) {
+        let meta = w.meta.clone();
+        let n = &mut w.nodes[b];
+        if n.role.as_ref().is_some_and(|r| r.version >= meta.version) {
+            return;
+        }
+        let was_leading = n
+            .role
+            .as_ref()
+            .filter(|r| r.leader == b as i32)
+            .map(|r| r.epoch);
+        n.pending.clear();
+        if meta.leader == b as i32 && was_leading != Some(meta.epoch) {
+            n.log.start_epoch(meta.epoch);
+            n.progress = vec![(-1, -1); self.bounds.brokers];
+        }
+        n.role = Some(meta);
+        self.advance_hw(w, b);
+    }
+
+    /// A compare-and-set of the partition state on `version`.
+    fn write_meta(w: &mut World, next: Meta, version: i64) -> bool {
+        if w.meta.version != version {
+            return false;
+        }
+        w.meta = Meta {
+            version: version + 1,
+            ..next
+        };
+        true
+    }
+
+    /// Reads offset `o` as leader `b` serves it: from the bucket below its local log.
+    fn read(w: &World, b: usize, o: i64) -> Option<u8> {
+        let log = &w.nodes[b].log;
+        if o < log.start {
+            w.remote.get(o as usize).map(|e| e.1)
+        } else {
+            log.at(o).map(|e| e.1)
+        }
+    }
+
+    fn check(&self, w: &World) -> Option<String> {
+        for b in 0..self.bounds.brokers {
+            if !self.acting_leader(w, b) {
+                continue;
+            }
+            for &(o, v) in &w.acked {
+                if Self::read(w, b, o) != Some(v) {
+                    return Some(format!(
+                        "acked record lost: offset {o} value {v} missing at leader {b}"
+                    ));
+                }
+            }
+            for o in 0..w.nodes[b].hw {
+                let v = Self::read(w, b, o);
+                if let Some(&e) = w.exposed.get(o as usize)
+                    && v != Some(e)
+                {
+                    return Some(format!(
+                        "exposed offset {o} changed from {e} to {v:?} at leader {b}"
+                    ));
+                }
+            }
+        }
+        let mut seen: HashMap<i32, i32> = HashMap::new();
+        for &(epoch, b) in &w.writers {
+            if *seen.entry(epoch).or_insert(b) != b {
+                return Some(format!("two writers in epoch {epoch}"));
+            }
+        }
+        // Everyone back and holding a lease: the controller must elect somebody.
+        let settled = (0..self.bounds.brokers).all(|b| {
+            let n = &w.nodes[b];
+            n.up && !n.leaving && w.leases[b] == (true, n.incarnation)
+        });
+        if settled {
+            let live = self.live(w);
+            let mut s = self.state_of(&w.meta);
+            for _ in 0..4 {
+                match elect(&s, &live, self.rules()) {
+                    Some(next) => s = next,
+                    None => break,
+                }
+            }
+            if s.leader < 0 {
+                return Some(format!(
+                    "offline with every broker back: isr {:?} elr {:?}",
+                    s.isr, s.elr
+                ));
+            }
+        }
+        None
+    }
+
+    /// Records what acting leader `b` exposes below its HW.
+    fn expose(w: &mut World, b: usize) {
+        for o in w.exposed.len() as i64..w.nodes[b].hw {
+            match Self::read(w, b, o) {
+                Some(v) => w.exposed.push(v),
+                None => break,
+            }
+        }
+    }
+
+    /// Every next world, with a label.
+    fn successors(&self, w: &World) -> Vec<(String, World)> {
+        let mut out = Vec::new();
+        let n = self.bounds.brokers;
+        for b in 0..n {
+            let node = &w.nodes[b];
+            // Produce.
+            if self.acting_leader(w, b) && w.produced < self.bounds.records {
+                let role = node.role.clone().unwrap();
+                for all in [false, true] {
+                    if all && role.isr.len() < self.bounds.min_isr {
+                        continue;
+                    }
+                    let mut next = w.clone();
+                    let value = w.produced + 1;
+                    next.produced += 1;
+                    let offset = next.nodes[b].log.leo();
+                    next.nodes[b].log.append(role.epoch, value);
+                    if !next.writers.contains(&(role.epoch, b as i32)) {
+                        next.writers.push((role.epoch, b as i32));
+                    }
+                    if all {
+                        next.waiting.push((b as i32, role.epoch, offset, value));
+                    }
+                    self.advance_hw(&mut next, b);
+                    let acks = if all { "all" } else { "1" };
+                    out.push((
+                        format!("{b} takes acks={acks} value {value} at {offset}"),
+                        next,
+                    ));
+                }
+            }
+            // Acknowledge an acks=all produce (as `wait_committed`).
+            for (i, &(leader, epoch, offset, value)) in w.waiting.iter().enumerate() {
+                if leader != b as i32 || !self.acting_leader(w, b) {
+                    continue;
+                }
+                let role = node.role.as_ref().unwrap();
+                if role.epoch == epoch && node.hw > offset && role.isr.len() >= self.bounds.min_isr
+                {
+                    let mut next = w.clone();
+                    next.waiting.remove(i);
+                    next.acked.push((offset, value));
+                    out.push((format!("{b} acknowledges value {value} at {offset}"), next));
+                }
+            }
+            // Learn the metastore's state.
+            if node.up
+                && node
+                    .role
+                    .as_ref()
+                    .is_none_or(|r| r.version < w.meta.version)
+            {
+                let mut next = w.clone();
+                self.apply_meta(&mut next, b);
+                out.push((format!("{b} applies state v{}", w.meta.version), next));
+            }
+            // Fetch from the leader it follows.
+            if let Some(next) = self.fetch(w, b) {
+                out.push(next);
+            }
+            // Shrink the ISR: a follower that lags or is down.
+            if self.acting_leader(w, b) {
+                let role = node.role.clone().unwrap();
+                for &f in role.isr.iter().filter(|&&f| f != b as i32) {
+                    let lags =
+                        !w.nodes[f as usize].up || node.progress[f as usize].0 < node.log.leo();
+                    if !lags {
+                        continue;
+                    }
+                    let isr: Vec<i32> = role.isr.iter().copied().filter(|&m| m != f).collect();
+                    let elr =
+                        elr_after_isr_change(&role.elr, &role.isr, &isr, None, self.bounds.min_isr);
+                    let mut next = w.clone();
+                    let meta = Meta {
+                        isr,
+                        elr,
+                        ..role.clone()
+                    };
+                    if Self::write_meta(&mut next, meta, role.version) {
+                        out.push((format!("{b} drops {f} from the ISR"), next));
+                    }
+                }
+            }
+            // Upload below the HW, and trim what was uploaded.
+            if self.bounds.tiering && self.acting_leader(w, b) {
+                let end = w.remote.len() as i64;
+                if end < node.hw && node.log.start <= end {
+                    let mut next = w.clone();
+                    for o in end..node.hw {
+                        let e = node.log.at(o).unwrap();
+                        next.remote.push(e);
+                    }
+                    out.push((format!("{b} uploads up to {}", node.hw), next));
+                }
+                if node.log.start < end && end <= node.log.leo() {
+                    let mut next = w.clone();
+                    let log = &mut next.nodes[b].log;
+                    log.entries.drain(..(end - log.start) as usize);
+                    log.start = end;
+                    out.push((format!("{b} trims its local log to {end}"), next));
+                }
+            }
+            // Crash.
+            if node.up && w.crashes < self.bounds.crashes {
+                let mut next = w.clone();
+                next.crashes += 1;
+                next.nodes[b].up = false;
+                next.waiting.retain(|x| x.0 != b as i32);
+                out.push((format!("{b} crashes"), next));
+            }
+            // Restart: the log as it was, or a prefix of it (an unflushed tail lost), or
+            // nothing (a new disk).
+            if !node.up {
+                let mut logs = vec![("intact".to_string(), node.log.clone())];
+                if self.bounds.lose_data {
+                    for keep in node.log.start..node.log.leo() {
+                        let mut log = node.log.clone();
+                        log.entries.truncate((keep - log.start) as usize);
+                        log.truncate_from_end(keep);
+                        logs.push((format!("losing its tail from {keep}"), log));
+                    }
+                    if node.log.leo() > 0 {
+                        let empty = Log {
+                            start: 0,
+                            entries: Vec::new(),
+                            epochs: Vec::new(),
+                        };
+                        logs.push(("on an empty disk".to_string(), empty));
+                    }
+                }
+                for (how, log) in logs {
+                    let mut next = w.clone();
+                    let m = &mut next.nodes[b];
+                    m.up = true;
+                    m.incarnation += 1;
+                    m.leaving = true;
+                    m.hw = log.start;
+                    m.log = log;
+                    m.role = None;
+                    m.progress = vec![(-1, -1); n];
+                    m.pending.clear();
+                    out.push((format!("{b} restarts {how}"), next));
+                }
+            }
+            // Leave the ISRs after a restart (unclean stops only: SIGKILL or power).
+            if node.up && node.leaving {
+                let state = self.state_of(&w.meta);
+                let decided = if self.guards.last_member_stays {
+                    after_restart(&state, b as i32, false)
+                } else {
+                    old_after_restart(&state, b as i32)
+                };
+                let mut next = w.clone();
+                next.nodes[b].leaving = false;
+                match decided {
+                    None => out.push((format!("{b} has no ISR to leave"), next)),
+                    Some(s) => {
+                        let version = w.meta.version;
+                        if Self::write_meta(&mut next, Self::meta_of(&s), version) {
+                            out.push((
+                                format!(
+                                    "{b} leaves: isr {:?} elr {:?} leader {}",
+                                    s.isr, s.elr, s.leader
+                                ),
+                                next,
+                            ));
+                        }
+                    }
+                }
+            }
+            // A lease runs out: a crashed broker's, or a paused one's.
+            if w.leases[b].0 && (!node.up || self.bounds.pauses) {
+                let mut next = w.clone();
+                next.leases[b].0 = false;
+                out.push((format!("{b}'s lease expires"), next));
+            }
+            // Renewal by a running broker (after a lapse it reloads the metadata).
+            if node.up && !node.leaving && w.leases[b] != (true, node.incarnation) {
+                let mut next = w.clone();
+                next.leases[b] = (true, node.incarnation);
+                self.apply_meta(&mut next, b);
+                out.push((format!("{b} renews its lease"), next));
+            }
+        }
+        // The controller's pass.
+        let live = self.live(w);
+        let state = self.state_of(&w.meta);
+        if let Some(s) = elect(&state, &live, self.rules()) {
+            let moved = s.leader != state.leader;
+            let old_expired = !(moved && state.leader >= 0) || !w.leases[state.leader as usize].0;
+            let new_live = !(moved && s.leader >= 0) || live.contains_key(&s.leader);
+            if old_expired && new_live {
+                let mut next = w.clone();
+                if Self::write_meta(&mut next, Self::meta_of(&s), state.version) {
+                    out.push((
+                        format!(
+                            "controller: leader {} epoch {} isr {:?} elr {:?}",
+                            s.leader, s.leader_epoch, s.isr, s.elr
+                        ),
+                        next,
+                    ));
+                }
+            }
+        }
+        for (_, next) in &mut out {
+            for b in 0..n {
+                if self.acting_leader(next, b) {
+                    Self::expose(next, b);
+                }
+            }
+        }
+        out
+    }
+
+    /// Follower `f` fetches once from the leader it follows.
+    fn fetch(&self, w: &World, f: usize) -> Option<(String, World)> {
+        let node = &w.nodes[f];
+        let role = node.role.as_ref()?;
+        if !node.up || role.leader < 0 || role.leader == f as i32 {
+            return None;
+        }
+        let l = role.leader as usize;
+        let leader = &w.nodes[l];
+        let lrole = leader.role.as_ref()?;
+        if !leader.up || lrole.leader != l as i32 || lrole.epoch != role.epoch {
+            return None;
+        }
+        let fetch_offset = node.log.leo();
+        let last_epoch = node.log.latest_epoch();
+        let epoch_end = (last_epoch >= 0)
+            .then(|| leader.log.epoch_end_offset(last_epoch))
+            .flatten();
+        let check = if self.guards.divergence_at_log_start || fetch_offset > leader.log.start {
+            check_follower_fetch(
+                fetch_offset,
+                last_epoch,
+                leader.log.start,
+                leader.log.leo(),
+                epoch_end,
+            )
+        } else if fetch_offset < leader.log.start || fetch_offset > leader.log.leo() {
+            FetchCheck::OutOfRange
+        } else {
+            FetchCheck::Serve
+        };
+        let mut next = w.clone();
+        match check {
+            FetchCheck::Diverging(epoch, end) => {
+                let m = &mut next.nodes[f];
+                let target = truncation_point(end, m.log.epoch_end_offset(epoch));
+                m.log.truncate_to(target);
+                m.hw = m.hw.min(m.log.leo());
+                return Some((format!("{f} truncates to {target}"), next));
+            }
+            FetchCheck::OutOfRange => {
+                if fetch_offset > leader.log.start {
+                    return None;
+                }
+                let start = leader.log.start;
+                let m = &mut next.nodes[f];
+                m.log.reset_to(start);
+                m.hw = start;
+                return Some((format!("{f} restarts its log at {start}"), next));
+            }
+            FetchCheck::Serve => {}
+        }
+        // The leader records the follower's progress, moves its HW, and may add it.
+        let hw_before = leader.hw;
+        let epoch_start = leader
+            .log
+            .epochs
+            .iter()
+            .find(|e| e.0 == lrole.epoch)
+            .map_or(leader.log.leo(), |e| e.1);
+        let (prev_leo, prev_inc) = leader.progress[f];
+        let same = prev_inc == node.incarnation;
+        let went_back = !same && prev_leo >= 0 && fetch_offset < prev_leo;
+        let leo = if same {
+            prev_leo.max(fetch_offset)
+        } else {
+            fetch_offset
+        };
+        next.nodes[l].progress[f] = (leo, node.incarnation);
+        let caught_up = may_join_isr(leo, hw_before, epoch_start);
+        self.advance_hw(&mut next, l);
+        let lrole = lrole.clone();
+        let in_isr = lrole.isr.contains(&(f as i32));
+        let mut label = format!("{f} fetches from {l} at {fetch_offset}");
+        let isr_change = if went_back && in_isr {
+            Some(
+                lrole
+                    .isr
+                    .iter()
+                    .copied()
+                    .filter(|&b| b != f as i32)
+                    .collect::<Vec<_>>(),
+            )
+        } else if caught_up && !in_isr {
+            let mut isr = lrole.isr.clone();
+            isr.push(f as i32);
+            isr.sort_unstable();
+            if !next.nodes[l].pending.contains(&(f as i32)) {
+                next.nodes[l].pending.push(f as i32);
+            }
+            Some(isr)
+        } else {
+            None
+        };
+        if let Some(isr) = isr_change
+            && self.acting_leader(w, l)
+        {
+            let lost = went_back.then_some(f as i32);
+            let elr = elr_after_isr_change(&lrole.elr, &lrole.isr, &isr, lost, self.bounds.min_isr);
+            label += &format!(", ISR {isr:?} written");
+            let meta = Meta {
+                isr,
+                elr,
+                ..lrole.clone()
+            };
+            Self::write_meta(&mut next, meta, lrole.version);
+        }
+        // The follower copies the leader's log and takes its HW.
+        let lhw = next.nodes[l].hw;
+        let copied: Vec<(i32, u8)> = (fetch_offset..leader.log.leo())
+            .map(|o| leader.log.at(o).unwrap())
+            .collect();
+        let m = &mut next.nodes[f];
+        for (epoch, value) in copied {
+            m.log.append(epoch, value);
+        }
+        m.hw = lhw.min(m.log.leo());
+        Some((label, next))
+    }
+}
+
+/// The restart rule before the last-member guard: the ELR always, and the ISR unless
+/// it was the only member of both.
+fn old_after_restart(state: &PartitionState, broker: i32) -> Option<PartitionState> {
+    let mut next = state.clone();
+    if state.leader == broker {
+        next.leader = -1;
+        next.leader_epoch += 1;
+    }
+    next.elr.retain(|b| *b != broker);
+    let others = next.isr.iter().chain(&next.elr).any(|b| *b != broker);
+    if others {
+        next.isr.retain(|b| *b != broker);
+    }
+    (next != *state).then_some(next)
+}
+
+/// Explores every world reachable within `bounds`, breadth first, up to `max_states`
+/// (a check that reaches it fails: the bounds are too large to be exhaustive).
+pub(super) fn check(guards: Guards, bounds: Bounds, max_states: usize) -> Outcome {
+    let model = Model { guards, bounds };
+    let start = model.initial();
+    // Each world's index; each index's parent and the step from it.
+    let mut seen: HashMap<World, usize> = HashMap::new();
+    let mut steps: Vec<Option<(usize, String)>> = vec![None];
+    let mut queue = VecDeque::new();
+    seen.insert(start.clone(), 0);
+    queue.push_back((start, 0));
+    while let Some((w, at)) = queue.pop_front() {
+        if let Some(broken) = model.check(&w) {
+            let mut trace = Vec::new();
+            let mut i = at;
+            while let Some((prev, label)) = &steps[i] {
+                trace.push(label.clone());
+                i = *prev;
+            }
+            trace.reverse();
+            return Outcome {
+                states: seen.len(),
+                violation: Some((broken, trace)),
+            };
+        }
+        for (label, next) in model.successors(&w) {
+            if seen.contains_key(&next) {
+                continue;
+            }
+            let i = steps.len();
+            steps.push(Some((at, label)));
+            seen.insert(next.clone(), i);
+            assert!(
+                seen.len() <= max_states,
+                "more than {max_states} states: the bounds are too large"
+            );
+            queue.push_back((next, i));
+        }
+    }
+    Outcome {
+        states: seen.len(),
+        violation: None,
+    }
+}

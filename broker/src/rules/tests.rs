@@ -1,0 +1,214 @@
+use super::model::{Bounds, Guards, Outcome, check};
+use super::*;
+
+fn state(leader: i32, isr: &[i32], elr: &[i32]) -> PartitionState {
+    PartitionState {
+        topic_id: uuid::Uuid::nil(),
+        partition: 0,
+        replicas: vec![1, 2],
+        leader,
+        leader_epoch: 3,
+        isr: isr.to_vec(),
+        elr: elr.to_vec(),
+        version: 7,
+    }
+}
+
+#[test]
+fn the_hw_holds_while_the_isr_is_below_min_insync_replicas() {
+    // ISR {1, 2}, follower at 5, leader at 9: the HW is the follower's end.
+    assert_eq!(high_watermark(3, 9, 2, 2, [5]), 5);
+    // ISR {1} below min.insync.replicas 2: held where it is, however far the leader is.
+    assert_eq!(high_watermark(3, 9, 1, 2, []), 3);
+    // A follower not heard from this epoch holds it; it never goes down.
+    assert_eq!(high_watermark(3, 9, 2, 1, [-1]), 3);
+    assert_eq!(high_watermark(6, 9, 2, 1, [5]), 6);
+    // A member whose addition is pending counts like any other.
+    assert_eq!(high_watermark(3, 9, 1, 1, [4]), 4);
+}
+
+#[test]
+fn fetch_checks_run_at_the_local_log_start() {
+    // The follower's last epoch 2 ended at 10 here: it fetches at 10 (the local log
+    // start), fine; with epoch 1 the leader's epoch 1 ended at 8: diverged.
+    assert_eq!(
+        check_follower_fetch(10, 2, 10, 20, Some((2, 15))),
+        FetchCheck::Serve
+    );
+    assert_eq!(
+        check_follower_fetch(10, 1, 10, 20, Some((1, 8))),
+        FetchCheck::Diverging(1, 8)
+    );
+    // An epoch older than any the leader knows: restart at the start, or cut back to it.
+    assert_eq!(
+        check_follower_fetch(10, 0, 10, 20, None),
+        FetchCheck::OutOfRange
+    );
+    assert_eq!(
+        check_follower_fetch(12, 0, 10, 20, None),
+        FetchCheck::Diverging(-1, 10)
+    );
+    assert_eq!(
+        check_follower_fetch(5, 2, 10, 20, Some((2, 15))),
+        FetchCheck::OutOfRange
+    );
+    assert_eq!(check_follower_fetch(0, -1, 0, 0, None), FetchCheck::Serve);
+    assert_eq!(truncation_point(8, Some((1, 6))), 6);
+    assert_eq!(truncation_point(8, None), 8);
+}
+
+/// Follower 2 paused past its lease (ISR {1}, ELR {2}); both then die and restart,
+/// leader first. Each leaves what another member still holds; the last one stays, so
+/// the partition can be elected again (it used to end with both empty: offline).
+#[test]
+fn the_last_member_of_the_isr_and_elr_stays_through_a_restart() {
+    let offline = state(-1, &[1], &[2]);
+    let after_1 = after_restart(&offline, 1, false).unwrap();
+    assert_eq!(
+        (after_1.isr.clone(), after_1.elr.clone()),
+        (vec![], vec![2])
+    );
+    assert_eq!(after_restart(&after_1, 2, false), None);
+    // A clean stop keeps its membership; a leader gives up leading either way.
+    let led = state(1, &[1, 2], &[]);
+    let clean = after_restart(&led, 1, true).unwrap();
+    assert_eq!(
+        (clean.leader, clean.leader_epoch, clean.isr),
+        (-1, 4, vec![1, 2])
+    );
+    let unclean = after_restart(&led, 1, false).unwrap();
+    assert_eq!((unclean.leader, unclean.isr), (-1, vec![2]));
+    // Below min.insync.replicas a member that fell behind becomes eligible, one that
+    // lost records does not; at min.insync.replicas nobody stays eligible.
+    assert_eq!(
+        elr_after_isr_change(&[2], &[1, 3], &[1], None, 3),
+        vec![2, 3]
+    );
+    assert_eq!(
+        elr_after_isr_change(&[2], &[1, 3], &[1], Some(3), 3),
+        vec![2]
+    );
+    assert_eq!(
+        elr_after_isr_change(&[2], &[1, 2], &[1, 2, 3], None, 3),
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        elr_after_isr_change(&[2], &[1, 3], &[1, 3], None, 2),
+        Vec::<i32>::new()
+    );
+}
+
+/// Two brokers, min.insync.replicas 2: the shape of the reported losses.
+const TWO: Bounds = Bounds {
+    brokers: 2,
+    min_isr: 2,
+    records: 2,
+    crashes: 2,
+    lose_data: true,
+    tiering: true,
+    pauses: true,
+};
+
+/// Three brokers, min.insync.replicas 2, a smaller budget of events.
+const THREE: Bounds = Bounds {
+    brokers: 3,
+    min_isr: 2,
+    records: 2,
+    crashes: 2,
+    lose_data: true,
+    tiering: false,
+    pauses: true,
+};
+
+const MAX_STATES: usize = 6_000_000;
+
+fn report(name: &str, bounds: Bounds, guards: Guards, started: std::time::Instant) -> Outcome {
+    let outcome = check(guards, bounds, MAX_STATES);
+    println!(
+        "{name}: {} states in {:.1} s ({bounds:?})",
+        outcome.states,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some((broken, trace)) = &outcome.violation {
+        println!("  {broken}\n    {}", trace.join("\n    "));
+    }
+    outcome
+}
+
+#[test]
+fn model_check_two_brokers_keep_every_acknowledged_record() {
+    let o = report("two brokers", TWO, Guards::ALL, std::time::Instant::now());
+    assert!(o.violation.is_none(), "{:?}", o.violation);
+    assert!(o.states > 10_000, "the model explored almost nothing");
+}
+
+#[test]
+fn model_check_three_brokers_keep_every_acknowledged_record() {
+    let o = report(
+        "three brokers",
+        THREE,
+        Guards::ALL,
+        std::time::Instant::now(),
+    );
+    assert!(o.violation.is_none(), "{:?}", o.violation);
+    assert!(o.states > 10_000, "the model explored almost nothing");
+}
+
+/// Removes one guard: the check must find what it prevents (`expected` in the
+/// violation's description).
+fn without(name: &str, off: fn(&mut Guards), expected: &str) {
+    let mut guards = Guards::ALL;
+    off(&mut guards);
+    let o = report(name, TWO, guards, std::time::Instant::now());
+    let (broken, _) = o
+        .violation
+        .unwrap_or_else(|| panic!("without {name} the check still passes"));
+    assert!(broken.contains(expected), "without {name}: {broken}");
+}
+
+/// An acks=1 record exposed by a leader alone is replaced when an eligible replica
+/// that never had it is elected (the first reported loss, before its upload).
+#[test]
+fn model_check_fails_without_the_strict_min_isr_hw() {
+    without(
+        "strict min-ISR HW",
+        |g| g.strict_min_isr = false,
+        "exposed offset",
+    );
+}
+
+/// A broker restarted within its lease, having lost its tail, is elected.
+#[test]
+fn model_check_fails_without_fresh_leases() {
+    without(
+        "fresh lease",
+        |g| g.fresh_lease = false,
+        "acked record lost",
+    );
+}
+
+/// Every replica restarts and the partition stays offline.
+#[test]
+fn model_check_fails_without_the_last_member_staying() {
+    without(
+        "last member stays",
+        |g| g.last_member_stays = false,
+        "offline",
+    );
+}
+
+#[test]
+fn model_check_fails_without_the_maximal_isr() {
+    without(
+        "maximal ISR",
+        |g| g.maximal_isr = false,
+        "acked record lost",
+    );
+}
+
+/// The logic before these guards (the broker at a8f8534) breaks the invariants.
+#[test]
+fn model_check_finds_the_old_logics_losses() {
+    let o = report("old logic", TWO, Guards::NONE, std::time::Instant::now());
+    assert!(o.violation.is_some(), "the old logic passed");
+}

@@ -84,7 +84,10 @@ pub(super) struct Bounds {
     pub(super) records: u8,
     /// Crashes in all.
     pub(super) crashes: u8,
-    /// Whether a restart may lose a tail or the whole disk.
+    /// Whether a restart may lose a tail or the whole disk. Only the first crash may:
+    /// a replica that lost data while another had restarted and not yet caught up is
+    /// one failure more than replication covers (the README's simultaneous power loss
+    /// of all replicas).
     pub(super) lose_data: bool,
     /// Whether the leader uploads and trims its local log.
     pub(super) tiering: bool,
@@ -180,6 +183,8 @@ struct Node {
     progress: Vec<(i64, i64)>,
     /// Leader: followers whose ISR addition it wrote.
     pending: Vec<i32>,
+    /// Crashed as the first failure: its restart may lose data (see `Bounds::lose_data`).
+    lossy: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -244,6 +249,7 @@ impl Model {
             hw: 0,
             progress: vec![(-1, -1); self.bounds.brokers],
             pending: Vec::new(),
+            lossy: false,
         };
         let mut w = World {
             nodes: vec![node; self.bounds.brokers],
@@ -485,8 +491,10 @@ impl Model {
                     out.push((format!("{b} acknowledges value {value} at {offset}"), next));
                 }
             }
-            // Learn the metastore's state.
+            // Learn the metastore's state (a restarting broker serves nothing before it
+            // has left the ISRs: its listeners open after that).
             if node.up
+                && !node.leaving
                 && node
                     .role
                     .as_ref()
@@ -547,6 +555,7 @@ impl Model {
                 let mut next = w.clone();
                 next.crashes += 1;
                 next.nodes[b].up = false;
+                next.nodes[b].lossy = w.crashes == 0;
                 next.waiting.retain(|x| x.0 != b as i32);
                 out.push((format!("{b} crashes"), next));
             }
@@ -554,7 +563,7 @@ impl Model {
             // nothing (a new disk).
             if !node.up {
                 let mut logs = vec![("intact".to_string(), node.log.clone())];
-                if self.bounds.lose_data {
+                if self.bounds.lose_data && node.lossy {
                     for keep in node.log.start..node.log.leo() {
                         let mut log = node.log.clone();
                         log.entries.truncate((keep - log.start) as usize);

@@ -199,16 +199,20 @@ impl Broker {
     ///   epoch: the controller elects again, this broker too if it is the only choice.
     /// - After a start that did not follow a clean shutdown, its logs may have lost
     ///   their unflushed tails (power loss) or everything (a new disk): it leaves every
-    ///   ISR and ELR in which another member remains, before its lease makes it
-    ///   electable; each leader adds it back once it has caught up. As the last member
-    ///   of both it stays: nothing could then be elected without an unclean election
-    ///   (see [`crate::rules::after_restart`]).
+    ///   ISR and ELR before its lease makes it electable, recording the log it came
+    ///   back with; each leader adds it back once it has caught up, and once every
+    ///   member has left so, the one with the most complete log is elected (see
+    ///   [`crate::rules::after_restart`]).
     async fn leave_isrs(&self, clean: bool, deadline: Instant) -> Result<()> {
         let id = self.config.broker_id;
         loop {
             let mut conflicts = 0;
             for state in self.metastore.list_partition_states().await? {
-                let Some(next) = crate::rules::after_restart(&state, id, clean) else {
+                // A replica this broker does not hold (its disk is new) has no log.
+                let log = self
+                    .partition_by_id(state.topic_id, state.partition)
+                    .map_or((-1, 0), |p| p.log_position());
+                let Some(next) = crate::rules::after_restart(&state, id, clean, log) else {
                     continue;
                 };
                 match self

@@ -34,9 +34,11 @@ pub(crate) struct TopicRules {
 /// the ISR is below `min.insync.replicas` becomes an eligible leader replica (ELR,
 /// KIP-966): no acks=all record can be committed without it from then on, so when no
 /// ISR member is alive it may lead without losing any. A dead leader is replaced by the
-/// first live ISR member in replica order, else the first live ELR member, else (with
-/// `unclean.leader.election.enable`) any live replica; otherwise the partition goes
-/// offline, keeping its ISR and ELR so a member can lead again when it returns.
+/// first live ISR member in replica order, else the first live ELR member, else, when
+/// every member left at an unclean restart, the recovering replica with the most
+/// complete log once it is live, else (with `unclean.leader.election.enable`) any live
+/// replica; otherwise the partition goes offline, keeping its ISR and ELR so a member
+/// can lead again when it returns.
 pub(crate) fn elect(
     state: &PartitionState,
     live: &HashMap<i32, i64>,
@@ -88,6 +90,20 @@ pub(crate) fn elect(
         tracing::info!(topic_id = %state.topic_id, partition = state.partition, leader,
             "no ISR member is alive: electing an eligible leader replica");
         (leader, shrink(vec![leader], &mut elr))
+    } else if state.isr.is_empty() && state.elr.is_empty() && !state.recovering.is_empty() {
+        // Every member left at an unclean restart: the one with the most complete log
+        // leads once it is live.
+        match crate::rules::best_recovering(state, |b| is_live(&b)) {
+            Some(leader) => {
+                tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
+                    recovering = ?state.recovering,
+                    "every replica restarted uncleanly: electing the one with the most complete log");
+                elr.clear();
+                (leader, vec![leader])
+            }
+            None if state.leader >= 0 => (-1, Vec::new()),
+            None => return None,
+        }
     } else if let Some(&leader) = state.replicas.iter().find(|b| rules.unclean && is_live(b)) {
         tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
             "unclean leader election: records acknowledged by the old ISR may be lost");
@@ -99,11 +115,13 @@ pub(crate) fn elect(
     } else {
         return None;
     };
+    let recovering = crate::rules::still_recovering(&state.recovering, &isr);
     Some(PartitionState {
         leader,
         leader_epoch: state.leader_epoch + 1,
         isr,
         elr,
+        recovering,
         ..state.clone()
     })
 }

@@ -102,6 +102,9 @@ pub struct Role {
     pub isr: Vec<i32>,
     /// Eligible leader replicas (see `PartitionState::elr`).
     pub elr: Vec<i32>,
+    /// Replicas that left the ISR and ELR at an unclean restart (see
+    /// `PartitionState::recovering`).
+    pub recovering: Vec<shale_metastore::Recovering>,
     pub version: i64,
 }
 
@@ -198,6 +201,7 @@ impl Partition {
                     replicas: Vec::new(),
                     isr: Vec::new(),
                     elr: Vec::new(),
+                    recovering: Vec::new(),
                     version: -1,
                 },
                 followers: HashMap::new(),
@@ -261,6 +265,7 @@ impl Partition {
             replicas: state.replicas.clone(),
             isr: state.isr.clone(),
             elr: state.elr.clone(),
+            recovering: state.recovering.clone(),
             version: state.version,
         };
         if state.leader == self.broker_id && was_leading_epoch != Some(state.leader_epoch) {
@@ -303,12 +308,13 @@ impl Partition {
     }
 
     /// Records an ISR (and ELR) this broker (as leader) wrote to the metastore.
-    pub fn set_isr(&self, isr: Vec<i32>, elr: Vec<i32>, version: i64) {
+    pub fn set_isr(&self, stored: PartitionState) {
         let mut r = self.replica();
-        if version > r.role.version {
-            r.role.isr = isr;
-            r.role.elr = elr;
-            r.role.version = version;
+        if stored.version > r.role.version {
+            r.role.isr = stored.isr;
+            r.role.elr = stored.elr;
+            r.role.recovering = stored.recovering;
+            r.role.version = stored.version;
             r.pending_isr.clear();
         }
         self.advance_hw(&mut r);
@@ -364,7 +370,25 @@ impl Partition {
                 }
                 now_ms
             }
-            TimestampType::CreateTime => -1,
+            TimestampType::CreateTime => {
+                // A header max timestamp of -1 with records that carry times (older
+                // clients send it so): computed from the records, as Kafka does, so
+                // that lookups by time and retention see the records' times.
+                let mut pos = 0;
+                for h in headers.iter_mut() {
+                    let size = h.total_size();
+                    if h.max_timestamp < 0 && h.record_count > 0 {
+                        let one = bytes::Bytes::copy_from_slice(&buf[pos..pos + size]);
+                        let max = shale_records::record::max_record_timestamp(&one)?;
+                        if max >= 0 {
+                            batch::set_max_timestamp(&mut buf[pos..pos + size], max);
+                            *h = BatchHeader::parse(&buf[pos..])?;
+                        }
+                    }
+                    pos += size;
+                }
+                -1
+            }
         };
         let mut r = self.replica();
         if r.closed {
@@ -432,6 +456,20 @@ impl Partition {
                 return Err(Error::ReplicationTimeout { last_offset });
             }
         }
+    }
+
+    /// The epoch of its last batch and its log end: what an unclean restart records
+    /// of it (see `rules::after_restart`).
+    pub fn log_position(&self) -> (i32, i64) {
+        let r = self.replica();
+        let end = r.log.log_end_offset();
+        let epochs: Vec<(i32, i64)> = r
+            .log
+            .epochs()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        (crate::rules::last_batch_epoch(&epochs, end), end)
     }
 
     pub fn leader_epoch(&self) -> i32 {

@@ -81,6 +81,7 @@ impl Broker {
                     current_leader_epoch: p.current_leader_epoch,
                     fetch_offset: p.fetch_offset,
                     last_fetched_epoch: p.last_fetched_epoch,
+                    state_version: p.state_version,
                     max_bytes: p.partition_max_bytes.clamp(1, PARTITION_MAX_BYTES) as usize,
                 };
                 let partition = match incarnation {
@@ -152,6 +153,11 @@ impl Broker {
                 let lost = (!isr.contains(&req.replica_id)).then_some(req.replica_id);
                 self.write_isr(p, role, isr.clone(), lost).await;
             }
+            // A follower that saw a newer partition state than this leader applied: the
+            // metadata is reloaded before its fetches count (see `rules::state_known`).
+            if matches!(r, Err(Error::NotLeader { .. })) {
+                self.changes.notify_one();
+            }
             // Out of range: the follower needs the leader's local log start to restart at.
             let range_start = match &r {
                 Err(Error::OffsetOutOfRange { log_start, .. }) => *log_start,
@@ -197,6 +203,7 @@ impl Broker {
         // Eligible replicas as KIP-966 keeps them (see `rules::elr_after_isr_change`).
         let min_isr = p.config().min_insync_replicas.max(1) as usize;
         let elr = crate::rules::elr_after_isr_change(&role.elr, &role.isr, &isr, lost, min_isr);
+        let recovering = crate::rules::still_recovering(&role.recovering, &isr);
         let next = PartitionState {
             topic_id: p.topic_id,
             partition: p.index,
@@ -205,6 +212,7 @@ impl Broker {
             leader_epoch: role.leader_epoch,
             isr,
             elr,
+            recovering,
             version: role.version,
         };
         match self
@@ -215,7 +223,7 @@ impl Broker {
             Ok(stored) => {
                 tracing::info!(topic = %p.topic, partition = p.index, isr = ?stored.isr,
                     elr = ?stored.elr, "ISR changed");
-                p.set_isr(stored.isr, stored.elr, stored.version);
+                p.set_isr(stored);
             }
             Err(e) => {
                 tracing::info!(topic = %p.topic, partition = p.index, error = %e, "ISR change not written");

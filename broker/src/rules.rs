@@ -6,7 +6,7 @@
 //! model check in `rules/model.rs`, which explores every interleaving of a small
 //! cluster against the durability invariants: a rule changed here is a rule checked.
 
-use shale_metastore::PartitionState;
+use shale_metastore::{PartitionState, Recovering};
 
 /// The leader's high watermark: the smallest log end offset over the ISR, raised only.
 ///
@@ -34,6 +34,15 @@ pub(crate) fn high_watermark(
         .map(|leo| if leo < 0 { current } else { leo })
         .fold(leader_leo, i64::min);
     hw.max(current)
+}
+
+/// Whether a leader that applied partition state `leader_version` may count a
+/// follower's fetch made after it applied `follower_version` (0: a follower that does
+/// not say). A follower that saw a newer state may have left the ISR meanwhile (a
+/// restarted broker leaves before it fetches), so the leader must not count it as a
+/// member for its HW before it knows.
+pub(crate) fn state_known(leader_version: i64, follower_version: i64) -> bool {
+    follower_version <= leader_version
 }
 
 /// Whether a follower whose log ends at `follower_leo` may join the ISR: it has every
@@ -127,27 +136,83 @@ pub(crate) fn truncation_point(end_offset: i64, own_epoch_end: Option<(i32, i64)
 /// nothing changes). It gives up a leadership it held before (the partition goes
 /// offline at a new epoch until the controller elects again). Unless its last stop
 /// was `clean` (every log fsynced), its log may have lost its unflushed tail (power
-/// loss) or everything (a new disk), so it leaves the ELR, and the ISR, as long as
-/// another member of either remains: a member that lost records is never elected for
-/// them while one that may hold them is eligible. As the last member of both it
-/// stays, or no replica could ever be elected again without an unclean election,
-/// though the log of the restarting broker is all that is left of the partition.
+/// loss) or everything (a new disk), so it leaves the ISR and the ELR, before its lease
+/// makes it electable, and joins the recovering replicas with the log it came back with
+/// (`log`: its last epoch and log end). A member that lost records is then never
+/// elected while one that may hold them is a member; once none is left, the controller
+/// elects the recovering replica with the most complete log
+/// ([`crate::elections::elect`]).
 pub(crate) fn after_restart(
     state: &PartitionState,
     broker: i32,
     clean: bool,
+    log: (i32, i64),
 ) -> Option<PartitionState> {
     let mut next = state.clone();
     if state.leader == broker {
         next.leader = -1;
         next.leader_epoch += 1;
     }
-    let others = state.isr.iter().chain(&state.elr).any(|b| *b != broker);
-    if !clean && others {
-        next.elr.retain(|b| *b != broker);
+    let member = state.isr.contains(&broker) || state.elr.contains(&broker);
+    let recovering = state.recovering.iter().any(|r| r.broker == broker);
+    if !clean && (member || recovering) {
         next.isr.retain(|b| *b != broker);
+        next.elr.retain(|b| *b != broker);
+        next.recovering.retain(|r| r.broker != broker);
+        next.recovering.push(Recovering {
+            broker,
+            last_epoch: log.0,
+            log_end: log.1,
+        });
     }
     (next != *state).then_some(next)
+}
+
+/// The recovering replicas once the ISR is `isr`: those back in it are members again.
+/// The others keep the log they restarted with until then, whoever leads meanwhile.
+pub(crate) fn still_recovering(recovering: &[Recovering], isr: &[i32]) -> Vec<Recovering> {
+    recovering
+        .iter()
+        .filter(|r| !isr.contains(&r.broker))
+        .copied()
+        .collect()
+}
+
+/// The epoch of a log's last batch, from its epochs (epoch, start offset), oldest
+/// first: the latest that starts below its end. An epoch noted at the end (a leader
+/// that wrote nothing in it, or batches lost with an unflushed tail) holds no batch.
+pub(crate) fn last_batch_epoch(epochs: &[(i32, i64)], log_end: i64) -> i32 {
+    epochs
+        .iter()
+        .rev()
+        .find(|e| e.1 < log_end)
+        .map_or(-1, |e| e.0)
+}
+
+/// The recovering replica with the most complete log (the latest last epoch, then the
+/// longest log), which may lead once the ISR and ELR are empty: among equals the first
+/// live one in replica order; `None` while none of them is live (the partition waits
+/// for it rather than elect a replica that may hold less).
+pub(crate) fn best_recovering(
+    state: &PartitionState,
+    is_live: impl Fn(i32) -> bool,
+) -> Option<i32> {
+    let best = state
+        .recovering
+        .iter()
+        .map(|r| (r.last_epoch, r.log_end))
+        .max()?;
+    let candidates: Vec<i32> = state
+        .recovering
+        .iter()
+        .filter(|r| (r.last_epoch, r.log_end) == best)
+        .map(|r| r.broker)
+        .collect();
+    state
+        .replicas
+        .iter()
+        .copied()
+        .find(|b| candidates.contains(b) && is_live(*b))
 }
 
 #[cfg(test)]

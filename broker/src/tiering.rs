@@ -360,7 +360,14 @@ impl Broker {
         }
         let mut total = state.bytes() + p.bytes_after(state.end_offset);
         for (i, seg) in state.segments.iter().enumerate() {
-            let by_time = retention_ms >= 0 && seg.max_timestamp < now - retention_ms;
+            // Records without timestamps (-1, Kafka's NO_TIMESTAMP) age from their
+            // upload instead, which is no earlier than their append.
+            let time = if seg.max_timestamp >= 0 {
+                seg.max_timestamp
+            } else {
+                seg.created_at_ms
+            };
+            let by_time = retention_ms >= 0 && time < now - retention_ms;
             let by_size = retention_bytes >= 0
                 && total.saturating_sub(seg.size_bytes as u64) >= retention_bytes as u64;
             let deleted = seg.end_offset < deleted_below;

@@ -32,6 +32,8 @@ pub struct ReplicaFetchPartition {
     /// The epoch of the follower's last batch (-1: empty log).
     pub last_fetched_epoch: i32,
     pub partition_max_bytes: i32,
+    /// The version of the partition state the follower last applied.
+    pub state_version: i64,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -64,6 +64,7 @@ fn decode_request(r: ReplicaFetchRequest) -> domain::ReplicaFetchRequest {
                 fetch_offset: p.fetch_offset,
                 last_fetched_epoch: p.last_fetched_epoch,
                 partition_max_bytes: p.partition_max_bytes,
+                state_version: p.state_version,
             })
             .collect(),
     }
@@ -85,6 +86,7 @@ fn encode_request(r: domain::ReplicaFetchRequest) -> ReplicaFetchRequest {
                 fetch_offset: p.fetch_offset,
                 last_fetched_epoch: p.last_fetched_epoch,
                 partition_max_bytes: p.partition_max_bytes,
+                state_version: p.state_version,
             })
             .collect(),
     }

@@ -99,7 +99,7 @@ impl PartitionLog {
         tier: Option<TierBounds>,
     ) -> Result<RetentionOutcome, LogError> {
         let expired =
-            |s: &Segment, ms: i64| ms >= 0 && s.max_timestamp >= 0 && s.max_timestamp < now_ms - ms;
+            |s: &Segment, ms: i64| ms >= 0 && s.retention_time().is_some_and(|t| t < now_ms - ms);
         if expired(self.active(), self.config.retention_ms) {
             self.force_roll(now_ms)?;
         }

@@ -59,6 +59,26 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// The time retention ages this segment by: its largest record timestamp, or, for
+    /// records without one (-1, Kafka's NO_TIMESTAMP), when its file was last written
+    /// (`None` while empty or unreadable: nothing to age).
+    pub fn retention_time(&self) -> Option<i64> {
+        if self.max_timestamp >= 0 {
+            return Some(self.max_timestamp);
+        }
+        if self.next_offset == self.base_offset {
+            return None;
+        }
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok()?;
+        let ms = modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis();
+        i64::try_from(ms).ok()
+    }
+
     /// Creates a new, empty segment.
     pub fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
         // A filter left by an earlier segment at this base describes other bytes.

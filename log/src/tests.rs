@@ -208,6 +208,45 @@ fn retention_by_time_deletes_old_segments_and_advances_log_start() {
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (end, end));
 }
 
+/// Records without timestamps (-1) age from when their segment was last written, as
+/// in Kafka: they are neither deleted at once nor kept for ever.
+#[test]
+fn records_without_timestamps_age_from_their_segments_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let hour = 3_600_000;
+    let config = LogConfig {
+        retention_ms: hour,
+        ..small_config()
+    };
+    let mut log = open_log(dir.path(), config).unwrap();
+    for _ in 0..40 {
+        let mut b = BatchBuilder::new(-1);
+        for _ in 0..3 {
+            b.push(Record::new(None, Some(&[b'x'; 40]), -1));
+        }
+        append(&mut log, b.build().to_vec(), 0);
+    }
+    let before = log.segment_count();
+    assert!(before > 2);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    log.apply_retention(now, None).unwrap();
+    assert_eq!(log.segment_count(), before, "fresh segments were deleted");
+    // The oldest segment's file last written two hours ago: it goes, the rest stay.
+    let oldest = *log.segments.first_key_value().unwrap().0;
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7_200);
+    std::fs::File::options()
+        .write(true)
+        .open(crate::segment::segment_path(dir.path(), oldest, LOG_SUFFIX))
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    let out = log.apply_retention(now, None).unwrap();
+    assert_eq!((out.segments, log.segment_count()), (1, before - 1));
+}
+
 #[test]
 fn retention_by_size_keeps_the_newest_bytes() {
     let dir = tempfile::tempdir().unwrap();

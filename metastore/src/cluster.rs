@@ -78,7 +78,21 @@ pub struct PartitionState {
     /// have been committed without them since, so they may lead when no ISR member
     /// can. Cleared once the ISR is back at `min.insync.replicas`.
     pub elr: Vec<i32>,
+    /// Members that left the ISR or ELR at an unclean restart, with the log each came
+    /// back with. Consulted only once the ISR and ELR are empty; cleared by the next
+    /// election.
+    pub recovering: Vec<Recovering>,
     pub version: i64,
+}
+
+/// A replica that left the ISR or ELR when it restarted after an unclean stop, and the
+/// log it came back with (it may have lost an unflushed tail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Recovering {
+    pub broker: i32,
+    /// The leader epoch of its last batch (-1: an empty log).
+    pub last_epoch: i32,
+    pub log_end: i64,
 }
 
 impl PartitionState {
@@ -91,6 +105,7 @@ impl PartitionState {
             leader_epoch: 0,
             isr: replicas.clone(),
             elr: Vec::new(),
+            recovering: Vec::new(),
             replicas,
             version: 0,
         }
@@ -110,6 +125,34 @@ pub struct StateGuard {
 
 pub(crate) fn encode_ids(ids: &[i32]) -> String {
     ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+pub(crate) fn encode_recovering(list: &[Recovering]) -> String {
+    list.iter()
+        .map(|r| format!("{}:{}:{}", r.broker, r.last_epoch, r.log_end))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub(crate) fn decode_recovering(text: &str) -> crate::Result<Vec<Recovering>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corrupt = || crate::Error::CorruptRow(format!("recovering replica list '{text}'"));
+    text.split(',')
+        .map(|item| {
+            let mut parts = item.split(':');
+            let mut next = || parts.next().ok_or_else(corrupt);
+            let broker = next()?.parse().map_err(|_| corrupt())?;
+            let last_epoch = next()?.parse().map_err(|_| corrupt())?;
+            let log_end = next()?.parse().map_err(|_| corrupt())?;
+            Ok(Recovering {
+                broker,
+                last_epoch,
+                log_end,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn decode_ids(text: &str) -> crate::Result<Vec<i32>> {

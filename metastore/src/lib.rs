@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use cluster::{BrokerLease, ControllerLease, PartitionState, StateGuard};
+pub use cluster::{BrokerLease, ControllerLease, PartitionState, Recovering, StateGuard};
 pub use groups::CommittedOffset;
 pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};

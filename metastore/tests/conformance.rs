@@ -292,6 +292,11 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     next.leader_epoch = 1;
     next.isr = vec![2];
     next.elr = vec![1];
+    next.recovering = vec![shale_metastore::Recovering {
+        broker: 3,
+        last_epoch: 0,
+        log_end: 42,
+    }];
     let expired = |b| StateGuard {
         expired: Some(b),
         ..StateGuard::default()
@@ -340,6 +345,7 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
         .unwrap();
     let stored = m.update_partition_state(&next, elect(e2b)).await.unwrap();
     assert_eq!(stored.elr, vec![1]);
+    assert_eq!(stored.recovering, next.recovering);
     assert_eq!(
         (stored.leader, stored.leader_epoch, stored.version),
         (2, 1, 1)

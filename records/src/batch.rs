@@ -271,6 +271,15 @@ pub fn stamp_log_append_time(buf: &mut [u8], now_ms: i64) {
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Writes `max_timestamp` into the header of the batch at the start of `buf`,
+/// recomputing its CRC (a client that sent -1 there; see `record::max_record_timestamp`).
+pub fn set_max_timestamp(buf: &mut [u8], max_timestamp: i64) {
+    buf[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+        .copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..]);
+    buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Sets the idempotent-producer fields of the batch at the start of `buf` (a
 /// producer stamps a batch when it first sends it), recomputing its CRC.
 pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {

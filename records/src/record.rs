@@ -196,6 +196,16 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The largest timestamp of the records of one batch (decompressing it if needed), or
+/// -1 if it has none: what Kafka's validator writes into the header's max timestamp,
+/// which some clients send as -1.
+pub fn max_record_timestamp(batch: &Bytes) -> Result<i64, BatchError> {
+    Ok(decode_records(batch)?
+        .iter()
+        .map(|r| r.timestamp)
+        .fold(-1, i64::max))
+}
+
 /// Decodes every record of one batch (`batch` is exactly one batch), decompressing it
 /// first if needed. Offsets and timestamps are absolute; a LogAppendTime batch gives
 /// every record the batch's max timestamp. Keys, values and header values are slices of

@@ -80,6 +80,7 @@ async fn replica_fetch(
             fetch_offset: 0,
             last_fetched_epoch: -1,
             partition_max_bytes: 1 << 20,
+            state_version: 0,
         }],
     };
     let mut call = tonic::Request::new(futures::stream::iter([request]));

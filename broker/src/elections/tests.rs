@@ -90,6 +90,7 @@ fn state(leader: i32, isr: &[i32]) -> PartitionState {
         leader_epoch: 4,
         isr: isr.to_vec(),
         elr: Vec::new(),
+        recovering: Vec::new(),
         version: 9,
     }
 }

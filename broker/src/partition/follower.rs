@@ -13,6 +13,8 @@ pub struct FollowerPosition {
     pub last_epoch: i32,
     pub leader: i32,
     pub leader_epoch: i32,
+    /// The version of the partition state it applied last.
+    pub state_version: i64,
 }
 
 impl Partition {
@@ -28,6 +30,7 @@ impl Partition {
             last_epoch: r.log.latest_epoch(),
             leader: r.role.leader,
             leader_epoch: r.role.leader_epoch,
+            state_version: r.role.version,
         })
     }
 

@@ -16,6 +16,8 @@ pub struct FollowerFetch {
     pub current_leader_epoch: i32,
     pub fetch_offset: i64,
     pub last_fetched_epoch: i32,
+    /// The version of the partition state the follower applied last (0: unknown).
+    pub state_version: i64,
     pub max_bytes: usize,
 }
 
@@ -176,8 +178,13 @@ impl Partition {
                     current: r.role.leader_epoch,
                 });
             }
-            if f.current_leader_epoch > r.role.leader_epoch {
-                // This broker has not heard of the new epoch yet.
+            if f.current_leader_epoch > r.role.leader_epoch
+                || !crate::rules::state_known(r.role.version, f.state_version)
+            {
+                // This broker has not heard of the new epoch yet, or of a change the
+                // follower has seen (it may have left the ISR at its restart): it
+                // reloads the metadata before it counts the follower (see
+                // `answer_replica_fetch`).
                 return Err(self.not_leader(&r.role));
             }
             let leo = r.log.log_end_offset();

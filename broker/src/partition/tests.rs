@@ -37,6 +37,7 @@ fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
         current_leader_epoch: epoch,
         fetch_offset: at.0,
         last_fetched_epoch: at.1,
+        state_version: 0,
         max_bytes: 1 << 20,
     }
 }
@@ -66,6 +67,7 @@ fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> Part
         leader_epoch: epoch,
         isr,
         elr: Vec::new(),
+        recovering: Vec::new(),
         version,
     }
 }
@@ -387,6 +389,26 @@ fn log_append_time_stamps_batches_and_keeps_crc_valid() {
     assert!(h.is_log_append_time());
     let recs = shale_records::record::decode_records(&bytes).unwrap();
     assert!(recs.iter().all(|r| r.timestamp == 77_000));
+}
+
+/// A client that sends -1 as the batch's max timestamp (older Go clients do): the
+/// broker stores the records' largest time there, with a valid CRC, as Kafka does.
+#[test]
+fn a_missing_max_timestamp_is_computed_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
+    let mut b = BatchBuilder::new(1_000);
+    for ts in [5_000, 9_000, 7_000] {
+        b.push(Record::new(None, Some(b"v"), ts));
+    }
+    let mut sent = b.build().to_vec();
+    batch::set_max_timestamp(&mut sent, -1);
+    BatchHeader::parse(&sent).unwrap().validate(&sent).unwrap();
+    p.append(&sent, None, 1).unwrap();
+    let (bytes, _) = p.read(0, 1 << 20, true).unwrap();
+    let h = BatchHeader::parse(&bytes).unwrap();
+    h.validate(&bytes).unwrap();
+    assert_eq!(h.max_timestamp, 9_000);
 }
 
 #[test]

@@ -114,6 +114,7 @@ impl Broker {
                         fetch_offset: pos.log_end_offset,
                         last_fetched_epoch: pos.last_epoch,
                         partition_max_bytes: PARTITION_MAX_BYTES,
+                        state_version: pos.state_version,
                     })
                     .collect(),
             };

@@ -35,12 +35,12 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use shale_metastore::PartitionState;
+use shale_metastore::{PartitionState, Recovering};
 
 use crate::elections::{TopicRules, elect};
 use crate::rules::{
     FetchCheck, after_restart, check_follower_fetch, elr_after_isr_change, high_watermark,
-    may_join_isr, truncation_point,
+    last_batch_epoch, may_join_isr, state_known, still_recovering, truncation_point,
 };
 
 /// The protocol's guards against loss; each can be turned off to show it is needed.
@@ -50,28 +50,34 @@ pub(super) struct Guards {
     pub(super) strict_min_isr: bool,
     /// A new incarnation is live only once it renewed its lease itself.
     pub(super) fresh_lease: bool,
-    /// A restarting broker stays in the ISR or ELR as their last member.
-    pub(super) last_member_stays: bool,
+    /// A restarting broker leaves the ISR and ELR with the log it came back with, and
+    /// the most complete such log is elected once no member is left.
+    pub(super) recovery: bool,
     /// The divergence check runs when a follower fetches at the leader's log start.
     pub(super) divergence_at_log_start: bool,
     /// The HW waits for followers whose ISR addition was written.
     pub(super) maximal_isr: bool,
+    /// A leader counts a follower's fetch only once it knows the partition state the
+    /// follower saw.
+    pub(super) state_version: bool,
 }
 
 impl Guards {
     pub(super) const ALL: Guards = Guards {
         strict_min_isr: true,
         fresh_lease: true,
-        last_member_stays: true,
+        recovery: true,
         divergence_at_log_start: true,
         maximal_isr: true,
+        state_version: true,
     };
     pub(super) const NONE: Guards = Guards {
         strict_min_isr: false,
         fresh_lease: false,
-        last_member_stays: false,
+        recovery: false,
         divergence_at_log_start: false,
         maximal_isr: false,
+        state_version: false,
     };
 }
 
@@ -84,15 +90,15 @@ pub(super) struct Bounds {
     pub(super) records: u8,
     /// Crashes in all.
     pub(super) crashes: u8,
-    /// Whether a restart may lose a tail or the whole disk. Only the first crash may:
-    /// a replica that lost data while another had restarted and not yet caught up is
-    /// one failure more than replication covers (the README's simultaneous power loss
-    /// of all replicas).
+    /// Whether a restart may lose a tail or the whole disk (one replica at a time).
     pub(super) lose_data: bool,
     /// Whether the leader uploads and trims its local log.
     pub(super) tiering: bool,
-    /// Whether leases may run out while the broker runs (a pause).
-    pub(super) pauses: bool,
+    /// Leases that may run out while their broker runs (pauses), in all.
+    pub(super) pauses: u8,
+    /// ISR shrinks by a leader, in all (each is followed by as many additions: without
+    /// a bound, shrinking and growing again would make the world infinite).
+    pub(super) shrinks: u8,
 }
 
 /// A local log: entries (leader epoch, value) from `start`, and the epoch cache (each
@@ -166,6 +172,7 @@ struct Meta {
     epoch: i32,
     isr: Vec<i32>,
     elr: Vec<i32>,
+    recovering: Vec<Recovering>,
     version: i64,
 }
 
@@ -183,8 +190,6 @@ struct Node {
     progress: Vec<(i64, i64)>,
     /// Leader: followers whose ISR addition it wrote.
     pending: Vec<i32>,
-    /// Crashed as the first failure: its restart may lose data (see `Bounds::lose_data`).
-    lossy: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -204,6 +209,11 @@ struct World {
     writers: Vec<(i32, i32)>,
     produced: u8,
     crashes: u8,
+    /// A restart lost data (once per run: one replica losing data is what replication
+    /// covers; all of them losing it at once is the README's power loss of all replicas).
+    lost: bool,
+    pauses: u8,
+    shrinks: u8,
 }
 
 /// What the check found.
@@ -234,6 +244,7 @@ impl Model {
             epoch: 0,
             isr: ids.clone(),
             elr: Vec::new(),
+            recovering: Vec::new(),
             version: 0,
         };
         let node = Node {
@@ -249,7 +260,6 @@ impl Model {
             hw: 0,
             progress: vec![(-1, -1); self.bounds.brokers],
             pending: Vec::new(),
-            lossy: false,
         };
         let mut w = World {
             nodes: vec![node; self.bounds.brokers],
@@ -262,6 +272,9 @@ impl Model {
             writers: Vec::new(),
             produced: 0,
             crashes: 0,
+            lost: false,
+            pauses: 0,
+            shrinks: 0,
         };
         for b in 0..self.bounds.brokers {
             self.apply_meta(&mut w, b);
@@ -278,6 +291,7 @@ impl Model {
             leader_epoch: m.epoch,
             isr: m.isr.clone(),
             elr: m.elr.clone(),
+            recovering: m.recovering.clone(),
             version: m.version,
         }
     }
@@ -288,6 +302,7 @@ impl Model {
             epoch: s.leader_epoch,
             isr: s.isr.clone(),
             elr: s.elr.clone(),
+            recovering: s.recovering.clone(),
             version: s.version,
         }
     }
@@ -509,7 +524,7 @@ impl Model {
                 out.push(next);
             }
             // Shrink the ISR: a follower that lags or is down.
-            if self.acting_leader(w, b) {
+            if self.acting_leader(w, b) && w.shrinks < self.bounds.shrinks {
                 let role = node.role.clone().unwrap();
                 for &f in role.isr.iter().filter(|&&f| f != b as i32) {
                     let lags =
@@ -521,7 +536,9 @@ impl Model {
                     let elr =
                         elr_after_isr_change(&role.elr, &role.isr, &isr, None, self.bounds.min_isr);
                     let mut next = w.clone();
+                    next.shrinks += 1;
                     let meta = Meta {
+                        recovering: still_recovering(&role.recovering, &isr),
                         isr,
                         elr,
                         ..role.clone()
@@ -555,7 +572,6 @@ impl Model {
                 let mut next = w.clone();
                 next.crashes += 1;
                 next.nodes[b].up = false;
-                next.nodes[b].lossy = w.crashes == 0;
                 next.waiting.retain(|x| x.0 != b as i32);
                 out.push((format!("{b} crashes"), next));
             }
@@ -563,7 +579,7 @@ impl Model {
             // nothing (a new disk).
             if !node.up {
                 let mut logs = vec![("intact".to_string(), node.log.clone())];
-                if self.bounds.lose_data && node.lossy {
+                if self.bounds.lose_data && !w.lost {
                     for keep in node.log.start..node.log.leo() {
                         let mut log = node.log.clone();
                         log.entries.truncate((keep - log.start) as usize);
@@ -581,6 +597,7 @@ impl Model {
                 }
                 for (how, log) in logs {
                     let mut next = w.clone();
+                    next.lost |= log != node.log;
                     let m = &mut next.nodes[b];
                     m.up = true;
                     m.incarnation += 1;
@@ -596,8 +613,10 @@ impl Model {
             // Leave the ISRs after a restart (unclean stops only: SIGKILL or power).
             if node.up && node.leaving {
                 let state = self.state_of(&w.meta);
-                let decided = if self.guards.last_member_stays {
-                    after_restart(&state, b as i32, false)
+                let decided = if self.guards.recovery {
+                    let log = &node.log;
+                    let position = (last_batch_epoch(&log.epochs, log.leo()), log.leo());
+                    after_restart(&state, b as i32, false, position)
                 } else {
                     old_after_restart(&state, b as i32)
                 };
@@ -620,9 +639,10 @@ impl Model {
                 }
             }
             // A lease runs out: a crashed broker's, or a paused one's.
-            if w.leases[b].0 && (!node.up || self.bounds.pauses) {
+            if w.leases[b].0 && (!node.up || w.pauses < self.bounds.pauses) {
                 let mut next = w.clone();
                 next.leases[b].0 = false;
+                next.pauses += u8::from(node.up);
                 out.push((format!("{b}'s lease expires"), next));
             }
             // Renewal by a running broker (after a lapse it reloads the metadata).
@@ -638,7 +658,7 @@ impl Model {
         let state = self.state_of(&w.meta);
         if let Some(s) = elect(&state, &live, self.rules()) {
             let moved = s.leader != state.leader;
-            let old_expired = !(moved && state.leader >= 0) || !w.leases[state.leader as usize].0;
+            let old_expired = !(moved && state.leader >= 0 && w.leases[state.leader as usize].0);
             let new_live = !(moved && s.leader >= 0) || live.contains_key(&s.leader);
             if old_expired && new_live {
                 let mut next = w.clone();
@@ -674,6 +694,10 @@ impl Model {
         let leader = &w.nodes[l];
         let lrole = leader.role.as_ref()?;
         if !leader.up || lrole.leader != l as i32 || lrole.epoch != role.epoch {
+            return None;
+        }
+        // A leader behind the follower's view reloads before it counts the fetch.
+        if self.guards.state_version && !state_known(lrole.version, role.version) {
             return None;
         }
         let fetch_offset = node.log.leo();
@@ -764,6 +788,7 @@ impl Model {
             let elr = elr_after_isr_change(&lrole.elr, &lrole.isr, &isr, lost, self.bounds.min_isr);
             label += &format!(", ISR {isr:?} written");
             let meta = Meta {
+                recovering: still_recovering(&lrole.recovering, &isr),
                 isr,
                 elr,
                 ..lrole.clone()

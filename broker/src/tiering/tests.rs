@@ -90,6 +90,7 @@ fn depose(p: &Partition) {
         leader_epoch: role.leader_epoch + 1,
         isr: vec![7],
         elr: Vec::new(),
+        recovering: Vec::new(),
         version: role.version + 1,
     };
     p.apply_state(&next, 0).unwrap();

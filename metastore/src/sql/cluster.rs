@@ -4,16 +4,16 @@
 
 use uuid::Uuid;
 
-use crate::cluster::{decode_ids, encode_ids};
+use crate::cluster::{decode_ids, decode_recovering, encode_ids, encode_recovering};
 use crate::{BrokerLease, ControllerLease, Error, PartitionState, Result, StateGuard};
 
-type PartitionStateRow = (Uuid, i32, String, i32, i32, String, String, i64);
+type PartitionStateRow = (Uuid, i32, String, i32, i32, String, String, i64, String);
 
 pub(super) const PARTITION_STATE_COLUMNS: &str =
-    "topic_id, partition_id, replicas, leader, leader_epoch, isr, elr, version";
+    "topic_id, partition_id, replicas, leader, leader_epoch, isr, elr, version, recovering";
 
 fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
-    let (topic_id, partition, replicas, leader, leader_epoch, isr, elr, version) = row;
+    let (topic_id, partition, replicas, leader, leader_epoch, isr, elr, version, recovering) = row;
     Ok(PartitionState {
         topic_id,
         partition,
@@ -22,6 +22,7 @@ fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
         leader_epoch,
         isr: decode_ids(&isr)?,
         elr: decode_ids(&elr)?,
+        recovering: decode_recovering(&recovering)?,
         version,
     })
 }
@@ -198,7 +199,7 @@ macro_rules! cluster_sql {
                 }
                 let updated = sqlx::query(
                     "UPDATE partition_state SET leader = $3, leader_epoch = $4, isr = $5, elr = $6, \
-                       version = version + 1 \
+                       recovering = $8, version = version + 1 \
                      WHERE topic_id = $1 AND partition_id = $2 AND version = $7",
                 )
                 .bind(s.topic_id)
@@ -208,6 +209,7 @@ macro_rules! cluster_sql {
                 .bind(encode_ids(&s.isr))
                 .bind(encode_ids(&s.elr))
                 .bind(s.version)
+                .bind(encode_recovering(&s.recovering))
                 .execute(&mut *tx)
                 .await?;
                 let row: Option<PartitionStateRow> = sqlx::query_as(&format!(

@@ -81,8 +81,11 @@ def shared_group(cluster):
             return d.get("state") == "Stable" and len(holders) == 2
         eventually(split_between_two, timeout=60, what="the group's 4 partitions split between two members")
         time.sleep(1)  # both members start fetching what they were given
-        values = "".join(f"m{i}\n" for i in range(400)).encode()
-        kcat(cluster, "-P", "-t", topic, "-X", "partitioner=random", input=values)
+        # Keyed, so the records spread over the 4 partitions: librdkafka's random
+        # partitioner sends each batch to one partition, and once put 399 of 400 on the
+        # partition kcat held, leaving the other member nothing to read.
+        values = "".join(f"k{i}:m{i}\n" for i in range(400)).encode()
+        kcat(cluster, "-P", "-t", topic, "-K", ":", input=values)
         time.sleep(6)
     finally:
         for p in (kc, sc):

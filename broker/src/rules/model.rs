@@ -33,15 +33,20 @@
 //! place; the tests show that each one is needed and that the logic before them loses
 //! acknowledged records.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use shale_metastore::{PartitionState, Recovering};
 
 use crate::elections::{TopicRules, elect};
+use log::Log;
+
+mod log;
+mod search;
 use crate::rules::{
     FetchCheck, after_restart, check_follower_fetch, elr_after_isr_change, high_watermark,
     last_batch_epoch, may_join_isr, state_known, still_recovering, truncation_point,
 };
+pub(super) use search::check;
 
 /// The protocol's guards against loss; each can be turned off to show it is needed.
 #[derive(Debug, Clone, Copy)]
@@ -99,70 +104,6 @@ pub(super) struct Bounds {
     /// ISR shrinks by a leader, in all (each is followed by as many additions: without
     /// a bound, shrinking and growing again would make the world infinite).
     pub(super) shrinks: u8,
-}
-
-/// A local log: entries (leader epoch, value) from `start`, and the epoch cache (each
-/// epoch's start offset), kept as `shale_log` keeps them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Log {
-    start: i64,
-    entries: Vec<(i32, u8)>,
-    epochs: Vec<(i32, i64)>,
-}
-
-impl Log {
-    fn leo(&self) -> i64 {
-        self.start + self.entries.len() as i64
-    }
-    fn at(&self, offset: i64) -> Option<(i32, u8)> {
-        (offset >= self.start)
-            .then(|| self.entries.get((offset - self.start) as usize).copied())
-            .flatten()
-    }
-    fn latest_epoch(&self) -> i32 {
-        self.epochs.last().map_or(-1, |e| e.0)
-    }
-    fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
-        let i = self.epochs.partition_point(|e| e.0 <= epoch);
-        let floor = self.epochs.get(i.checked_sub(1)?)?;
-        let end = self.epochs.get(i).map_or(self.leo(), |next| next.1);
-        Some((floor.0, end))
-    }
-    fn assign(&mut self, epoch: i32, start: i64) {
-        match self.epochs.last_mut() {
-            Some(last) if last.0 >= epoch => {}
-            Some(last) if last.1 == start => last.0 = epoch,
-            _ => self.epochs.push((epoch, start)),
-        }
-    }
-    fn start_epoch(&mut self, epoch: i32) {
-        if !(self.epochs.is_empty() && self.leo() == self.start) {
-            self.assign(epoch, self.leo());
-        }
-    }
-    fn append(&mut self, epoch: i32, value: u8) {
-        self.assign(epoch, self.leo());
-        self.entries.push((epoch, value));
-    }
-    fn truncate_from_end(&mut self, end: i64) {
-        let keep = self.epochs.partition_point(|e| e.1 < end);
-        self.epochs.truncate(keep);
-    }
-    fn truncate_to(&mut self, offset: i64) {
-        if offset >= self.leo() {
-            self.truncate_from_end(offset);
-        } else if offset <= self.start {
-            self.reset_to(offset);
-        } else {
-            self.entries.truncate((offset - self.start) as usize);
-            self.truncate_from_end(offset);
-        }
-    }
-    fn reset_to(&mut self, offset: i64) {
-        self.start = offset;
-        self.entries.clear();
-        self.epochs.clear();
-    }
 }
 
 /// The partition's state in the metastore.
@@ -823,49 +764,4 @@ fn old_after_restart(state: &PartitionState, broker: i32) -> Option<PartitionSta
         next.isr.retain(|b| *b != broker);
     }
     (next != *state).then_some(next)
-}
-
-/// Explores every world reachable within `bounds`, breadth first, up to `max_states`
-/// (a check that reaches it fails: the bounds are too large to be exhaustive).
-pub(super) fn check(guards: Guards, bounds: Bounds, max_states: usize) -> Outcome {
-    let model = Model { guards, bounds };
-    let start = model.initial();
-    // Each world's index; each index's parent and the step from it.
-    let mut seen: HashMap<World, usize> = HashMap::new();
-    let mut steps: Vec<Option<(usize, String)>> = vec![None];
-    let mut queue = VecDeque::new();
-    seen.insert(start.clone(), 0);
-    queue.push_back((start, 0));
-    while let Some((w, at)) = queue.pop_front() {
-        if let Some(broken) = model.check(&w) {
-            let mut trace = Vec::new();
-            let mut i = at;
-            while let Some((prev, label)) = &steps[i] {
-                trace.push(label.clone());
-                i = *prev;
-            }
-            trace.reverse();
-            return Outcome {
-                states: seen.len(),
-                violation: Some((broken, trace)),
-            };
-        }
-        for (label, next) in model.successors(&w) {
-            if seen.contains_key(&next) {
-                continue;
-            }
-            let i = steps.len();
-            steps.push(Some((at, label)));
-            seen.insert(next.clone(), i);
-            assert!(
-                seen.len() <= max_states,
-                "more than {max_states} states: the bounds are too large"
-            );
-            queue.push_back((next, i));
-        }
-    }
-    Outcome {
-        states: seen.len(),
-        violation: None,
-    }
 }

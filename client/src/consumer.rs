@@ -11,6 +11,7 @@ use shale_records::ErrorCode;
 use shale_records::batch::BatchIter;
 use shale_records::record::decode_records;
 
+use crate::group::OffsetReset;
 use crate::{ByLeader, Client, Error, Result, check};
 
 /// Where a consumer starts in each partition.
@@ -42,6 +43,9 @@ pub struct Consumer {
     pub max_bytes: i32,
     /// Per-partition limit. Default: 8 MiB.
     pub partition_max_bytes: i32,
+    /// Where a position the log no longer (or never) holds moves to: Kafka's
+    /// `auto.offset.reset`. Default: latest, as in Kafka.
+    pub offset_reset: OffsetReset,
 }
 
 impl Consumer {
@@ -78,6 +82,7 @@ impl Consumer {
             positions,
             max_bytes: 50 << 20,
             partition_max_bytes: 1 << 20,
+            offset_reset: OffsetReset::Latest,
         })
     }
 
@@ -89,7 +94,14 @@ impl Consumer {
             positions,
             max_bytes: 50 << 20,
             partition_max_bytes: 1 << 20,
+            offset_reset: OffsetReset::Latest,
         }
+    }
+
+    /// This consumer with `auto.offset.reset` set to `reset`.
+    pub fn with_offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.offset_reset = reset;
+        self
     }
 
     pub fn positions(&self) -> &BTreeMap<i32, i64> {
@@ -203,29 +215,37 @@ impl Consumer {
         Ok(())
     }
 
-    /// Moves a position that fell outside the log (retention, or a bad start offset)
-    /// to the nearest end, as Kafka's `auto.offset.reset=earliest` would for the start.
+    /// Moves a position that fell outside the log (retention, deleted records, a bad
+    /// start offset) per `offset_reset`, as Kafka's `auto.offset.reset` does: to the
+    /// log start (earliest), to its end (latest), or nowhere, failing the poll (none).
+    /// What a reset skips is logged.
     async fn reset_out_of_range(&mut self, partition: i32) -> Result<()> {
-        let earliest = self
-            .client
-            .list_offset(&self.topic, partition, -2)
-            .await?
-            .unwrap_or(0);
-        let latest = self
-            .client
-            .list_offset(&self.topic, partition, -1)
-            .await?
-            .unwrap_or(0);
-        if let Some(pos) = self.positions.get_mut(&partition) {
-            let reset = if *pos < earliest { earliest } else { latest };
-            tracing::warn!(
-                partition,
-                from = *pos,
-                to = reset,
-                "offset out of range, resetting"
-            );
-            *pos = reset;
+        let Some(&from) = self.positions.get(&partition) else {
+            return Ok(());
+        };
+        let to = match self.offset_reset {
+            OffsetReset::Earliest => self.client.list_offset(&self.topic, partition, -2).await?,
+            OffsetReset::Latest => self.client.list_offset(&self.topic, partition, -1).await?,
+            OffsetReset::None => {
+                return Err(Error::Broker {
+                    code: ErrorCode::OffsetOutOfRange.as_str_name(),
+                    code_value: ErrorCode::OffsetOutOfRange as i32,
+                    message: format!(
+                        "offset {from} of partition {partition} of '{}' is out of range and auto.offset.reset is none",
+                        self.topic
+                    ),
+                });
+            }
         }
+        .unwrap_or(0);
+        if to > from {
+            tracing::warn!(topic = %self.topic, partition, from, to, skipped = to - from,
+                policy = ?self.offset_reset, "offset out of range: skipping records {from}..{to}");
+        } else {
+            tracing::warn!(topic = %self.topic, partition, from, to,
+                policy = ?self.offset_reset, "offset out of range: resetting back to {to}");
+        }
+        self.positions.insert(partition, to);
         Ok(())
     }
 }

@@ -302,3 +302,59 @@ async fn a_data_directory_serves_one_broker_of_one_cluster() {
         "the partition survived"
     );
 }
+
+/// A position below the log start (records deleted) moves per the consumer's
+/// `auto.offset.reset`: to the log start, to the end (Kafka's default), or nowhere,
+/// failing the poll with OFFSET_OUT_OF_RANGE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_out_of_range_follows_its_reset_policy() {
+    use shale_client::{Consumer, OffsetReset, StartFrom};
+    let broker = Broker::start(&[]).await;
+    let c = broker.client().await;
+    c.create_topic("reset", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let mut p = Producer::new(c.clone(), "reset", Acks::All).await.unwrap();
+    let records = (0..30)
+        .map(|i| ProducerRecord {
+            value: Some(format!("v-{i}").into()),
+            ..Default::default()
+        })
+        .collect();
+    p.send_all(records).await.unwrap();
+    assert_eq!(c.delete_records("reset", 0, 10).await.unwrap(), 10);
+    let at_zero = |reset: Option<OffsetReset>| {
+        let c = c.clone();
+        async move {
+            let consumer = Consumer::new(c, "reset", Some(vec![0]), StartFrom::Offset(0))
+                .await
+                .unwrap();
+            match reset {
+                Some(r) => consumer.with_offset_reset(r),
+                None => consumer,
+            }
+        }
+    };
+    let mut earliest = at_zero(Some(OffsetReset::Earliest)).await;
+    let mut first = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while first.is_empty() {
+        assert!(Instant::now() < deadline, "earliest read nothing");
+        first = earliest.poll(Duration::from_millis(200)).await.unwrap();
+    }
+    assert_eq!(first[0].offset, 10);
+    for reset in [Some(OffsetReset::Latest), None] {
+        let mut latest = at_zero(reset).await;
+        let got = latest.poll(Duration::from_millis(200)).await.unwrap();
+        assert!(got.is_empty(), "{reset:?} read {got:?}");
+        assert_eq!(latest.positions()[&0], 30, "{reset:?}");
+    }
+    let mut none = at_zero(Some(OffsetReset::None)).await;
+    let err = none.poll(Duration::from_millis(200)).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(shale_records::ErrorCode::OffsetOutOfRange),
+        "{err}"
+    );
+    assert_eq!(none.positions()[&0], 0, "none moves nothing");
+}

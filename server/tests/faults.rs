@@ -177,7 +177,8 @@ async fn read_partition(client: &Client, topic: &str) -> Vec<(i64, String)> {
     let end = client.list_offset(topic, 0, -1).await.unwrap().unwrap_or(0);
     let mut c = Consumer::new(client.clone(), topic, Some(vec![0]), StartFrom::Offset(0))
         .await
-        .unwrap();
+        .unwrap()
+        .with_offset_reset(shale_client::OffsetReset::Earliest);
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while out.last().is_none_or(|(o, _)| o + 1 < end) && end > 0 {

@@ -134,7 +134,9 @@ pub(super) async fn consume_all(client: &Client, topic: &str) -> anyhow::Result<
         let start = client.list_offset(topic, p, -2).await?.unwrap_or(0);
         total += client.list_offset(topic, p, -1).await?.unwrap_or(0) - start;
     }
-    let mut consumer = Consumer::new(client.clone(), topic, None, StartFrom::Earliest).await?;
+    let mut consumer = Consumer::new(client.clone(), topic, None, StartFrom::Earliest)
+        .await?
+        .with_offset_reset(shale_client::OffsetReset::Earliest);
     let start = Instant::now();
     let (mut n, mut bytes) = (0i64, 0u64);
     let deadline = start + Duration::from_secs(600);

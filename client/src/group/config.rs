@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::assignor::{Assignor, TopicPartition};
 
-/// What to do in a partition the group has no committed offset for.
+/// Where a consumer starts in a partition the group has no committed offset for, and
+/// where a position the log no longer holds moves to (`auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
     Earliest,

@@ -230,7 +230,8 @@ impl GroupConsumer {
         self.fetchers = by_topic
             .into_iter()
             .map(|(t, positions)| {
-                let c = Consumer::at_positions(self.client.clone(), &t, positions);
+                let c = Consumer::at_positions(self.client.clone(), &t, positions)
+                    .with_offset_reset(self.config.auto_offset_reset);
                 (t, c)
             })
             .collect();

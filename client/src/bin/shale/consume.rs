@@ -174,11 +174,15 @@ pub async fn run(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
         for p in partitions {
             positions.insert(p, start_offset(&client, &args.topic, p, start).await?);
         }
-        Source::Assigned(Box::new(Consumer::at_positions(
-            client.clone(),
-            &args.topic,
-            positions,
-        )))
+        // A position that leaves the log moves as the console consumer's does.
+        let reset = if args.from_beginning {
+            OffsetReset::Earliest
+        } else {
+            OffsetReset::Latest
+        };
+        Source::Assigned(Box::new(
+            Consumer::at_positions(client.clone(), &args.topic, positions).with_offset_reset(reset),
+        ))
     };
     let result = consume_loop(&client, &mut source, &args).await;
     if let Source::Group(g) = source {

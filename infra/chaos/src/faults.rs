@@ -162,6 +162,8 @@ pub fn next_step(rng: &mut Rng, faults: &[Fault], leader: Option<i32>) -> Step {
         fault,
         broker,
         with,
+        // Around the cluster's 3 s lease: pauses end within it or past it, and a
+        // broker that lost its tail restarts within its old lease or after it.
         hold: rng.seconds(1.0, 6.0),
         quiet: rng.seconds(1.0, 3.0),
         cut_at: (rng.below(100) as f64) / 100.0,

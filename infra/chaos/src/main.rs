@@ -106,9 +106,13 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     }
     let r = &outcome.report;
     println!(
-        "seed {seed}: {} acknowledged, {} sends failed, {} stored, {} seen by the group, \
-         {} remote segments, {} librdkafka records sent again after an epoch bump; faults: {}",
+        "seed {seed}: {} acknowledged (and {} with acks=1, timestamp -1; {} acks=1 records \
+         stored twice), {} sends failed, \
+         {} stored, {} seen by the group, {} remote segments, {} librdkafka records sent again \
+         after an epoch bump; faults: {}",
         r.acked,
+        r.acked_by_leader,
+        r.acks1_repeated,
         outcome.failed_sends,
         r.stored,
         r.consumed,

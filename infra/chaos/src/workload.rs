@@ -1,7 +1,10 @@
 //! What runs against the cluster while faults happen: idempotent `acks=all` producers
 //! (the Rust client over gRPC, and librdkafka over the Kafka listener with the
-//! `kafka` feature) that record every acknowledgement, and a consumer group whose
-//! members record every record they see and commit after each poll.
+//! `kafka` feature) that record every acknowledgement, an `acks=1` producer whose
+//! records carry no timestamp (-1, as some clients send), and a consumer group whose
+//! members record every record they see and commit after each poll. The `acks=1`
+//! records may be lost (by the strict min-ISR rule they stay unread until the ISR
+//! recovers) or, without idempotence, written twice; nothing a consumer read may change.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +33,8 @@ pub struct Tally {
     pub acked: Mutex<Vec<Ack>>,
     /// Sends that ended in an error (not acknowledged: they may or may not be stored).
     pub failed: std::sync::atomic::AtomicU64,
+    /// Records the `acks=1` producer had acknowledged (not checked: they may be lost).
+    pub acked_by_leader: std::sync::atomic::AtomicU64,
     /// What the group's members saw: (partition, offset) -> value.
     pub consumed: Mutex<BTreeMap<(i32, i64), String>>,
     /// Offsets the group committed last, by partition.
@@ -43,6 +48,9 @@ pub struct Workload {
     producers: Vec<tokio::task::JoinHandle<()>>,
     consumers: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// The `acks=1` producer's name (the prefix of its values).
+pub const ACKS1: &str = "acks1";
 
 pub fn value(producer: &str, seq: u64) -> String {
     format!("{producer}-{seq:012}")
@@ -77,11 +85,17 @@ impl Workload {
             let (client, tally, stop) = (client.clone(), tally.clone(), stop_producing.clone());
             let name = format!("grpc{i}");
             handles.push(tokio::spawn(async move {
-                if let Err(e) = produce(client, &name, rate, tally, stop).await {
+                if let Err(e) = produce(client, &name, Acks::All, rate, tally, stop).await {
                     eprintln!("chaos: producer {name} stopped: {e}");
                 }
             }));
         }
+        let (c, tally1, stop) = (client.clone(), tally.clone(), stop_producing.clone());
+        handles.push(tokio::spawn(async move {
+            if let Err(e) = produce(c, ACKS1, Acks::Leader, rate, tally1, stop).await {
+                eprintln!("chaos: producer {ACKS1} stopped: {e}");
+            }
+        }));
         #[cfg(feature = "kafka")]
         if let Some(bootstrap) = kafka_bootstrap {
             let (tally, stop) = (tally.clone(), stop_producing.clone());
@@ -127,11 +141,13 @@ impl Workload {
 async fn produce(
     client: Client,
     name: &str,
+    acks: Acks,
     rate: u64,
     tally: Arc<Tally>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
-    let producer = Producer::new(client, TOPIC, Acks::All)
+    let checked = acks == Acks::All;
+    let producer = Producer::new(client, TOPIC, acks)
         .await?
         .with_delivery_timeout(Duration::from_secs(30));
     let producer = Arc::new(producer);
@@ -146,6 +162,8 @@ async fn produce(
         seq += 1;
         let record = ProducerRecord {
             value: Some(v.clone().into()),
+            // Kafka's NO_TIMESTAMP, from the producer that is not checked.
+            timestamp: (!checked).then_some(-1),
             ..Default::default()
         };
         let delivery = match producer.send(record).await {
@@ -158,6 +176,9 @@ async fn produce(
         let tally = tally.clone();
         pending.spawn(async move {
             match delivery.await {
+                Ok(_) if !checked => {
+                    tally.acked_by_leader.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(m) => tally.acked.lock().unwrap().push(Ack {
                     partition: m.partition,
                     offset: m.offset,

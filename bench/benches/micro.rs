@@ -96,6 +96,8 @@ fn cache_hit(c: &mut Criterion) {
         state: RemoteSegmentState::CopyFinished,
         created_at_ms: 0,
         updated_at_ms: 0,
+        epochs: Vec::new(),
+        object_end_offset: 64 * 16 - 1,
     };
     let reader = rt.block_on(async {
         let store = shale_tiering::open("memory://", &Default::default())

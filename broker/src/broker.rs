@@ -207,6 +207,7 @@ impl Broker {
             UploaderConfig {
                 multipart_threshold: config.tiering.multipart_threshold_bytes,
                 part_size: config.tiering.multipart_part_bytes,
+                local_root: shale_tiering::store::local_root(&config.object_store_url),
                 ..UploaderConfig::default()
             },
         );

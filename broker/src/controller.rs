@@ -124,16 +124,25 @@ impl Broker {
         Ok(())
     }
 
-    /// Preferred leader election: moves each partition's leadership to its first
-    /// replica where that one is alive, in the ISR and not leading already. `topic`
-    /// `None` means every topic; `partitions` `None` every partition. The old leader
+    /// Kafka's ElectLeaders. `topic` `None` means every topic; `partitions` `None`
+    /// every partition.
+    ///
+    /// The preferred election moves each partition's leadership to its first replica
+    /// where that one is alive, in the ISR and not leading already. The old leader
     /// stops acknowledging acks=all writes as soon as the new one stops fetching from
     /// it; acks=1 writes it takes before it learns of the change are truncated (as in
     /// Kafka).
-    pub async fn elect_preferred_leaders(
+    ///
+    /// The `unclean` election gives each partition without a leader one, as
+    /// `unclean.leader.election.enable` would: a live member of the ISR or ELR if any,
+    /// else the recovering replica with the most complete log, else the first live
+    /// replica. Records that only the lost replicas held are lost, and the new leader
+    /// cuts the remote log where its own log leaves it.
+    pub async fn elect_leaders(
         &self,
         topic: Option<&str>,
         partitions: Option<&[i32]>,
+        unclean: bool,
     ) -> Result<Vec<(String, i32, Result<i32>)>> {
         let topics: HashMap<uuid::Uuid, String> = match topic {
             Some(name) => {
@@ -157,7 +166,11 @@ impl Broker {
             if partitions.is_some_and(|ps| !ps.contains(&state.partition)) {
                 continue;
             }
-            let result = self.elect_preferred(&state, &live).await;
+            let result = if unclean {
+                self.elect_unclean(&state, &live).await
+            } else {
+                self.elect_preferred(&state, &live).await
+            };
             out.push((name.clone(), state.partition, result));
         }
         if let (Some(name), Some(wanted)) = (topic, partitions) {
@@ -203,6 +216,33 @@ impl Broker {
         tracing::info!(topic_id = %stored.topic_id, partition = stored.partition,
             old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
             "preferred leader elected");
+        Ok(stored.leader)
+    }
+
+    async fn elect_unclean(&self, state: &PartitionState, live: &HashMap<i32, i64>) -> Result<i32> {
+        if state.leader >= 0 {
+            return Err(Error::ElectionNotNeeded(state.leader));
+        }
+        let min_isr = self
+            .topics_snapshot()
+            .iter()
+            .find(|t| t.meta.id == state.topic_id)
+            .map_or(1, |t| t.config.min_insync_replicas.max(1) as usize);
+        let rules = TopicRules {
+            min_isr,
+            unclean: true,
+        };
+        let next = elect(state, live, rules)
+            .filter(|n| n.leader >= 0)
+            .ok_or_else(|| Error::EligibleLeadersNotAvailable(state.replicas.clone()))?;
+        let guard = StateGuard {
+            expired: None,
+            alive: Some((next.leader, live[&next.leader])),
+        };
+        let stored = self.metastore.update_partition_state(&next, guard).await?;
+        tracing::warn!(topic_id = %stored.topic_id, partition = stored.partition,
+            leader = stored.leader, epoch = stored.leader_epoch, isr = ?stored.isr,
+            "unclean leader election asked for: records only the lost replicas held are lost");
         Ok(stored.leader)
     }
 

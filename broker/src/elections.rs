@@ -81,6 +81,7 @@ pub(crate) fn elect(
             .filter(|b| set.contains(b) && is_live(b))
             .collect()
     };
+    let no_member = state.isr.is_empty() && state.elr.is_empty();
     let live_isr = in_order(&state.isr);
     let live_elr = in_order(&state.elr);
     let mut elr = state.elr.clone();
@@ -90,25 +91,32 @@ pub(crate) fn elect(
         tracing::info!(topic_id = %state.topic_id, partition = state.partition, leader,
             "no ISR member is alive: electing an eligible leader replica");
         (leader, shrink(vec![leader], &mut elr))
-    } else if state.isr.is_empty() && state.elr.is_empty() && !state.recovering.is_empty() {
+    } else if let Some(leader) = no_member
+        .then(|| crate::rules::best_recovering(state, |b| is_live(&b)))
+        .flatten()
+    {
         // Every member left at an unclean restart: the one with the most complete log
         // leads once it is live.
-        match crate::rules::best_recovering(state, |b| is_live(&b)) {
-            Some(leader) => {
-                tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
-                    recovering = ?state.recovering,
-                    "every replica restarted uncleanly: electing the one with the most complete log");
-                elr.clear();
-                (leader, vec![leader])
-            }
-            None if state.leader >= 0 => (-1, Vec::new()),
-            None => return None,
-        }
-    } else if let Some(&leader) = state.replicas.iter().find(|b| rules.unclean && is_live(b)) {
+        tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
+            recovering = ?state.recovering,
+            "every replica restarted uncleanly: electing the one with the most complete log");
+        elr.clear();
+        (leader, vec![leader])
+    } else if let Some(leader) = rules
+        .unclean
+        .then(|| unclean_choice(state, &is_live))
+        .flatten()
+    {
         tracing::warn!(topic_id = %state.topic_id, partition = state.partition, leader,
             "unclean leader election: records acknowledged by the old ISR may be lost");
         elr.clear();
         (leader, vec![leader])
+    } else if no_member && !state.recovering.is_empty() {
+        // Waiting for the recovering replica with the most complete log.
+        if state.leader < 0 {
+            return None;
+        }
+        (-1, Vec::new())
     } else if state.leader >= 0 {
         // Offline until an ISR or ELR member returns.
         (-1, state.isr.clone())
@@ -124,6 +132,22 @@ pub(crate) fn elect(
         recovering,
         ..state.clone()
     })
+}
+
+/// An unclean election's leader: the live recovering replica with the most complete
+/// log, else the first live replica.
+fn unclean_choice(state: &PartitionState, is_live: &impl Fn(&i32) -> bool) -> Option<i32> {
+    let live_recovering = PartitionState {
+        recovering: state
+            .recovering
+            .iter()
+            .filter(|r| is_live(&r.broker))
+            .copied()
+            .collect(),
+        ..state.clone()
+    };
+    crate::rules::best_recovering(&live_recovering, |b| is_live(&b))
+        .or_else(|| state.replicas.iter().copied().find(|b| is_live(b)))
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ pub enum Error {
     ElectionNotNeeded(i32),
     #[error("the preferred replica, broker {0}, is not alive and in sync")]
     PreferredLeaderNotAvailable(i32),
+    #[error("no replica of the partition is alive (replicas {0:?})")]
+    EligibleLeadersNotAvailable(Vec<i32>),
     #[error("broker {replica}'s incarnation {sent} is not its registered one ({registered})")]
     StaleBrokerEpoch {
         replica: i32,
@@ -154,6 +156,7 @@ impl Error {
             NotReplica(_) => ErrorCode::ReplicaNotAvailable,
             ElectionNotNeeded(_) => ErrorCode::ElectionNotNeeded,
             PreferredLeaderNotAvailable(_) => ErrorCode::PreferredLeaderNotAvailable,
+            EligibleLeadersNotAvailable(_) => ErrorCode::EligibleLeadersNotAvailable,
             StaleBrokerEpoch { .. } => ErrorCode::StaleBrokerEpoch,
             NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,

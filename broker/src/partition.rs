@@ -146,7 +146,12 @@ pub struct Partition {
     high_watermark: watch::Sender<i64>,
     /// Bumped on every leader append: wakes replica fetches waiting for data.
     appended: Arc<watch::Sender<u64>>,
+    /// The remote log as far as it matches this replica's log (what reads, local
+    /// retention and copies use).
     remote: Mutex<RemoteState>,
+    /// The remote log as last read, whole (matched again after a truncation, and
+    /// taken over by a leader that holds less than it: see `adopt_remote_log`).
+    remote_full: Mutex<RemoteState>,
     /// Serializes the tier's work on this partition (copies, remote retention), which
     /// reads and writes `remote` across awaits.
     pub(crate) tier_lock: tokio::sync::Mutex<()>,
@@ -213,6 +218,7 @@ impl Partition {
             high_watermark: watch::Sender::new(hw),
             appended: shared.appended.clone(),
             remote: Mutex::new(RemoteState::unloaded()),
+            remote_full: Mutex::new(RemoteState::unloaded()),
             tier_lock: tokio::sync::Mutex::new(()),
             key_filters_through: std::sync::atomic::AtomicI64::new(-1),
             key_filters_generation: std::sync::atomic::AtomicU64::new(0),
@@ -269,6 +275,7 @@ impl Partition {
             version: state.version,
         };
         if state.leader == self.broker_id && was_leading_epoch != Some(state.leader_epoch) {
+            self.adopt_remote_log(&mut r)?;
             r.log.start_epoch(state.leader_epoch)?;
             let leo = r.log.log_end_offset();
             r.followers = state
@@ -477,9 +484,13 @@ impl Partition {
     }
 
     /// Local retention. A tiered partition deletes only segments already in the object
-    /// store, and nothing before the tier has loaded its state.
+    /// store, and nothing before the tier has loaded its state. The remote view is read
+    /// under the replica lock: a follower's truncation re-matches it under that lock,
+    /// so retention never goes by a view of records the log no longer holds.
     pub fn apply_retention(&self, now_ms: i64) -> Result<RetentionOutcome> {
-        let tier = self.config().remote_storage_enable.then(|| {
+        let config = self.config();
+        let mut r = self.replica();
+        let tier = config.remote_storage_enable.then(|| {
             let remote = self.remote_state();
             if remote.loaded {
                 TierBounds {
@@ -493,7 +504,7 @@ impl Partition {
                 }
             }
         });
-        Ok(self.replica().log.apply_retention(now_ms, tier)?)
+        Ok(r.log.apply_retention(now_ms, tier)?)
     }
 
     /// Deletes the local records below `offset` (DeleteRecords, already stored in the
@@ -544,17 +555,6 @@ impl Partition {
     /// Local bytes of the segments after `offset` (those not in the object store).
     pub fn bytes_after(&self, offset: i64) -> u64 {
         self.replica().log.bytes_after(offset)
-    }
-
-    pub fn remote_state(&self) -> RemoteState {
-        self.remote
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub fn set_remote_state(&self, state: RemoteState) {
-        *self.remote.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }
 
     pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {

@@ -215,6 +215,99 @@ pub(crate) fn best_recovering(
         .find(|b| candidates.contains(b) && is_live(*b))
 }
 
+/// A remote segment as the divergence check sees it: its first and last offsets and
+/// the leader epochs of its batches (epoch, start offset), oldest first; no epochs for
+/// a segment copied before they were recorded.
+pub(crate) struct RemoteRange<'a> {
+    pub(crate) base: i64,
+    pub(crate) end: i64,
+    pub(crate) epochs: &'a [(i32, i64)],
+}
+
+/// The first offset where a remote log (`segments`, by base offset, and `remote_end`,
+/// the highest offset ever copied, deleted since or not) stops matching a replica's
+/// log (its `epochs` and `log_end`); `None` if it matches to its end.
+///
+/// An offset matches where both hold a batch of the same leader epoch there: as in a
+/// follower's divergence check, one epoch at one offset means one log up to there, so
+/// the search walks back from the end and stops at the first match. Nothing past the
+/// replica's log end matches: a leader elected without records the bucket holds (an
+/// unclean election) does not hold them, and writes its own there. Offsets below the
+/// oldest epoch start the replica knows are taken as matching: it no longer holds them
+/// (its log restarted above them, or it deleted them once they were in the remote
+/// log). So are segments without epochs.
+pub(crate) fn remote_divergence(
+    segments: &[RemoteRange<'_>],
+    remote_end: i64,
+    epochs: &[(i32, i64)],
+    log_end: i64,
+) -> Option<i64> {
+    let mut from = (remote_end >= log_end).then_some(log_end);
+    for seg in segments.iter().rev() {
+        let matched = matched_end(seg, epochs, log_end);
+        if matched >= seg.end {
+            break;
+        }
+        from = Some(from.map_or(matched + 1, |f| f.min(matched + 1)));
+        if matched >= seg.base {
+            break;
+        }
+    }
+    from
+}
+
+/// Where a replica about to lead restarts its log to take the remote log over as its
+/// own: after the remote log's end, when that lies past the replica's log end and the
+/// remote log matches all of the replica's log (an unclean election of a replica that
+/// lost what the bucket kept). `None`: it leads with its log as it is, and cuts the
+/// remote log where they part.
+pub(crate) fn takeover_start(
+    segments: &[RemoteRange<'_>],
+    remote_end: i64,
+    epochs: &[(i32, i64)],
+    log_end: i64,
+) -> Option<i64> {
+    (remote_end >= log_end
+        && remote_divergence(segments, remote_end, epochs, log_end) == Some(log_end))
+    .then_some(remote_end + 1)
+}
+
+/// The last offset of `seg` that matches the replica's log (`seg.base - 1`: none).
+fn matched_end(seg: &RemoteRange<'_>, epochs: &[(i32, i64)], log_end: i64) -> i64 {
+    if seg.epochs.is_empty() {
+        return seg.end;
+    }
+    let known_from = epochs.first().map_or(log_end, |e| e.1);
+    let ranges = seg
+        .epochs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &(epoch, start))| {
+            let next = seg.epochs.get(i + 1).map_or(seg.end + 1, |n| n.1);
+            let (lo, hi) = (start.max(seg.base), next.min(seg.end + 1) - 1);
+            (lo <= hi).then_some((epoch, lo, hi))
+        });
+    for (epoch, lo, hi) in ranges.collect::<Vec<_>>().into_iter().rev() {
+        if hi < known_from {
+            return hi;
+        }
+        if let Some(j) = epochs.iter().position(|e| e.0 == epoch) {
+            // Where the epoch ends decides, as in a follower's divergence check: where
+            // it starts may differ (a follower that fetched the epoch after the
+            // leader's cleaner removed its first batches notes it later).
+            let ours_to = epochs.get(j + 1).map_or(log_end, |n| n.1).min(log_end) - 1;
+            let to = hi.min(ours_to);
+            if to >= lo {
+                return to;
+            }
+        }
+        if lo < known_from {
+            return known_from - 1;
+        }
+    }
+    seg.base - 1
+}
+
 #[cfg(test)]
 mod model;
 #[cfg(test)]

@@ -163,6 +163,17 @@ impl Metastore for FaultyMetastore {
             .replace_remote_segments(replaced, replacements)
             .await
     }
+    async fn truncate_remote_log(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        from: i64,
+        epoch: i32,
+    ) -> R<u64> {
+        self.inner
+            .truncate_remote_log(topic_id, partition, from, epoch)
+            .await
+    }
     async fn remote_segment_topic_ids(&self) -> R<Vec<Uuid>> {
         self.inner.remote_segment_topic_ids().await
     }

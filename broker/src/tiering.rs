@@ -21,9 +21,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use shale_metastore::RemoteSegment;
-use shale_tiering::reader::ReadError;
 use shale_tiering::uploader::{PartitionRef, SealedSegment};
 use tokio::task::JoinSet;
 
@@ -155,9 +153,9 @@ impl Broker {
                     needs_cleanup: log.unfinished || (before.loaded && before.needs_cleanup),
                     ..remote_state_of(log.finished, log.copied_end)
                 };
-                // A follower drops what the leader has copied as soon as it learns of it.
-                let grew = refresh && state.end_offset > before.end_offset;
                 p.set_remote_state(state);
+                // A follower drops what the leader has copied as soon as it learns of it.
+                let grew = refresh && p.remote_state().end_offset > before.end_offset;
                 drop(_tier);
                 if grew {
                     apply_local_retention(p.clone()).await;
@@ -175,8 +173,32 @@ impl Broker {
             needs_cleanup: true,
             ..self.read_remote_log(p).await?
         };
-        p.set_remote_state(state.clone());
-        Ok(state)
+        p.set_remote_state(state);
+        Ok(p.remote_state())
+    }
+
+    /// A leader whose log stops matching the remote log at `from` cuts the remote log
+    /// there. An unclean election gave it less than the bucket holds, or other records
+    /// at the same offsets: what lies above `from` was given up with that election, and
+    /// left in place it would be served for this leader's own records at those offsets,
+    /// taken for copies of them by local retention, and block this leader's copies.
+    async fn cut_remote_log(&self, p: &Partition, from: i64) -> Result<()> {
+        let epoch = p.leader_epoch();
+        if !p.is_leader() {
+            return Ok(());
+        }
+        let changed = self
+            .metastore
+            .truncate_remote_log(p.topic_id, p.index, from, epoch)
+            .await?;
+        tracing::warn!(topic = %p.topic, partition = p.index, from, epoch, rows = changed,
+            "the remote log diverges from this leader's log (an unclean election): cutting it there");
+        self.uploader
+            .clean_unfinished(&partition_ref(p))
+            .await
+            .map_err(Error::Tiering)?;
+        p.set_remote_state(self.read_remote_log(p).await?);
+        Ok(())
     }
 
     /// The partition's remote log, read from the metastore.
@@ -216,8 +238,17 @@ impl Broker {
                 .await
                 .map_err(Error::Tiering)?;
             // Another leader may have finished copies since this broker last looked.
-            state = self.read_remote_log(p).await?;
-            p.set_remote_state(state.clone());
+            if let Some(from) = p.set_remote_state(self.read_remote_log(p).await?)
+                && let Err(e) = self.cut_remote_log(p, from).await
+            {
+                // The next pass re-reads and cuts again.
+                p.set_remote_state(RemoteState {
+                    needs_cleanup: true,
+                    ..p.remote_state()
+                });
+                return Err(e);
+            }
+            state = p.remote_state();
         }
         let committed = p.high_watermark();
         let epoch = p.leader_epoch();
@@ -280,6 +311,7 @@ impl Broker {
                 index_path: seg.index_path,
                 time_index_path: seg.time_index_path,
                 key_filter,
+                epochs: p.epochs_between(seg.base_offset, seg.end_offset),
             };
             match self.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {
@@ -289,6 +321,7 @@ impl Broker {
                     state.end_offset = row.end_offset;
                     Arc::make_mut(&mut state.segments).push(row);
                     p.set_remote_state(state.clone());
+                    state = p.remote_state();
                     copied += 1;
                 }
                 Err(e) => {
@@ -423,85 +456,6 @@ impl Broker {
         Ok(())
     }
 
-    /// Reads `offset` from the object store (the caller found it below the local log
-    /// start); `None` when no remote segment holds it. A segment found missing in the
-    /// store was usually deleted by remote retention after this read found it: the read
-    /// looks again in the remote log as it stands (then the offset may be out of range);
-    /// only a segment the metastore still lists as finished is reported corrupt.
-    pub(crate) async fn read_remote(
-        &self,
-        p: &Partition,
-        offset: i64,
-        max_bytes: usize,
-        whole_first: bool,
-    ) -> Option<Result<Bytes>> {
-        let mut state = p.remote_state();
-        for _ in 0..3 {
-            let seg = state.find(offset)?.clone();
-            let (reader, s) = (self.reader.clone(), seg.clone());
-            let read = match self
-                .remote_io
-                .run(async move { reader.read(&s, offset, max_bytes, whole_first).await })
-                .await
-            {
-                Ok(read) => read,
-                Err(e) => return Some(Err(e)),
-            };
-            let Err(ReadError::NotFound { object }) = read else {
-                return Some(read.map_err(remote_read_error));
-            };
-            let current = p.remote_state();
-            state = if current.find(offset).map(|s| s.segment_id) != Some(seg.segment_id) {
-                current
-            } else {
-                // This broker's view may lag the leader's retention: ask the metastore.
-                match self.read_remote_log(p).await {
-                    Ok(fresh) => fresh,
-                    Err(e) => return Some(Err(e)),
-                }
-            };
-            if state
-                .segments
-                .iter()
-                .any(|s| s.segment_id == seg.segment_id)
-            {
-                return Some(Err(Error::RemoteCorrupt(ReadError::Corrupt {
-                    object,
-                    reason: "the object of a finished remote segment is missing".into(),
-                })));
-            }
-            tracing::debug!(topic = %p.topic, partition = p.index, offset, segment = %seg.segment_id,
-                "remote segment deleted while being read, looking again");
-        }
-        Some(Err(Error::RemoteLogNotReady(format!(
-            "the remote log of partition {} of '{}' keeps changing under reads of offset {offset}",
-            p.index, p.topic
-        ))))
-    }
-
-    /// The first offset at or after `ts` among remote segments below the local log.
-    pub(crate) async fn remote_offset_for_timestamp(
-        &self,
-        p: &Partition,
-        ts: i64,
-    ) -> Result<Option<(i64, i64)>> {
-        let local_start = p.offsets().local_log_start_offset;
-        let state = p.remote_state();
-        let Some(seg) = state
-            .segments
-            .iter()
-            .find(|s| s.max_timestamp >= ts && s.base_offset < local_start)
-            .cloned()
-        else {
-            return Ok(None);
-        };
-        let reader = self.reader.clone();
-        self.remote_io
-            .run(async move { reader.offset_for_timestamp(&seg, ts).await })
-            .await?
-            .map_err(remote_read_error)
-    }
-
     /// Ranged GETs of remote reads since start, and the bytes they fetched.
     pub fn remote_read_stats(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -545,12 +499,8 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-pub(crate) fn remote_read_error(e: ReadError) -> Error {
-    match e {
-        ReadError::Corrupt { .. } | ReadError::NotFound { .. } => Error::RemoteCorrupt(e),
-        other => Error::RemoteUnavailable(other),
-    }
-}
+mod read;
+pub(crate) use read::remote_read_error;
 
 pub mod compact;
 mod status;

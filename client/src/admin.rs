@@ -20,12 +20,14 @@ impl Client {
         Ok(r)
     }
 
-    /// Preferred leader election (see the `ElectLeaders` RPC): per partition, the
-    /// leader after it, or why not. An empty `topic` means every topic.
+    /// Preferred, or (`unclean`) unclean, leader election (see the `ElectLeaders`
+    /// RPC): per partition, the leader after it, or why not. An empty `topic` means
+    /// every topic.
     pub async fn elect_leaders(
         &self,
         topic: &str,
         partitions: Vec<i32>,
+        unclean: bool,
     ) -> Result<Vec<ElectLeadersResult>> {
         let r = self
             .admin
@@ -33,6 +35,7 @@ impl Client {
             .elect_leaders(ElectLeadersRequest {
                 topic: topic.into(),
                 partitions,
+                unclean,
             })
             .await?
             .into_inner();

@@ -323,7 +323,7 @@ impl Admin for Front {
         let partitions = (!r.partitions.is_empty()).then_some(&r.partitions[..]);
         let result = self
             .service
-            .elect_leaders(&ctx, named(&r.topic), partitions)
+            .elect_leaders(&ctx, named(&r.topic), partitions, r.unclean)
             .await;
         let error = error_result(&result);
         let results = result

@@ -238,6 +238,20 @@ pub trait Metastore: Send + Sync + 'static {
     /// become `COPY_FINISHED`. Nothing changes on any error.
     async fn replace_remote_segments(&self, replaced: &[Uuid], replacements: &[Uuid])
     -> Result<()>;
+    /// Cuts the partition's remote log before `from`, where it diverges from the log
+    /// of the leader at `leader_epoch` (after an unclean election), in one transaction
+    /// and only while that epoch is current (else `StaleLeaderEpoch`): finished
+    /// segments from `from` on become `DELETE_STARTED` (their objects go with the next
+    /// cleanup), a row holding `from` ends before it (its object keeps the bytes; readers
+    /// stop at the row's end), and offsets from `from` on no longer count as copied.
+    /// Returns how many rows changed.
+    async fn truncate_remote_log(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        from: i64,
+        leader_epoch: i32,
+    ) -> Result<u64>;
     /// Ids of topics with remote segments not yet `DELETE_FINISHED` (rows outlive
     /// their topic, so a deleted topic's objects can still be found and removed).
     async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>>;

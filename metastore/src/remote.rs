@@ -65,11 +65,44 @@ pub struct RemoteSegment {
     pub base_offset: i64,
     pub end_offset: i64,
     pub max_timestamp: i64,
+    /// The leader epoch the copy was made under.
     pub leader_epoch: i32,
     pub size_bytes: i64,
     pub state: RemoteSegmentState,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// The leader epochs of the segment's batches, with the offset each starts at,
+    /// oldest first (empty: not recorded, for segments copied before they were).
+    pub epochs: Vec<(i32, i64)>,
+    /// The end offset the segment's objects were written with (their keys name it):
+    /// `end_offset` unless a new leader cut the segment where its log diverged (the
+    /// objects keep the bytes past `end_offset`, which readers skip).
+    pub object_end_offset: i64,
+}
+
+/// `epochs` as stored: "epoch:start_offset", comma-separated.
+pub(crate) fn encode_epochs(epochs: &[(i32, i64)]) -> String {
+    epochs
+        .iter()
+        .map(|(e, s)| format!("{e}:{s}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub(crate) fn decode_epochs(text: &str) -> crate::Result<Vec<(i32, i64)>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corrupt = || crate::Error::CorruptRow(format!("remote segment epochs '{text}'"));
+    text.split(',')
+        .map(|item| {
+            let (e, s) = item.split_once(':').ok_or_else(corrupt)?;
+            Ok((
+                e.parse().map_err(|_| corrupt())?,
+                s.parse().map_err(|_| corrupt())?,
+            ))
+        })
+        .collect()
 }
 
 /// A partition's remote log as the metastore records it.

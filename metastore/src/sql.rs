@@ -207,6 +207,17 @@ macro_rules! sql_metastore {
                 self.replace_remote_segments(replaced, replacements).await
             }
 
+            async fn truncate_remote_log(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                from: i64,
+                leader_epoch: i32,
+            ) -> Result<u64> {
+                self.truncate_remote_log(topic_id, partition, from, leader_epoch)
+                    .await
+            }
+
             async fn remote_segment_topic_ids(&self) -> Result<Vec<Uuid>> {
                 self.remote_segment_topic_ids().await
             }

@@ -410,6 +410,8 @@ fn segment(topic_id: uuid::Uuid, base: i64, end: i64) -> RemoteSegment {
         state: RemoteSegmentState::CopyStarted,
         created_at_ms: created,
         updated_at_ms: created,
+        epochs: vec![(0, base)],
+        object_end_offset: end,
     }
 }
 
@@ -647,6 +649,77 @@ async fn remote_segments_follow_the_state_machine(m: &dyn Metastore) {
             .unwrap();
     }
     assert!(m.remote_segment_topic_ids().await.unwrap().is_empty());
+}
+
+/// A new leader's cut of a diverged remote log: only under the current epoch; later
+/// segments start their deletion, the one holding the cut ends before it, and the
+/// remote log end falls back, so the leader's own copy from the cut can finish.
+async fn a_diverged_remote_log_is_cut_under_the_current_epoch(m: &dyn Metastore) {
+    use RemoteSegmentState::*;
+    let topic = m.create_topic(new_topic("diverged", 1)).await.unwrap().id;
+    let (a, mut b, c) = (
+        segment(topic, 0, 99),
+        segment(topic, 100, 199),
+        segment(topic, 200, 299),
+    );
+    b.epochs = vec![(0, 100), (1, 150)];
+    for s in [&a, &b, &c] {
+        m.add_remote_segment(s).await.unwrap();
+        m.transition_remote_segment(s.segment_id, CopyStarted, CopyFinished)
+            .await
+            .unwrap();
+    }
+    let err = m.truncate_remote_log(topic, 0, 150, 5).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleLeaderEpoch {
+                copied: 5,
+                current: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        m.remote_logs(topic).await.unwrap()[&0].copied_end,
+        299,
+        "a refused cut changes nothing"
+    );
+    assert_eq!(m.truncate_remote_log(topic, 0, 150, 0).await.unwrap(), 2);
+    let log = &m.remote_logs(topic).await.unwrap()[&0];
+    let finished: Vec<_> = log
+        .finished
+        .iter()
+        .map(|s| (s.base_offset, s.end_offset, s.epochs.clone()))
+        .collect();
+    assert_eq!(
+        finished,
+        [(0, 99, vec![(0, 0)]), (100, 149, vec![(0, 100), (1, 150)])]
+    );
+    assert_eq!(
+        log.finished[1].object_end_offset, 199,
+        "its objects keep their keys"
+    );
+    assert_eq!(log.copied_end, 149);
+    assert!(
+        log.unfinished,
+        "200..=299 awaits the deletion of its objects"
+    );
+    let states: Vec<_> = m
+        .list_remote_segments(topic, 0, &[DeleteStarted])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.segment_id)
+        .collect();
+    assert_eq!(states, [c.segment_id]);
+    let own = segment(topic, 150, 249);
+    m.add_remote_segment(&own).await.unwrap();
+    m.transition_remote_segment(own.segment_id, CopyStarted, CopyFinished)
+        .await
+        .unwrap();
+    assert_eq!(m.remote_log_end_offset(topic, 0).await.unwrap(), 249);
 }
 
 /// Remote compaction's swap: all rows or none, same offsets only, then the grace
@@ -1021,6 +1094,7 @@ macro_rules! metastore_suite {
             case!(partitions_only_grow);
             case!(remote_segments_follow_the_state_machine);
             case!(remote_compaction_swaps_rows_in_one_transaction);
+            case!(a_diverged_remote_log_is_cut_under_the_current_epoch);
             case!(cluster_leases_and_partition_state);
             case!(producer_ids_and_group_offsets);
             case!(concurrent_writers_all_succeed);

@@ -242,7 +242,8 @@ async fn check(client: Client, acked: &[Ack]) -> usize {
     }
     let mut consumer = Consumer::new(client, TOPIC, None, StartFrom::Offset(0))
         .await
-        .unwrap();
+        .unwrap()
+        .with_offset_reset(shale_client::OffsetReset::Earliest);
     let mut log: HashMap<(i32, i64), String> = HashMap::new();
     let mut next: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1179,12 +1180,30 @@ impl Cluster {
         .await;
     }
 
+    /// Pauses the follower of partition 0 (of a topic on two brokers) until its leader
+    /// has dropped it from the ISR; returns (leader, follower).
+    async fn pause_the_follower_of_partition_0(&mut self) -> (i32, i32) {
+        let leader = self.partitions(1).await[0].0;
+        let follower = 3 - leader;
+        self.broker(follower).pause();
+        self.wait_until(leader, "the paused follower out of the ISR", |ps| {
+            ps[0].2 == vec![leader]
+        })
+        .await;
+        (leader, follower)
+    }
+
     /// Sends `count` records to partition 0 (values `r-{first}`…), one batch each;
     /// returns the acknowledgements.
     async fn send(&self, acks: Acks, first: u64, count: u64) -> Vec<Ack> {
-        let mut producer = Producer::new(self.client().await, TOPIC, acks)
+        self.send_with(self.client().await, acks, first, count)
             .await
-            .unwrap();
+    }
+
+    /// [`Cluster::send`] through `client` (one that knows no paused broker: connecting
+    /// to one hangs).
+    async fn send_with(&self, client: Client, acks: Acks, first: u64, count: u64) -> Vec<Ack> {
+        let mut producer = Producer::new(client, TOPIC, acks).await.unwrap();
         let mut acked = Vec::new();
         for seq in first..first + count {
             let record = ProducerRecord {
@@ -1222,14 +1241,7 @@ async fn the_hw_holds_below_min_isr_and_an_eligible_replica_loses_no_acks_all_re
     let mut cluster = Cluster::start(2, None).await;
     cluster.create_pair_topic().await;
     let mut acked = cluster.send(Acks::All, 0, 20).await;
-    let leader = cluster.partitions(1).await[0].0;
-    let follower = 3 - leader;
-    cluster.broker(follower).pause();
-    cluster
-        .wait_until(leader, "the paused follower out of the ISR", |ps| {
-            ps[0].2 == vec![leader]
-        })
-        .await;
+    let (leader, follower) = cluster.pause_the_follower_of_partition_0().await;
     let unsafe_acks = cluster.send(Acks::Leader, 20, 40).await;
     assert_eq!(unsafe_acks.last().unwrap().1, 59);
     let client = Client::connect(&cluster.broker(leader).address())
@@ -1332,4 +1344,162 @@ async fn a_broker_restarted_within_its_lease_is_not_elected_with_a_lost_tail() {
     );
     let read = check(cluster.client().await, &acked).await;
     report("lost tail within the lease", &acked, 0, read);
+}
+
+/// The highest offset the remote log holds for partition 0 (-1: none).
+fn remote_end_of_partition_0(cluster: &Cluster) -> i64 {
+    let rows = cluster.db.query(
+        "SELECT COALESCE(MAX(end_offset), -1) FROM remote_segments \
+         WHERE partition_id = 0 AND state = 'COPY_FINISHED'",
+    );
+    rows[0].trim().parse().unwrap()
+}
+
+async fn wait_for_remote_end(cluster: &Cluster, at_least: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while remote_end_of_partition_0(cluster) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "the remote log of partition 0 ends at {}, not yet {at_least}",
+            remote_end_of_partition_0(cluster)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Replication factor 2, min.insync.replicas 1. The follower is paused past its
+/// lease; the leader alone takes records 20–59 and copies them to the bucket. It is
+/// killed, and the partition stays offline with the follower resumed (it is not in
+/// sync) until an unclean ElectLeaders elects it, with a log ending at 20. The bucket
+/// holds more than its log. If the new leader read the remote log since it grew, it
+/// takes it over (its log restarts after it, and the bucket's records stay); else its
+/// first copy finds the remote log past its log end and cuts it at 20. Either way the
+/// 80 acks=all records it takes next are copied and read back at their offsets after
+/// local retention dropped them (the bucket used to serve the old records 20–59 in
+/// their place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unclean_leader_behind_the_bucket_keeps_the_records_it_takes_next() {
+    let mut cluster = Cluster::start(2, None).await;
+    let configs = BTreeMap::from(
+        [
+            ("min.insync.replicas", "1"),
+            ("segment.bytes", "1024"),
+            ("local.retention.bytes", "1024"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    cluster
+        .client()
+        .await
+        .create_topic(TOPIC, PARTITIONS, 2, configs)
+        .await
+        .unwrap();
+    cluster
+        .wait_until(1, "both replicas in every ISR", |ps| {
+            ps.iter().all(|(l, _, isr)| *l > 0 && isr.len() == 2)
+        })
+        .await;
+    let mut acked = cluster.send(Acks::All, 0, 20).await;
+    let (leader, follower) = cluster.pause_the_follower_of_partition_0().await;
+    let to_leader = Client::connect(&cluster.broker(leader).address())
+        .await
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(5));
+    let given_up = cluster.send_with(to_leader, Acks::All, 20, 40).await;
+    assert_eq!(given_up.last().unwrap().1, 59);
+    wait_for_remote_end(&cluster, 40).await;
+    cluster.broker(leader).kill();
+    let old_end = remote_end_of_partition_0(&cluster);
+    cluster.broker(follower).resume();
+    cluster
+        .wait_until(follower, "partition 0 offline", |ps| ps[0].0 < 0)
+        .await;
+    let client = Client::connect(&cluster.broker(follower).address())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client.elect_leaders(TOPIC, vec![0], true).await.unwrap();
+        if r[0].leader == follower {
+            break;
+        }
+        // Until the resumed follower has renewed its lease, no replica lives.
+        assert_eq!(
+            r[0].error_code,
+            ErrorCode::EligibleLeadersNotAvailable as i32,
+            "{r:?}"
+        );
+        assert!(Instant::now() < deadline, "no unclean election: {r:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let again = client.elect_leaders(TOPIC, vec![0], true).await.unwrap();
+    assert_eq!(
+        again[0].error_code,
+        ErrorCode::ElectionNotNeeded as i32,
+        "{again:?}"
+    );
+    cluster.broker(leader).start_again().await;
+    let more = cluster.send(Acks::All, 60, 80).await;
+    let log = cluster.broker(follower).log();
+    let took_over = log.contains("leading with less than the remote log holds");
+    if took_over {
+        assert_eq!(
+            more[0].1,
+            old_end + 1,
+            "the log restarts after the remote log"
+        );
+        // What the bucket held stays readable.
+        acked.extend(given_up.iter().filter(|a| a.1 <= old_end));
+    } else {
+        assert_eq!(more[0].1, 20, "the unclean leader's log ends at 20");
+    }
+    eprintln!("unclean leader behind the bucket (ending at {old_end}): took it over: {took_over}");
+    let first_new = more[0].1;
+    acked.extend(more);
+    // Copied past where the old remote log ended, and dropped locally.
+    wait_for_remote_end(&cluster, old_end.max(first_new + 50)).await;
+    let rows = cluster.db.query(
+        "SELECT base_offset, end_offset FROM remote_segments \
+         WHERE partition_id = 0 AND state = 'COPY_FINISHED' ORDER BY base_offset",
+    );
+    let segs: Vec<(i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let (b, e) = r.split_once('|').unwrap();
+            (b.parse().unwrap(), e.parse().unwrap())
+        })
+        .collect();
+    for w in segs.windows(2) {
+        assert_eq!(w[0].1 + 1, w[1].0, "gap or overlap in {segs:?}");
+    }
+    // The new leader's own records 20.. are read from the bucket now.
+    let dir = cluster
+        .broker(follower)
+        .data_dir()
+        .join(format!("{TOPIC}-0"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let first: Option<i64> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".log")?.parse().ok()
+            })
+            .min();
+        if first.is_some_and(|b| b > 40) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "local retention kept {first:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let read = check(cluster.client().await, &acked).await;
+    report("unclean leader behind the bucket", &acked, 0, read);
+    assert!(
+        took_over
+            || cluster
+                .broker(follower)
+                .log()
+                .contains("the remote log diverges from this leader's log"),
+        "the new leader neither took the remote log over nor cut it"
+    );
 }

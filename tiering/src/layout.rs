@@ -57,7 +57,7 @@ impl SegmentKey {
             topic_id: seg.topic_id,
             partition: seg.partition,
             base_offset: seg.base_offset,
-            end_offset: seg.end_offset,
+            end_offset: seg.object_end_offset,
             segment_id: seg.segment_id,
         }
     }
@@ -117,6 +117,10 @@ pub struct SegmentMeta {
     /// segment copied without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_filter: Option<KeyFilterObject>,
+    /// The leader epochs of the segment's batches with the offset each starts at
+    /// (absent in objects written before they were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub epochs: Vec<(i32, i64)>,
 }
 
 /// The `.keys` object as `.meta` names it.

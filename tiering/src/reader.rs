@@ -243,12 +243,18 @@ impl RemoteReader {
         Ok(entries)
     }
 
+    /// The cache key of chunk `k`: it names the chunk size, so chunks cached under
+    /// another `chunk_bytes` (the cache outlives a restart) are never taken for these.
+    fn chunk_key(&self, seg: &RemoteSegment, k: u64) -> String {
+        format!("{}/{}/{k}", seg.segment_id, self.config.chunk_bytes)
+    }
+
     /// Chunk `k` of the segment's `.log` object, through the cache.
     async fn chunk(&self, seg: &RemoteSegment, k: u64) -> Result<Bytes, ReadError> {
         let size = seg.size_bytes as u64;
         let start = k * self.config.chunk_bytes;
         let end = (start + self.config.chunk_bytes).min(size);
-        let key = format!("{}/{k}", seg.segment_id);
+        let key = self.chunk_key(seg, k);
         let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
         let path = SegmentKey::of(seg).path(ObjectKind::Log);
         let object = path.to_string();
@@ -320,7 +326,7 @@ impl RemoteReader {
     fn read_ahead(self: &Arc<Self>, seg: &RemoteSegment, last_chunk: u64) {
         let chunks = (seg.size_bytes as u64).div_ceil(self.config.chunk_bytes);
         for k in last_chunk + 1..(last_chunk + 1 + self.config.read_ahead_chunks).min(chunks) {
-            if self.chunks.contains(&format!("{}/{k}", seg.segment_id)) {
+            if self.chunks.contains(&self.chunk_key(seg, k)) {
                 continue;
             }
             let (reader, seg) = (self.clone(), seg.clone());
@@ -360,6 +366,11 @@ impl RemoteReader {
                 object: object(),
                 reason: format!("at byte {pos}: {e}"),
             })?;
+            // A segment cut where a new leader's log diverged ends at its row's end
+            // offset: the bytes after it are not part of the log.
+            if h.base_offset > seg.end_offset {
+                return Ok(None);
+            }
             if h.last_offset() >= offset {
                 return Ok(Some((pos, h)));
             }
@@ -393,6 +404,9 @@ impl RemoteReader {
                 object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
                 reason: e.to_string(),
             })?;
+            if h.base_offset > seg.end_offset {
+                break;
+            }
             h.validate_stored(&buf[range.clone()]).map_err(|e| {
                 let object = SegmentKey::of(seg).path(ObjectKind::Log).to_string();
                 tracing::error!(object = %object, offset = h.base_offset, error = %e, "corrupt batch in remote segment");
@@ -425,6 +439,9 @@ impl RemoteReader {
                 object: SegmentKey::of(seg).path(ObjectKind::Log).to_string(),
                 reason: e.to_string(),
             })?;
+            if h.base_offset > seg.end_offset {
+                return Ok(None);
+            }
             if h.max_timestamp >= ts {
                 let batch = self.read_range(seg, pos, h.total_size() as u64).await?;
                 return Ok(shale_records::record::first_at_or_after(&batch, ts));

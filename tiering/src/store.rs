@@ -191,6 +191,12 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
     }
 }
 
+/// The directory of a `file://PATH` store (as [`open`] resolves it), whose writes the
+/// uploader fsyncs; `None` for other stores or a directory that cannot be resolved.
+pub fn local_root(url: &str) -> Option<PathBuf> {
+    std::fs::canonicalize(url.strip_prefix("file://")?).ok()
+}
+
 /// What a failed start-up LIST means, in one line: no credentials, access denied, no
 /// such bucket, or an endpoint that cannot be reached (S3's XML error code and message
 /// are kept; the rest of the response is not).

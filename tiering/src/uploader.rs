@@ -43,6 +43,8 @@ pub struct SealedSegment {
     pub time_index_path: PathBuf,
     /// The segment's key filter, encoded (`None`: copied without one).
     pub key_filter: Option<Bytes>,
+    /// The leader epochs of its batches with the offset each starts at, oldest first.
+    pub epochs: Vec<(i32, i64)>,
 }
 
 /// Which partition a segment belongs to.
@@ -75,6 +77,9 @@ pub struct UploaderConfig {
     pub part_size: usize,
     /// Parts in flight at once for one file. Default: 4.
     pub part_concurrency: usize,
+    /// The directory of a `file://` store: a segment's objects are fsynced there (files
+    /// and directories) before its copy can finish. `None` for other stores.
+    pub local_root: Option<PathBuf>,
 }
 
 impl Default for UploaderConfig {
@@ -83,6 +88,7 @@ impl Default for UploaderConfig {
             multipart_threshold: 32 << 20,
             part_size: 16 << 20,
             part_concurrency: 4,
+            local_root: None,
         }
     }
 }
@@ -154,6 +160,8 @@ impl Uploader {
             state: RemoteSegmentState::CopyStarted,
             created_at_ms: now,
             updated_at_ms: now,
+            epochs: seg.epochs.clone(),
+            object_end_offset: seg.end_offset,
         };
         self.metastore.add_remote_segment(&row).await?;
         let key = SegmentKey::of(&row);
@@ -194,11 +202,23 @@ impl Uploader {
             index_crc32c,
             time_index_crc32c,
             key_filter,
+            epochs: seg.epochs.clone(),
         };
         let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
         self.store
             .put(&key.path(ObjectKind::Meta), PutPayload::from(json))
             .await?;
+        if let Some(root) = self.config.local_root.clone() {
+            let meta_path = root.join(key.path(ObjectKind::Meta).as_ref());
+            let io = |source| UploadError::Io {
+                path: meta_path.clone(),
+                source,
+            };
+            tokio::task::spawn_blocking(move || sync_local_objects(&root, &key))
+                .await
+                .map_err(|e| io(std::io::Error::other(e)))?
+                .map_err(io)?;
+        }
         Ok(row)
     }
 
@@ -385,4 +405,29 @@ async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Resul
         }
     }
     Ok(n)
+}
+
+/// Fsyncs the objects of one segment in a `file://` store rooted at `root`, then the
+/// directories that name them: a copy whose row says it finished survives a power loss.
+fn sync_local_objects(root: &Path, key: &SegmentKey) -> std::io::Result<()> {
+    for kind in ObjectKind::ALL {
+        let path = root.join(key.path(kind).as_ref());
+        match std::fs::File::open(&path) {
+            Ok(f) => f.sync_all()?,
+            // A segment copied without a key filter has no `.keys` object.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && kind == ObjectKind::Keys => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let partition_dir = root
+        .join(key.topic_id.to_string())
+        .join(key.partition.to_string());
+    for dir in [
+        partition_dir.as_path(),
+        &root.join(key.topic_id.to_string()),
+        root,
+    ] {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

@@ -98,3 +98,38 @@ fn state(leader: i32, isr: &[i32]) -> PartitionState {
 fn live(ids: &[i32]) -> HashMap<i32, i64> {
     ids.iter().map(|&b| (b, 1)).collect()
 }
+
+/// An unclean election takes the live recovering replica with the most complete log
+/// before the first live replica, and still elects when the best recovering replica
+/// is dead (the case it exists for).
+#[test]
+fn an_unclean_election_prefers_the_most_complete_live_recovering_log() {
+    use shale_metastore::Recovering;
+    let unclean = TopicRules {
+        unclean: true,
+        ..CLEAN
+    };
+    let recovering = |broker, last_epoch, log_end| Recovering {
+        broker,
+        last_epoch,
+        log_end,
+    };
+    let mut s = state(-1, &[]);
+    s.recovering = vec![
+        recovering(1, 3, 90),
+        recovering(2, 3, 50),
+        recovering(3, 2, 99),
+    ];
+    // The best one (1) is dead: a clean controller waits for it.
+    assert_eq!(elect(&s, &live(&[2, 3]), CLEAN), None);
+    let forced = elect(&s, &live(&[2, 3]), unclean).unwrap();
+    assert_eq!((forced.leader, forced.isr), (2, vec![2]));
+    // The ISR's only member is dead, a recovering replica lives.
+    let mut s = state(-1, &[1]);
+    s.recovering = vec![recovering(3, 3, 70)];
+    let forced = elect(&s, &live(&[2, 3]), unclean).unwrap();
+    assert_eq!(forced.leader, 3);
+    // No recovering replica lives: the first live replica.
+    let forced = elect(&s, &live(&[2]), unclean).unwrap();
+    assert_eq!(forced.leader, 2);
+}

@@ -83,6 +83,8 @@ impl Partition {
         tracing::info!(topic = %self.topic, partition = self.index, epoch, leader_end_offset = end_offset,
             log_end_offset = r.log.log_end_offset(), truncate_to = target, "follower log diverged from the leader");
         r.log.truncate_to(target)?;
+        // What matched the cut tail may not match what replaces it.
+        self.install_remote_state(&r, self.whole_remote_state());
         let leo = r.log.log_end_offset();
         self.high_watermark.send_if_modified(|cur| {
             let changed = *cur > leo;
@@ -100,6 +102,7 @@ impl Partition {
             return Ok(false);
         }
         r.log.reset_to(offset)?;
+        self.install_remote_state(&r, self.whole_remote_state());
         self.high_watermark.send_replace(offset);
         Ok(true)
     }

@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use shale_metastore::RemoteSegment;
 
+use super::{Partition, Replica};
+use crate::error::Result;
+use crate::rules::{RemoteRange, remote_divergence, takeover_start};
+
 /// What this broker knows of the partition's remote segments: the in-memory index
 /// the fetch path uses below the local log start (it never LISTs the bucket).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,9 +49,139 @@ impl RemoteState {
         self.segments.iter().map(|s| s.size_bytes as u64).sum()
     }
 
+    /// This remote log as far as it matches a replica's log (its `epochs` and
+    /// `log_end`; see [`crate::rules::remote_divergence`]), and where it stops
+    /// matching: segments from there on leave the index and the one holding that
+    /// offset ends before it. An unloaded state is returned as it is.
+    pub(crate) fn matching(mut self, epochs: &[(i32, i64)], log_end: i64) -> (Self, Option<i64>) {
+        if !self.loaded {
+            return (self, None);
+        }
+        let Some(from) = remote_divergence(&self.ranges(), self.end_offset, epochs, log_end) else {
+            return (self, None);
+        };
+        if self.end_offset >= from {
+            let segments = Arc::make_mut(&mut self.segments);
+            segments.retain(|s| s.base_offset < from);
+            if let Some(last) = segments.last_mut() {
+                last.end_offset = last.end_offset.min(from - 1);
+            }
+            self.end_offset = from - 1;
+            if self.retained_from > from {
+                self.retained_from = from;
+            }
+        }
+        (self, Some(from))
+    }
+
+    /// Where a replica with `epochs` and `log_end` restarts its log to take this remote
+    /// log over as its own (see [`crate::rules::takeover_start`]); `None`: it keeps its
+    /// log (or the remote log is not loaded).
+    pub(crate) fn takeover_start(&self, epochs: &[(i32, i64)], log_end: i64) -> Option<i64> {
+        if !self.loaded {
+            return None;
+        }
+        takeover_start(&self.ranges(), self.end_offset, epochs, log_end)
+    }
+
+    fn ranges(&self) -> Vec<RemoteRange<'_>> {
+        self.segments
+            .iter()
+            .map(|s| RemoteRange {
+                base: s.base_offset,
+                end: s.end_offset,
+                epochs: &s.epochs,
+            })
+            .collect()
+    }
+
     /// The remote segment holding `offset`.
     pub fn find(&self, offset: i64) -> Option<&RemoteSegment> {
         let i = self.segments.partition_point(|s| s.end_offset < offset);
         self.segments.get(i).filter(|s| s.base_offset <= offset)
     }
+}
+
+impl Partition {
+    pub fn remote_state(&self) -> RemoteState {
+        self.remote
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Installs what is known of the remote log, as far as it matches this replica's
+    /// log (see [`RemoteState::matching`]); returns where it stops matching. Reads,
+    /// local retention and copies see only the matching part, so a remote log written
+    /// under epochs this log does not share (after an unclean election) is never
+    /// served by this replica, nor taken for a copy of its own records.
+    pub fn set_remote_state(&self, state: RemoteState) -> Option<i64> {
+        let r = self.replica();
+        self.install_remote_state(&r, state)
+    }
+
+    /// `state` as far as it matches this replica's log, without installing it.
+    pub fn matching_remote(&self, state: RemoteState) -> RemoteState {
+        let r = self.replica();
+        state.matching(&epochs_of(&r), r.log.log_end_offset()).0
+    }
+
+    /// [`Partition::set_remote_state`] under the replica lock (which orders it with
+    /// truncations of the log).
+    pub(super) fn install_remote_state(&self, r: &Replica, state: RemoteState) -> Option<i64> {
+        *self.remote_full.lock().unwrap_or_else(|e| e.into_inner()) = state.clone();
+        let (state, diverged) = state.matching(&epochs_of(r), r.log.log_end_offset());
+        *self.remote.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        diverged
+    }
+
+    /// The remote log as last installed, before matching it to this log.
+    pub(super) fn whole_remote_state(&self) -> RemoteState {
+        self.remote_full
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A replica taking the lead whose log the remote log holds more than, and matches
+    /// to its end (an unclean election of a replica that lost what the bucket kept),
+    /// restarts its log after the remote log: it loses nothing of its own that way,
+    /// where cutting the remote log at its log end would lose the bucket's records.
+    pub(super) fn adopt_remote_log(&self, r: &mut Replica) -> Result<()> {
+        let whole = self.whole_remote_state();
+        let log_end = r.log.log_end_offset();
+        let Some(start) = whole.takeover_start(&epochs_of(r), log_end) else {
+            return Ok(());
+        };
+        tracing::warn!(topic = %self.topic, partition = self.index, log_end_offset = log_end,
+            remote_end_offset = whole.end_offset,
+            "leading with less than the remote log holds, which matches all of this log: restarting the log after it");
+        r.log.reset_to(start)?;
+        self.high_watermark.send_replace(start);
+        self.install_remote_state(r, whole);
+        Ok(())
+    }
+
+    /// The leader epochs of this log's batches in `[base, end]`, with the offset each
+    /// starts at (the first from `base`): what a copy of that range records.
+    pub fn epochs_between(&self, base: i64, end: i64) -> Vec<(i32, i64)> {
+        let r = self.replica();
+        let epochs = r.log.epochs();
+        let first = epochs
+            .partition_point(|e| e.start_offset <= base)
+            .saturating_sub(1);
+        epochs[first..]
+            .iter()
+            .take_while(|e| e.start_offset <= end)
+            .map(|e| (e.epoch, e.start_offset.max(base)))
+            .collect()
+    }
+}
+
+fn epochs_of(r: &Replica) -> Vec<(i32, i64)> {
+    r.log
+        .epochs()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect()
 }

@@ -19,9 +19,12 @@
 //! - a lease running out (a crash, or a pause or partition past the lease) and its
 //!   renewal by a broker that runs;
 //! - an upload of the leader's log below its HW, and local retention of what was
-//!   uploaded.
+//!   uploaded; a leader whose log diverges from the bucket's (by epochs) cuts the
+//!   remote log there first.
 //!
-//! Invariants, checked in every state:
+//! Invariants, checked in every state (records that a restart lost from the only
+//! member of the ISR and ELR holding them are given up with it: with
+//! min.insync.replicas 1 a lone member may hold acknowledged records):
 //! - every acks=all-acknowledged record is in the log (or the bucket, below the local
 //!   log start) of every broker acting as leader, at its offset;
 //! - no offset below a HW that was ever exposed changes value;
@@ -38,14 +41,16 @@ use std::collections::HashMap;
 use shale_metastore::{PartitionState, Recovering};
 
 use crate::elections::{TopicRules, elect};
-use log::Log;
+use log::{Log, remote_divergence_of, takeover_start_of};
 
+mod invariants;
 mod log;
 mod search;
 use crate::rules::{
     FetchCheck, after_restart, check_follower_fetch, elr_after_isr_change, high_watermark,
     last_batch_epoch, may_join_isr, state_known, still_recovering, truncation_point,
 };
+
 pub(super) use search::check;
 
 /// The protocol's guards against loss; each can be turned off to show it is needed.
@@ -65,6 +70,9 @@ pub(super) struct Guards {
     /// A leader counts a follower's fetch only once it knows the partition state the
     /// follower saw.
     pub(super) state_version: bool,
+    /// A leader cuts the remote log where it stops matching its own log (by epochs),
+    /// before it copies to it or trims its local log.
+    pub(super) remote_lineage: bool,
 }
 
 impl Guards {
@@ -75,6 +83,7 @@ impl Guards {
         divergence_at_log_start: true,
         maximal_isr: true,
         state_version: true,
+        remote_lineage: true,
     };
     pub(super) const NONE: Guards = Guards {
         strict_min_isr: false,
@@ -83,6 +92,7 @@ impl Guards {
         divergence_at_log_start: false,
         maximal_isr: false,
         state_version: false,
+        remote_lineage: false,
     };
 }
 
@@ -309,6 +319,16 @@ impl Model {
             .map(|r| r.epoch);
         n.pending.clear();
         if meta.leader == b as i32 && was_leading != Some(meta.epoch) {
+            // Less than the bucket holds, all of it matching: take the bucket over.
+            let takeover = if self.guards.remote_lineage {
+                takeover_start_of(&w.remote, &n.log)
+            } else {
+                None
+            };
+            if let Some(start) = takeover {
+                n.log.reset_to(start);
+                n.hw = n.hw.max(start);
+            }
             n.log.start_epoch(meta.epoch);
             n.progress = vec![(-1, -1); self.bounds.brokers];
         }
@@ -326,69 +346,6 @@ impl Model {
             ..next
         };
         true
-    }
-
-    /// Reads offset `o` as leader `b` serves it: from the bucket below its local log.
-    fn read(w: &World, b: usize, o: i64) -> Option<u8> {
-        let log = &w.nodes[b].log;
-        if o < log.start {
-            w.remote.get(o as usize).map(|e| e.1)
-        } else {
-            log.at(o).map(|e| e.1)
-        }
-    }
-
-    fn check(&self, w: &World) -> Option<String> {
-        for b in 0..self.bounds.brokers {
-            if !self.acting_leader(w, b) {
-                continue;
-            }
-            for &(o, v) in &w.acked {
-                if Self::read(w, b, o) != Some(v) {
-                    return Some(format!(
-                        "acked record lost: offset {o} value {v} missing at leader {b}"
-                    ));
-                }
-            }
-            for o in 0..w.nodes[b].hw {
-                let v = Self::read(w, b, o);
-                if let Some(&e) = w.exposed.get(o as usize)
-                    && v != Some(e)
-                {
-                    return Some(format!(
-                        "exposed offset {o} changed from {e} to {v:?} at leader {b}"
-                    ));
-                }
-            }
-        }
-        let mut seen: HashMap<i32, i32> = HashMap::new();
-        for &(epoch, b) in &w.writers {
-            if *seen.entry(epoch).or_insert(b) != b {
-                return Some(format!("two writers in epoch {epoch}"));
-            }
-        }
-        // Everyone back and holding a lease: the controller must elect somebody.
-        let settled = (0..self.bounds.brokers).all(|b| {
-            let n = &w.nodes[b];
-            n.up && !n.leaving && w.leases[b] == (true, n.incarnation)
-        });
-        if settled {
-            let live = self.live(w);
-            let mut s = self.state_of(&w.meta);
-            for _ in 0..4 {
-                match elect(&s, &live, self.rules()) {
-                    Some(next) => s = next,
-                    None => break,
-                }
-            }
-            if s.leader < 0 {
-                return Some(format!(
-                    "offline with every broker back: isr {:?} elr {:?}",
-                    s.isr, s.elr
-                ));
-            }
-        }
-        None
     }
 
     /// Records what acting leader `b` exposes below its HW.
@@ -490,7 +447,17 @@ impl Model {
                 }
             }
             // Upload below the HW, and trim what was uploaded.
-            if self.bounds.tiering && self.acting_leader(w, b) {
+            let diverged = if self.guards.remote_lineage {
+                remote_divergence_of(&w.remote, &node.log)
+            } else {
+                None
+            };
+            if let (true, Some(from)) = (self.bounds.tiering && self.acting_leader(w, b), diverged)
+            {
+                let mut next = w.clone();
+                next.remote.truncate(from as usize);
+                out.push((format!("{b} cuts the remote log at {from}"), next));
+            } else if self.bounds.tiering && self.acting_leader(w, b) {
                 let end = w.remote.len() as i64;
                 if end < node.hw && node.log.start <= end {
                     let mut next = w.clone();
@@ -538,7 +505,10 @@ impl Model {
                 }
                 for (how, log) in logs {
                     let mut next = w.clone();
-                    next.lost |= log != node.log;
+                    if log != node.log {
+                        next.lost = true;
+                        self.give_up_lost(&mut next, b, &log);
+                    }
                     let m = &mut next.nodes[b];
                     m.up = true;
                     m.incarnation += 1;

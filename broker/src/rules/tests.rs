@@ -233,9 +233,129 @@ fn model_check_fails_without_the_maximal_isr() {
     );
 }
 
+/// One broker (a replication factor of 1): the leader uploads, loses its unflushed
+/// tail, and is elected again with less than the bucket holds (the remote log's
+/// divergence; with more replicas it takes an unclean election).
+const UNCLEAN_BEHIND_BUCKET: Bounds = Bounds {
+    brokers: 1,
+    min_isr: 1,
+    records: 3,
+    crashes: 2,
+    lose_data: true,
+    tiering: true,
+    pauses: 1,
+    shrinks: 0,
+};
+
+/// With every guard, nothing acknowledged is lost in that world, explored whole.
+#[test]
+fn model_check_an_unclean_leader_behind_the_bucket_keeps_every_acknowledged_record() {
+    let o = report(
+        "unclean leader behind the bucket",
+        UNCLEAN_BEHIND_BUCKET,
+        Guards::ALL,
+        std::time::Instant::now(),
+    );
+    assert!(o.violation.is_none(), "{:?}", o.violation);
+    assert!(o.states < MAX_STATES, "not explored whole");
+    assert!(o.states > 1_000, "the model explored almost nothing");
+}
+
+/// Without the cut, the new leader's records are read back from the bucket as the
+/// old ones once its local log is trimmed (the first sequence, after upload
+/// and local retention).
+#[test]
+fn model_check_fails_without_the_remote_logs_epoch_lineage() {
+    let mut guards = Guards::ALL;
+    guards.remote_lineage = false;
+    let o = report(
+        "remote lineage",
+        UNCLEAN_BEHIND_BUCKET,
+        guards,
+        std::time::Instant::now(),
+    );
+    let (broken, _) = o
+        .violation
+        .expect("without the remote lineage the check still passes");
+    assert!(
+        broken.contains("acked record lost") || broken.contains("exposed offset"),
+        "{broken}"
+    );
+}
+
 /// The logic before these guards (the broker at a8f8534) breaks the invariants.
 #[test]
 fn model_check_finds_the_old_logics_losses() {
     let o = report("old logic", TWO, Guards::NONE, std::time::Instant::now());
     assert!(o.violation.is_some(), "the old logic passed");
+}
+
+/// A remote segment in these tests: base, end, epochs.
+type Seg<'a> = (i64, i64, &'a [(i32, i64)]);
+
+fn divergence(segments: &[Seg<'_>], epochs: &[(i32, i64)], log_end: i64) -> Option<i64> {
+    let ranges: Vec<RemoteRange<'_>> = segments
+        .iter()
+        .map(|&(base, end, epochs)| RemoteRange { base, end, epochs })
+        .collect();
+    let remote_end = segments.last().map_or(-1, |s| s.1);
+    remote_divergence(&ranges, remote_end, epochs, log_end)
+}
+
+#[test]
+fn a_remote_log_matches_a_log_that_holds_its_epochs_at_its_offsets() {
+    // The leader went on under a later epoch.
+    assert_eq!(
+        divergence(&[(0, 99, &[(1, 0)])], &[(1, 0), (2, 150)], 200),
+        None
+    );
+    // Offsets below the oldest epoch the replica knows (its log restarted at 100).
+    assert_eq!(divergence(&[(0, 99, &[(1, 0)])], &[(5, 100)], 120), None);
+    // A segment copied before epochs were recorded.
+    assert_eq!(divergence(&[(0, 99, &[])], &[(7, 0)], 200), None);
+    // The replica noted an epoch later than the bucket (the leader's cleaner had
+    // removed its first batches when it fetched them).
+    assert_eq!(
+        divergence(&[(50, 99, &[(1, 50)])], &[(0, 0), (1, 70)], 120),
+        None
+    );
+    // The replica's first known epoch began before its oldest offset.
+    assert_eq!(
+        divergence(&[(0, 49, &[(1, 0)])], &[(1, 50), (2, 60)], 70),
+        None
+    );
+}
+
+#[test]
+fn a_remote_log_diverges_where_the_epochs_part_or_the_log_ends() {
+    // Elected without the tail the bucket holds (same epoch, shorter log).
+    assert_eq!(divergence(&[(0, 99, &[(1, 0)])], &[(1, 0)], 20), Some(20));
+    // ...and wrote under its own epoch from there.
+    assert_eq!(
+        divergence(&[(0, 99, &[(1, 0)])], &[(1, 0), (4, 20)], 90),
+        Some(20)
+    );
+    // An epoch the replica never had, in the middle of a segment.
+    let segs: &[Seg<'_>] = &[(0, 49, &[(1, 0)]), (50, 99, &[(1, 50), (3, 60)])];
+    assert_eq!(divergence(segs, &[(1, 0), (4, 60)], 80), Some(60));
+    // Two unclean elections: epochs 2 and 3 wrote different records at 50.
+    assert_eq!(
+        divergence(
+            &[(0, 99, &[(1, 0), (3, 50)])],
+            &[(1, 0), (2, 50), (5, 80)],
+            90
+        ),
+        Some(50)
+    );
+    // A log restarted empty at 100: what lies above it is not the replica's.
+    assert_eq!(
+        divergence(&[(0, 149, &[(1, 0), (2, 120)])], &[], 100),
+        Some(100)
+    );
+    // Copied once and deleted since, past the replica's log end.
+    assert_eq!(remote_divergence(&[], 99, &[(1, 0)], 20), Some(20));
+    assert_eq!(remote_divergence(&[], 99, &[(1, 0)], 100), None);
+    // Nothing matches at all.
+    let segs: &[Seg<'_>] = &[(0, 49, &[(1, 0)]), (50, 99, &[(2, 50)])];
+    assert_eq!(divergence(segs, &[(3, 0)], 10), Some(0));
 }

@@ -473,17 +473,19 @@ impl Service {
         .await
     }
 
-    /// Preferred leader election (`topic` `None`: every topic; `partitions` `None`:
-    /// every partition of it). Each partition answers with its new leader.
+    /// Preferred or (`unclean`) unclean leader election (`topic` `None`: every topic;
+    /// `partitions` `None`: every partition of it). Each partition answers with its
+    /// new leader.
     pub async fn elect_leaders(
         &self,
         ctx: &RequestContext,
         topic: Option<&str>,
         partitions: Option<&[i32]>,
+        unclean: bool,
     ) -> Result<Vec<Keyed<i32>>> {
         self.call(ctx, "ElectLeaders", async {
             self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
-            let r = self.broker.elect_preferred_leaders(topic, partitions).await;
+            let r = self.broker.elect_leaders(topic, partitions, unclean).await;
             let results = self.counted(r)?;
             let (keys, results) = results.into_iter().map(|(t, p, r)| ((t, p), r)).unzip();
             Ok(self.keyed(keys, results))

@@ -39,7 +39,7 @@ use futures::StreamExt;
 use shale_metastore::RemoteSegment;
 use shale_records::batch::{BatchHeader, BatchIter};
 use shale_records::compact::{CleanBatch, clean_against_map, for_each_record, key_hash};
-use shale_tiering::reader::RemoteReader;
+use shale_tiering::reader::{ReadError, RemoteReader};
 use shale_tiering::uploader::SealedSegment;
 
 use super::{RemoveOnDrop, partition_ref, remote_read_error, tempfile_dir, tiered_partitions};
@@ -270,6 +270,7 @@ impl Broker {
             index_path: sealed.index_path.clone(),
             time_index_path: sealed.time_index_path.clone(),
             key_filter: key_filter.clone(),
+            epochs: merged_epochs(group),
         };
         // Only the upload and the swap hold the tier lock: uploads, retention and the
         // local cleaner's swaps of the partition wait for one rewrite at most.
@@ -447,7 +448,15 @@ async fn for_each_remote_batch(
         let bytes = reader
             .read(seg, offset, READ_BYTES, true)
             .await
-            .map_err(remote_read_error)?;
+            .map_err(|e| match e {
+                // Remote retention deleted it after this run listed it: the run
+                // stops, and the next one starts from the remote log as it stands.
+                ReadError::NotFound { .. } => Error::RemoteLogNotReady(format!(
+                    "remote segment {} was deleted during its compaction",
+                    seg.segment_id
+                )),
+                other => remote_read_error(other),
+            })?;
         if bytes.is_empty() {
             break;
         }
@@ -458,6 +467,24 @@ async fn for_each_remote_batch(
         }
     }
     Ok(())
+}
+
+/// The leader epochs of a rewrite of `group`: its segments' epochs within their
+/// offsets, in order, each change once (none if a segment has none recorded).
+fn merged_epochs(group: &[RemoteSegment]) -> Vec<(i32, i64)> {
+    if group.iter().any(|s| s.epochs.is_empty()) {
+        return Vec::new();
+    }
+    let mut out: Vec<(i32, i64)> = Vec::new();
+    let within = group
+        .iter()
+        .flat_map(|s| s.epochs.iter().filter(|e| e.1 <= s.end_offset));
+    for &(epoch, start) in within {
+        if out.last().is_none_or(|last| last.0 != epoch) {
+            out.push((epoch, start));
+        }
+    }
+    out
 }
 
 fn corrupt(seg: &RemoteSegment, e: impl std::fmt::Display) -> Error {

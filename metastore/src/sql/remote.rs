@@ -6,12 +6,32 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::{is_unique_violation, now_ms};
+use crate::remote::{decode_epochs, encode_epochs};
 use crate::{Error, RemoteLog, RemoteSegment, RemoteSegmentState, Result};
 
-type RemoteSegmentRow = (Uuid, Uuid, i32, i64, i64, i64, i32, i64, String, i64, i64);
+type RemoteSegmentRow = (
+    Uuid,
+    Uuid,
+    i32,
+    i64,
+    i64,
+    i64,
+    i32,
+    i64,
+    String,
+    i64,
+    i64,
+    String,
+    i64,
+);
 
 const REMOTE_SEGMENT_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
-     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms";
+     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms, epochs, \
+     COALESCE(object_end_offset, end_offset)";
+
+/// The columns an insert writes (the objects' end offset is the end offset until a cut).
+const INSERTED_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
+     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms, epochs";
 
 fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
     let (
@@ -26,6 +46,8 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
         state,
         c,
         u,
+        epochs,
+        object_end_offset,
     ) = row;
     let state = RemoteSegmentState::parse(&state).ok_or_else(|| {
         Error::CorruptRow(format!("remote segment {segment_id} has state '{state}'"))
@@ -42,6 +64,8 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
         state,
         created_at_ms: c,
         updated_at_ms: u,
+        epochs: decode_epochs(&epochs)?,
+        object_end_offset,
     })
 }
 
@@ -54,8 +78,8 @@ macro_rules! remote_sql {
                     return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyStarted, to: s.state });
                 }
                 sqlx::query(&format!(
-                    "INSERT INTO remote_segments ({REMOTE_SEGMENT_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                    "INSERT INTO remote_segments ({INSERTED_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                 ))
                 .bind(s.segment_id)
                 .bind(s.topic_id)
@@ -68,6 +92,7 @@ macro_rules! remote_sql {
                 .bind(s.state.as_str())
                 .bind(s.created_at_ms)
                 .bind(s.updated_at_ms)
+                .bind(encode_epochs(&s.epochs))
                 .execute(&self.pool)
                 .await?;
                 Ok(())
@@ -212,6 +237,60 @@ macro_rules! remote_sql {
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            pub(super) async fn truncate_remote_log(
+                &self,
+                topic_id: Uuid,
+                partition: i32,
+                from: i64,
+                leader_epoch: i32,
+            ) -> Result<u64> {
+                let mut tx = self.begin_write().await?;
+                let epoch: Option<(i32,)> = sqlx::query_as(concat!(
+                    "SELECT leader_epoch FROM partition_state WHERE topic_id = $1 AND partition_id = $2",
+                    $for_update
+                ))
+                .bind(topic_id)
+                .bind(partition)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some((current,)) = epoch
+                    && current != leader_epoch
+                {
+                    return Err(Error::StaleLeaderEpoch { topic_id, partition, copied: leader_epoch, current });
+                }
+                let now = now_ms();
+                // Offsets from the cut on no longer count as copied, whatever became of
+                // their rows; finished ones start their deletion.
+                let gone = sqlx::query(
+                    "UPDATE remote_segments SET copied = 0, updated_at_ms = $1, \
+                       state = CASE WHEN state = 'COPY_FINISHED' THEN 'DELETE_STARTED' ELSE state END \
+                     WHERE topic_id = $2 AND partition_id = $3 AND base_offset >= $4",
+                )
+                .bind(now)
+                .bind(topic_id)
+                .bind(partition)
+                .bind(from)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                let cut = sqlx::query(
+                    "UPDATE remote_segments SET object_end_offset = COALESCE(object_end_offset, end_offset), \
+                     end_offset = $1, updated_at_ms = $2 \
+                     WHERE topic_id = $3 AND partition_id = $4 AND state <> 'COPY_STARTED' \
+                     AND base_offset < $5 AND end_offset >= $5",
+                )
+                .bind(from - 1)
+                .bind(now)
+                .bind(topic_id)
+                .bind(partition)
+                .bind(from)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(gone + cut)
             }
 
             /// The compare-and-set of one row's state, inside `tx`.

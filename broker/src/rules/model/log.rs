@@ -1,4 +1,7 @@
-//! The model's local log, kept as `shale_log` keeps its batches and epochs.
+//! The model's local log, kept as `shale_log` keeps its batches and epochs, and how
+//! the broker's rules see the model's remote log against it.
+
+use crate::rules::{RemoteRange, remote_divergence, takeover_start};
 
 /// A local log: entries (leader epoch, value) from `start`, and the epoch cache (each
 /// epoch's start offset), kept as `shale_log` keeps them.
@@ -62,4 +65,41 @@ impl Log {
         self.entries.clear();
         self.epochs.clear();
     }
+}
+
+/// Where a replica with `log` about to lead restarts its log to take the model's
+/// remote log over, as the broker decides it.
+pub(super) fn takeover_start_of(remote: &[(i32, u8)], log: &Log) -> Option<i64> {
+    with_remote_range(remote, |segments, end| {
+        takeover_start(segments, end, &log.epochs, log.leo())
+    })
+}
+
+/// Where the model's remote log stops matching `log`, as the broker decides it.
+pub(super) fn remote_divergence_of(remote: &[(i32, u8)], log: &Log) -> Option<i64> {
+    with_remote_range(remote, |segments, end| {
+        remote_divergence(segments, end, &log.epochs, log.leo())
+    })
+}
+
+/// The model's remote log (each offset's epoch and value) as one remote segment.
+fn with_remote_range<T>(remote: &[(i32, u8)], f: impl FnOnce(&[RemoteRange<'_>], i64) -> T) -> T {
+    let mut epochs: Vec<(i32, i64)> = Vec::new();
+    for (o, &(epoch, _)) in remote.iter().enumerate() {
+        if epochs.last().is_none_or(|e| e.0 != epoch) {
+            epochs.push((epoch, o as i64));
+        }
+    }
+    let end = remote.len() as i64 - 1;
+    let segment = RemoteRange {
+        base: 0,
+        end,
+        epochs: &epochs,
+    };
+    let segments = if remote.is_empty() {
+        &[][..]
+    } else {
+        std::slice::from_ref(&segment)
+    };
+    f(segments, end)
 }

@@ -26,7 +26,9 @@ pub enum ClusterCommand {
     /// lease expires, partitions led and held.
     Status,
     /// Preferred leader election: moves leadership to each partition's first replica
-    /// where it is alive and in sync.
+    /// where it is alive and in sync. With --unclean: gives each partition without a
+    /// leader one, even a replica that is not in sync (records only the lost
+    /// replicas held are lost).
     ElectLeaders {
         /// Only this topic (default: every topic).
         #[arg(long)]
@@ -34,6 +36,9 @@ pub enum ClusterCommand {
         /// Only these partitions of the topic (repeatable).
         #[arg(long, requires = "topic")]
         partition: Vec<i32>,
+        /// Kafka's unclean election: accept the loss of what no live replica holds.
+        #[arg(long)]
+        unclean: bool,
     },
 }
 
@@ -126,9 +131,13 @@ pub async fn cluster(
                 }
             }
         }
-        ClusterCommand::ElectLeaders { topic, partition } => {
+        ClusterCommand::ElectLeaders {
+            topic,
+            partition,
+            unclean,
+        } => {
             let results = client
-                .elect_leaders(topic.as_deref().unwrap_or(""), partition)
+                .elect_leaders(topic.as_deref().unwrap_or(""), partition, unclean)
                 .await?;
             let failed = results.iter().any(|r| {
                 !matches!(

@@ -410,6 +410,11 @@ impl Broker {
             .clone()
     }
 
+    /// Replaces the registered brokers (read from the metastore).
+    pub(crate) fn set_brokers(&self, brokers: Vec<BrokerLease>) {
+        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+    }
+
     pub(crate) fn broker_address(&self, id: i32) -> Option<String> {
         self.brokers()
             .into_iter()

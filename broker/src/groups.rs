@@ -90,7 +90,14 @@ impl Broker {
     /// Refuses a group call unless this broker coordinates the group (and holds its
     /// lease, without which another broker may already have taken over).
     pub fn ensure_coordinator(&self, group: &str) -> Result<()> {
-        let (id, _) = self.coordinator_for(group)?;
+        self.coordinating(group).map(|_| ())
+    }
+
+    /// [`Broker::ensure_coordinator`], returning the brokers this one found itself the
+    /// coordinator among (`None` without replication, where it is the only one).
+    fn coordinating(&self, group: &str) -> Result<Option<Vec<i32>>> {
+        let live = self.coordinator_candidates();
+        let (id, _) = self.coordinator_among(group, &live)?;
         if id != self.config.broker_id || !self.lease_valid() {
             return Err(GroupError::NotCoordinator {
                 group: group.to_string(),
@@ -98,7 +105,10 @@ impl Broker {
             }
             .into());
         }
-        Ok(())
+        Ok(self
+            .metastore
+            .supports_replication()
+            .then(|| live.iter().map(|b| b.broker_id).collect()))
     }
 
     /// Periodic coordinator work (see [`Coordinator::tick`]).
@@ -123,7 +133,7 @@ impl Broker {
         member: &str,
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<Result<()>>> {
-        self.ensure_coordinator(group)?;
+        let live = self.coordinating(group)?;
         self.groups.authorize_commit(group, generation, member)?;
         let now = now_ms();
         let mut rows = Vec::new();
@@ -157,7 +167,23 @@ impl Broker {
             })
             .collect();
         if !rows.is_empty() {
-            self.metastore.commit_offsets(group, &rows).await?;
+            // Fenced by the live brokers: a broker whose view of them is stale (one came
+            // back that it still counts as gone) may no longer coordinate the group.
+            match self
+                .metastore
+                .commit_offsets(group, &rows, live.as_deref())
+                .await
+            {
+                Err(shale_metastore::Error::LiveBrokersChanged { now, .. }) => {
+                    self.set_brokers(self.metastore.list_brokers().await?);
+                    return Err(GroupError::NotCoordinator {
+                        group: group.to_string(),
+                        coordinator: coordinator_of(group, &now).unwrap_or(-1),
+                    }
+                    .into());
+                }
+                r => r?,
+            }
         }
         Ok(results)
     }

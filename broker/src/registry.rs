@@ -87,8 +87,7 @@ impl Broker {
             .into_iter()
             .map(|(id, p, offset)| ((id, p), offset))
             .collect();
-        let brokers = self.metastore.list_brokers().await?;
-        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+        self.set_brokers(self.metastore.list_brokers().await?);
         let mut current = self
             .topics
             .read()

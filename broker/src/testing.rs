@@ -202,8 +202,13 @@ impl Metastore for FaultyMetastore {
     async fn allocate_producer_ids(&self, count: i64) -> R<i64> {
         self.inner.allocate_producer_ids(count).await
     }
-    async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> R<()> {
-        self.inner.commit_offsets(group, offsets).await
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: &[CommittedOffset],
+        live: Option<&[i32]>,
+    ) -> R<()> {
+        self.inner.commit_offsets(group, offsets, live).await
     }
     async fn committed_offsets(&self, group: &str) -> R<Vec<CommittedOffset>> {
         self.inner.committed_offsets(group).await

@@ -23,13 +23,28 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        if let SequenceCheck::Duplicate(b) = self.producers.check(headers)? {
-            return Ok(AppendInfo {
-                first_offset: b.base_offset,
-                last_offset: b.last_offset,
-                duplicate: true,
-            });
-        }
+        // A retry: the leading batches that were written are answered with their
+        // offsets, and only the rest is written.
+        let mut written = None;
+        let (records, headers) = match self.producers.check(headers)? {
+            SequenceCheck::Append => (records, headers),
+            SequenceCheck::Written {
+                count,
+                base_offset,
+                last_offset,
+            } => {
+                if count == headers.len() {
+                    return Ok(AppendInfo {
+                        first_offset: base_offset,
+                        last_offset,
+                        duplicate: true,
+                    });
+                }
+                written = Some((base_offset, last_offset));
+                let skip = headers[..count].iter().map(BatchHeader::total_size).sum();
+                (&mut records[skip..], &mut headers[count..])
+            }
+        };
         let first_offset = self.log_end_offset();
         let mut next = first_offset;
         let mut pos = 0usize;
@@ -47,7 +62,21 @@ impl PartitionLog {
         }
         let info = self.write_batches(records, headers, now_ms);
         self.record_landed_producers(headers);
-        self.forget_unwritten_epochs(info)
+        let info = self.forget_unwritten_epochs(info)?;
+        Ok(match written {
+            None => info,
+            // The answer's base offset is the first written batch's, if the rest
+            // follows it without a gap (another producer may have written between);
+            // else it is unknown (-1), as for Kafka's duplicates.
+            Some((base, end)) => AppendInfo {
+                first_offset: if end + 1 == info.first_offset {
+                    base
+                } else {
+                    -1
+                },
+                ..info
+            },
+        })
     }
 
     /// Appends batches copied from the leader, which carry their offsets and epochs.

@@ -80,8 +80,14 @@ pub enum ProducerError {
 pub enum SequenceCheck {
     /// Write them.
     Append,
-    /// The (single) batch was written before: answer with its offsets.
-    Duplicate(ProducerBatch),
+    /// The first `count` batches were written before (a retry of a request that was
+    /// written in part or whole): `base_offset` and `last_offset` are where they went.
+    /// The batches after them follow them and are written.
+    Written {
+        count: usize,
+        base_offset: i64,
+        last_offset: i64,
+    },
 }
 
 fn last_seq(h: &BatchHeader) -> i32 {
@@ -123,10 +129,14 @@ impl ProducerStates {
     }
 
     /// Checks a producer's batches (as sent, in order) against the state. Nothing
-    /// changes; [`ProducerStates::record`] does that once they are written.
+    /// changes; [`ProducerStates::record`] does that once they are written. Batches
+    /// that repeat written ones are answered with their offsets when they lead the
+    /// request (a retry of a request written in part, as a failed roll leaves it, or
+    /// whole); a repeat after a new batch is refused.
     pub fn check(&self, headers: &[BatchHeader]) -> Result<SequenceCheck, ProducerError> {
         let mut pending: HashMap<i64, ProducerEntry> = HashMap::new();
-        for h in headers {
+        let mut written: Option<(usize, i64, i64)> = None;
+        for (i, h) in headers.iter().enumerate() {
             if !is_idempotent(h) {
                 continue;
             }
@@ -164,8 +174,14 @@ impl ProducerStates {
                         .iter()
                         .find(|b| b.first_seq == first && b.last_seq == last)
                     {
-                        if headers.len() == 1 {
-                            return Ok(SequenceCheck::Duplicate(*b));
+                        // Leading repeats, back to back in the log as they were
+                        // sent, are a retry.
+                        let leading = written.map_or(0, |(n, _, _)| n);
+                        let follows = written.is_none_or(|(_, _, end)| b.base_offset == end + 1);
+                        if i == leading && pending.is_empty() && follows {
+                            let base = written.map_or(b.base_offset, |(_, base, _)| base);
+                            written = Some((i + 1, base, b.last_offset));
+                            continue;
                         }
                         return Err(ProducerError::DuplicateInRequest {
                             producer_id: h.producer_id,
@@ -192,7 +208,14 @@ impl ProducerStates {
             Self::apply(&mut next, h);
             pending.insert(h.producer_id, next);
         }
-        Ok(SequenceCheck::Append)
+        Ok(match written {
+            None => SequenceCheck::Append,
+            Some((count, base_offset, last_offset)) => SequenceCheck::Written {
+                count,
+                base_offset,
+                last_offset,
+            },
+        })
     }
 
     /// Takes written batches (with their final offsets) into the state.
@@ -400,10 +423,28 @@ mod tests {
         s.record(&[b0]);
         // The same batch again is a duplicate, answered with its first offsets.
         let again = header(7, 0, 0, 3, -1);
-        let Ok(SequenceCheck::Duplicate(b)) = s.check(&[again]) else {
-            panic!("not a duplicate")
-        };
-        assert_eq!((b.base_offset, b.last_offset), (100, 102));
+        assert_eq!(
+            s.check(&[again]),
+            Ok(SequenceCheck::Written {
+                count: 1,
+                base_offset: 100,
+                last_offset: 102
+            })
+        );
+        // Leading repeats and what follows them (a retry of a request written in
+        // part) are told apart; a repeat after a new batch is refused.
+        assert_eq!(
+            s.check(&[again, header(7, 0, 3, 2, -1)]),
+            Ok(SequenceCheck::Written {
+                count: 1,
+                base_offset: 100,
+                last_offset: 102
+            })
+        );
+        assert!(matches!(
+            s.check(&[header(7, 0, 3, 2, -1), again]),
+            Err(ProducerError::DuplicateInRequest { .. })
+        ));
         // A gap is refused; the next sequence is taken.
         assert!(matches!(
             s.check(&[header(7, 0, 4, 1, -1)]),
@@ -454,7 +495,7 @@ mod tests {
         }
         assert!(matches!(
             s.check(&[header(1, 0, 2, 1, -1)]),
-            Ok(SequenceCheck::Duplicate(_))
+            Ok(SequenceCheck::Written { count: 1, .. })
         ));
         assert!(s.check(&[header(1, 0, 1, 1, -1)]).is_err());
         let mut w = ProducerStates::default();

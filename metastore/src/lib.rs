@@ -91,6 +91,10 @@ pub enum Error {
     #[error("broker {0} has no running lease in the incarnation the change was made for")]
     BrokerNotAlive(i32),
     #[error(
+        "the brokers with running leases are {now:?}, not {assumed:?}: the group's coordinator may have moved"
+    )]
+    LiveBrokersChanged { assumed: Vec<i32>, now: Vec<i32> },
+    #[error(
         "partition {partition} of topic {topic_id} moved to leader epoch {current}; a copy made under epoch {copied} cannot finish"
     )]
     StaleLeaderEpoch {
@@ -274,8 +278,17 @@ pub trait Metastore: Send + Sync + 'static {
     /// Reserves `count` producer ids, unique across brokers, and returns the first.
     async fn allocate_producer_ids(&self, count: i64) -> Result<i64>;
     /// Stores a group's offsets (replacing earlier commits of the same partitions) in
-    /// one transaction.
-    async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()>;
+    /// one transaction. With `live`, the brokers among which the committing broker
+    /// found itself the group's coordinator, only while exactly those brokers hold
+    /// running leases: else nothing is written and the answer is
+    /// `LiveBrokersChanged` (a broker whose view of the cluster is stale cannot
+    /// commit for a group another broker now coordinates).
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: &[CommittedOffset],
+        live: Option<&[i32]>,
+    ) -> Result<()>;
     /// Every committed offset of a group, by topic id and partition.
     async fn committed_offsets(&self, group: &str) -> Result<Vec<CommittedOffset>>;
     /// Groups with committed offsets, by name.

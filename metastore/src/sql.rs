@@ -319,8 +319,13 @@ macro_rules! sql_metastore {
                 self.allocate_producer_ids(count).await
             }
 
-            async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()> {
-                self.commit_offsets(group, offsets).await
+            async fn commit_offsets(
+                &self,
+                group: &str,
+                offsets: &[CommittedOffset],
+                live: Option<&[i32]>,
+            ) -> Result<()> {
+                self.commit_offsets(group, offsets, live).await
             }
 
             async fn committed_offsets(&self, group: &str) -> Result<Vec<CommittedOffset>> {

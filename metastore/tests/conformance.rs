@@ -868,11 +868,13 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
         metadata: format!("m{offset}"),
         commit_ms: 7,
     };
-    m.commit_offsets("g1", &[commit(0, 10), commit(1, 20)])
+    m.commit_offsets("g1", &[commit(0, 10), commit(1, 20)], None)
         .await
         .unwrap();
-    m.commit_offsets("g1", &[commit(1, 25)]).await.unwrap();
-    m.commit_offsets("g2", &[commit(2, 5)]).await.unwrap();
+    m.commit_offsets("g1", &[commit(1, 25)], None)
+        .await
+        .unwrap();
+    m.commit_offsets("g2", &[commit(2, 5)], None).await.unwrap();
     let g1: Vec<_> = m
         .committed_offsets("g1")
         .await
@@ -886,11 +888,43 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
     let mut bad = commit(0, 99);
     bad.topic_id = uuid::Uuid::new_v4();
     let err = m
-        .commit_offsets("g1", &[commit(2, 1), bad])
+        .commit_offsets("g1", &[commit(2, 1), bad], None)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::UnknownTopicId(_)), "{err:?}");
     assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 2);
+    // A commit fenced by the live brokers is written only while exactly those hold
+    // running leases.
+    let epoch = m.register_broker(5, "127.0.0.1:5", &[]).await.unwrap();
+    let err = m
+        .commit_offsets("g1", &[commit(2, 1)], Some(&[5]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::LiveBrokersChanged { now, .. } if now.is_empty()),
+        "a registered broker is not live before it renews its lease: {err:?}"
+    );
+    m.renew_broker_lease(5, epoch, "127.0.0.1:5", 60_000)
+        .await
+        .unwrap();
+    for stale in [&[][..], &[5, 6], &[6]] {
+        let err = m
+            .commit_offsets("g1", &[commit(2, 1)], Some(stale))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::LiveBrokersChanged { now, .. } if now == &[5]),
+            "{stale:?}: {err:?}"
+        );
+    }
+    assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 2);
+    m.commit_offsets("g1", &[commit(2, 1)], Some(&[5]))
+        .await
+        .unwrap();
+    assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 3);
+    m.delete_committed_offsets("g1", &[(t.id, 2)])
+        .await
+        .unwrap();
     // Deleting some partitions' offsets leaves the others (and other groups').
     m.delete_committed_offsets("g1", &[(t.id, 0), (t.id, 2)])
         .await
@@ -904,7 +938,9 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
         .collect();
     assert_eq!(left, [1]);
     assert_eq!(m.committed_offsets("g2").await.unwrap().len(), 1);
-    m.commit_offsets("g1", &[commit(0, 10)]).await.unwrap();
+    m.commit_offsets("g1", &[commit(0, 10)], None)
+        .await
+        .unwrap();
     assert_eq!(m.delete_group_offsets("g1").await.unwrap(), 2);
     assert!(m.committed_offsets("g1").await.unwrap().is_empty());
     // Deleting the topic drops its offsets.
@@ -929,7 +965,7 @@ async fn concurrent_writers_all_succeed(m: &dyn Metastore) {
                 metadata: String::new(),
                 commit_ms: 1,
             };
-            m.commit_offsets(&format!("g{i}"), &[commit]).await?;
+            m.commit_offsets(&format!("g{i}"), &[commit], None).await?;
         }
         Ok::<_, Error>(())
     });

@@ -19,8 +19,29 @@ macro_rules! groups_sql {
                 Ok(first)
             }
 
-            pub(super) async fn commit_offsets(&self, group: &str, offsets: &[CommittedOffset]) -> Result<()> {
+            pub(super) async fn commit_offsets(
+                &self,
+                group: &str,
+                offsets: &[CommittedOffset],
+                live: Option<&[i32]>,
+            ) -> Result<()> {
                 let mut tx = self.begin_write().await?;
+                if let Some(assumed) = live {
+                    // Running leases as `list_brokers` counts them.
+                    let rows: Vec<(i32,)> = sqlx::query_as(concat!(
+                        "SELECT broker_id FROM brokers \
+                         WHERE lease_epoch = broker_epoch AND lease_expires_ms > ", $now, " \
+                         ORDER BY broker_id",
+                    ))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let now: Vec<i32> = rows.into_iter().map(|(id,)| id).collect();
+                    let mut assumed = assumed.to_vec();
+                    assumed.sort_unstable();
+                    if now != assumed {
+                        return Err(Error::LiveBrokersChanged { assumed, now });
+                    }
+                }
                 for o in offsets {
                     sqlx::query(
                         "INSERT INTO group_offsets (group_id, topic_id, partition_id, committed, metadata, commit_ms) \

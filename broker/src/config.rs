@@ -50,6 +50,7 @@
 //!
 //! [tiering]
 //! upload_interval_ms = 1000               # Default: 1 s.
+//! max_local_only_ms = 3600000             # Seal and upload records this old. Default: 1 h.
 //! upload_concurrency = 2                  # Default: 2.
 //! remote_compaction_interval_ms = 3600000 # Compacted topics' remote segments. Default: 1 h.
 //! remote_compaction_concurrency = 1       # Default: 1.
@@ -451,6 +452,7 @@ impl BrokerConfig {
             ("tiering.max_concurrent_gets", t.max_concurrent_gets as u64),
             ("tiering.remote_io_threads", t.remote_io_threads as u64),
             ("tiering.upload_interval_ms", t.upload_interval_ms),
+            ("tiering.max_local_only_ms", t.max_local_only_ms),
             (
                 "tiering.remote_compaction_interval_ms",
                 t.remote_compaction_interval_ms,

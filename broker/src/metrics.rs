@@ -187,7 +187,7 @@ pub async fn render(broker: &Broker) -> String {
         .iter()
         .map(|t| (t.topic.as_str(), t.partition, t))
         .collect();
-    let tier_gauges: [Gauge<crate::tiering::TieringStatus>; 8] = [
+    let tier_gauges: [Gauge<crate::tiering::TieringStatus>; 9] = [
         (
             "shale_partition_log_start_offset",
             "First offset readable (remote included).",
@@ -227,6 +227,13 @@ pub async fn render(broker: &Broker) -> String {
             "shale_partition_remote_bytes",
             "Bytes of finished remote segments.",
             |t| t.remote_bytes as i64,
+        ),
+        (
+            "shale_partition_local_only_age_seconds",
+            "Age of the oldest record held only on local disk, not yet in the object store \
+             (0: none). Bounded by tiering.max_local_only_ms plus the upload time while the \
+             object store is reachable and the high watermark advances.",
+            |t| t.local_only_age_ms / 1000,
         ),
     ];
     gauge_families(&mut out, &tier_gauges, &tier_rows);

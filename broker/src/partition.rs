@@ -561,6 +561,17 @@ impl Partition {
         Ok(self.replica().log.flush_if_due(now_ms)?)
     }
 
+    /// Seals the active segment if its first record came more than `max_age_ms` ago.
+    pub fn roll_if_older(&self, max_age_ms: i64, now_ms: i64) -> Result<bool> {
+        Ok(self.replica().log.roll_if_older(max_age_ms, now_ms)?)
+    }
+
+    /// When the oldest record above `after` came (see
+    /// [`shale_log::PartitionLog::first_append_after`]).
+    pub fn first_append_after(&self, after: i64) -> Option<i64> {
+        self.replica().log.first_append_after(after)
+    }
+
     /// Fsyncs the log and saves its producer state (graceful shutdown); writes after
     /// this are refused.
     pub fn close(&self, now_ms: i64) -> Result<()> {

@@ -71,14 +71,32 @@ fn tiered_partitions(b: &Broker) -> Vec<Arc<Partition>> {
 }
 
 impl Broker {
-    /// One pass: every tiered partition this broker leads copies its pending sealed
-    /// segments, at most `upload_concurrency` partitions at a time; followers with
-    /// sealed segments not known to be copied yet re-read their remote logs (one read
-    /// per topic), for local retention.
+    /// One pass: every tiered partition this broker leads seals an active segment
+    /// whose first record is older than `segment.ms` or `tiering.max_local_only_ms`
+    /// (an idle partition too) and copies its pending sealed segments, at most
+    /// `upload_concurrency` partitions at a time; followers with sealed segments not
+    /// known to be copied yet re-read their remote logs (one read per topic), for local
+    /// retention.
     pub(crate) async fn upload_pass(self: &Arc<Self>) -> Result<()> {
         let (leaders, followers): (Vec<_>, Vec<_>) = tiered_partitions(self)
             .into_iter()
             .partition(|p| p.is_leader());
+        let max_local_only = self.config.tiering.max_local_only_ms as i64;
+        let rolled = leaders.clone();
+        tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            for p in rolled {
+                let max_age = p.config().segment_ms.min(max_local_only);
+                match p.roll_if_older(max_age, now) {
+                    Ok(true) => tracing::debug!(topic = %p.topic, partition = p.index, max_age,
+                        "sealed an old active segment for upload"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                        "cannot seal the active segment"),
+                }
+            }
+        })
+        .await?;
         let waiting: Vec<Arc<Partition>> = followers
             .into_iter()
             .filter(|p| {

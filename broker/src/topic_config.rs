@@ -102,7 +102,8 @@ pub struct TopicConfig {
     pub max_compaction_lag_ms: i64,
     pub retention_ms: i64,
     pub retention_bytes: i64,
-    /// -2: same as `retention.ms`. Applies once segments are tiered.
+    /// -2: same as `retention.ms`. Applies once segments are tiered. Default: one day
+    /// (at most `retention.ms`), so that a tiered topic's history lives in the bucket.
     pub local_retention_ms: i64,
     /// -2: same as `retention.bytes`. Applies once segments are tiered.
     pub local_retention_bytes: i64,
@@ -131,7 +132,7 @@ impl Default for TopicConfig {
             max_compaction_lag_ms: i64::MAX,
             retention_ms: 604_800_000,
             retention_bytes: -1,
-            local_retention_ms: -2,
+            local_retention_ms: 86_400_000,
             local_retention_bytes: -2,
             segment_bytes: 1_073_741_824,
             segment_ms: 604_800_000,
@@ -431,11 +432,13 @@ impl TopicConfig {
     }
 
     /// What the partition log obeys. A tiered topic's local log keeps
-    /// `local.retention.*` (-2: the same as the total), the object store the rest.
+    /// `local.retention.*` (-2: the same as the total; never more than the total), the
+    /// object store the rest.
     pub fn log_config(&self) -> LogConfig {
         let (retention_ms, retention_bytes) = self.total_retention();
         let local = |local: i64, total: i64| {
-            if self.remote_storage_enable && local != -2 {
+            let within = |l: i64| l >= 0 && (total < 0 || l <= total);
+            if self.remote_storage_enable && local != -2 && (total < 0 || within(local)) {
                 local
             } else {
                 total
@@ -511,6 +514,25 @@ mod tests {
         assert_eq!(c.log_config().retention_ms, 1000);
         c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
         assert_eq!(c.get("min.cleanable.dirty.ratio").unwrap(), "0.25");
+    }
+
+    #[test]
+    fn tiered_topics_keep_a_day_locally_by_default_and_never_more_than_the_total() {
+        let mut c = TopicConfig::default();
+        assert_eq!(c.log_config().retention_ms, 86_400_000);
+        c.set("retention.ms", "3600000").unwrap();
+        assert_eq!(
+            c.log_config().retention_ms,
+            3_600_000,
+            "capped by the total"
+        );
+        c.set("retention.ms", "-1").unwrap();
+        assert_eq!(c.log_config().retention_ms, 86_400_000);
+        c.set("local.retention.ms", "-2").unwrap();
+        assert_eq!(c.log_config().retention_ms, -1, "-2: as the total");
+        c.set("local.retention.ms", "1000").unwrap();
+        c.remote_storage_enable = false;
+        assert_eq!(c.log_config().retention_ms, -1, "untiered: the total");
     }
 
     #[test]

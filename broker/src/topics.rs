@@ -127,7 +127,11 @@ impl Broker {
         let partitions = assignments.len() as i32;
         let replication_factor = assignments.first().map_or(0, |r| r.len() as i32);
         self.check_broker_capacity(&assignments).await?;
-        self.check_topic_config(&self.resolve_config(&configs)?, replication_factor)?;
+        self.check_topic_config(
+            &self.resolve_config(&configs)?,
+            &configs,
+            replication_factor,
+        )?;
         let new = NewTopic {
             name: name.to_string(),
             partitions,
@@ -228,8 +232,14 @@ impl Broker {
     }
 
     /// Checks a topic's effective config against its replication factor and the
-    /// broker (as Kafka does at create and alter time).
-    fn check_topic_config(&self, config: &TopicConfig, replication_factor: i32) -> Result<()> {
+    /// broker (as Kafka does at create and alter time). A local retention the topic sets
+    /// itself must not exceed its total retention; a default one is capped by it.
+    fn check_topic_config(
+        &self,
+        config: &TopicConfig,
+        own: &BTreeMap<String, String>,
+        replication_factor: i32,
+    ) -> Result<()> {
         let invalid = |key: &str, value: String, reason: String| {
             Err(crate::topic_config::ConfigError {
                 key: key.into(),
@@ -249,6 +259,7 @@ impl Broker {
             );
         }
         if config.retention_bytes >= 0
+            && own.contains_key("local.retention.bytes")
             && config.local_retention_bytes >= 0
             && config.local_retention_bytes > config.retention_bytes
         {
@@ -262,6 +273,7 @@ impl Broker {
             );
         }
         if config.retention_ms >= 0
+            && own.contains_key("local.retention.ms")
             && config.local_retention_ms >= 0
             && config.local_retention_ms > config.retention_ms
         {
@@ -318,7 +330,7 @@ impl Broker {
         overrides.extend(set.clone());
         let before = self.resolve_config(&topic.configs)?;
         let after = self.resolve_config(&overrides)?;
-        self.check_topic_config(&after, topic.replication_factor)?;
+        self.check_topic_config(&after, &overrides, topic.replication_factor)?;
         if before.remote_storage_enable && !after.remote_storage_enable {
             // As in Kafka: the remote log would be orphaned.
             return Err(crate::topic_config::ConfigError {

@@ -230,6 +230,21 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Seals the active segment if its first record came more than `max_age_ms` ago
+    /// (`segment.ms` without waiting for an append: an idle partition's last records
+    /// get a sealed segment, which can be uploaded). Returns whether it rolled.
+    pub fn roll_if_older(&mut self, max_age_ms: i64, now_ms: i64) -> Result<bool, LogError> {
+        let active = self.active();
+        let due = !active.is_empty()
+            && active
+                .rolling_timestamp
+                .is_some_and(|t| now_ms.saturating_sub(t) > max_age_ms);
+        if due {
+            self.force_roll(now_ms)?;
+        }
+        Ok(due)
+    }
+
     /// Fsyncs the active segment and its indexes.
     pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.active_mut().sync()?;

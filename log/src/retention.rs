@@ -49,6 +49,20 @@ impl PartitionLog {
             .sum()
     }
 
+    /// When the oldest record above `after` came (the first append to its segment, or
+    /// that batch's timestamp after a restart); `None` if no record is above it.
+    pub fn first_append_after(&self, after: i64) -> Option<i64> {
+        if self.log_end_offset() <= after.saturating_add(1) {
+            return None;
+        }
+        let (_, seg) = self
+            .segments
+            .range(..=after.saturating_add(1))
+            .next_back()
+            .or_else(|| self.segments.first_key_value())?;
+        seg.rolling_timestamp
+    }
+
     /// Whether a sealed segment holds offsets above `after`.
     pub fn has_sealed_after(&self, after: i64) -> bool {
         self.segments.len() > 1 && self.active().base_offset - 1 > after

@@ -474,6 +474,33 @@ fn segment_ms_rolls_an_old_active_segment() {
     assert_eq!(log.active().base_offset, 2);
 }
 
+/// An idle log rolls without an append once its active segment is old enough, and
+/// tells when its oldest record past an offset came.
+#[test]
+fn an_idle_active_segment_rolls_by_age_without_an_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), LogConfig::default()).unwrap();
+    assert!(
+        !log.roll_if_older(1_000, 50_000).unwrap(),
+        "empty: nothing to roll"
+    );
+    assert_eq!(log.first_append_after(-1), None);
+    append(&mut log, batch(0, 2, 1, 10), 10_000);
+    assert_eq!(log.first_append_after(-1), Some(10_000));
+    assert!(!log.roll_if_older(1_000, 11_000).unwrap());
+    assert!(log.roll_if_older(1_000, 11_001).unwrap());
+    assert_eq!((log.segment_count(), log.active().base_offset), (2, 2));
+    assert!(log.has_sealed_after(-1));
+    assert!(
+        !log.roll_if_older(1_000, 99_000).unwrap(),
+        "the new one is empty"
+    );
+    append(&mut log, batch(2, 1, 1, 10), 20_000);
+    assert_eq!(log.first_append_after(-1), Some(10_000));
+    assert_eq!(log.first_append_after(1), Some(20_000));
+    assert_eq!(log.first_append_after(2), None);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Append {

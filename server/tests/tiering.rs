@@ -894,6 +894,52 @@ async fn local_retention_follows_each_upload() {
     }
 }
 
+/// A partition that goes quiet still gets its last records into the bucket: its
+/// leader seals the active segment once its first record is `max_local_only_ms` old,
+/// with no further append (a 1 GiB, 7-day segment would otherwise stay local).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_partitions_last_records_reach_the_bucket_within_the_local_only_bound() {
+    let s3 = S3Server::start("shale");
+    let (broker, _t) = start_tiered(
+        &s3,
+        "[tiering]\nupload_interval_ms = 200\nmax_local_only_ms = 1500\n",
+    )
+    .await;
+    let c = broker.client().await;
+    c.create_topic("quiet", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    produce(&c, "quiet", 1, 50).await;
+    let produced = Instant::now();
+    let deadline = produced + Duration::from_secs(30);
+    loop {
+        let s = &c.tiering_status(Some("quiet")).await.unwrap()[0];
+        if s.highest_uploaded_offset == 49 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle tail never reached the bucket: {s:?}\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        produced.elapsed() >= Duration::from_millis(1500),
+        "sealed before the bound: not by age"
+    );
+    assert_contiguous(&metas(&s3, 0), 0, 49);
+    // The default local retention of a tiered topic is bounded (a day).
+    let described = c.describe_topic("quiet").await.unwrap();
+    assert_eq!(
+        described
+            .configs
+            .get("local.retention.ms")
+            .map(String::as_str),
+        Some("86400000")
+    );
+}
+
 /// DeleteRecords on a mostly-remote log: the log start moves inside a remote segment,
 /// the records below it are gone for every reader, remote segments holding only
 /// them are deleted from the store, and the start holds across a restart.

@@ -175,6 +175,10 @@ impl Default for GroupsSection {
 pub struct TieringSection {
     /// How often each tiered partition is checked for segments to copy. Default: 1000 ms.
     pub upload_interval_ms: u64,
+    /// The longest a record of a tiered partition stays on local disk only: a leader
+    /// seals its active segment once its first record is this old (or `segment.ms`,
+    /// if less), appends or not, so that it is uploaded. Default: 3600000 (1 h).
+    pub max_local_only_ms: u64,
     /// Partitions copying at once. Default: 2.
     pub upload_concurrency: usize,
     /// Files above this size go up in parts. Default: 33554432 (32 MiB).
@@ -217,6 +221,7 @@ impl Default for TieringSection {
     fn default() -> Self {
         Self {
             upload_interval_ms: 1_000,
+            max_local_only_ms: 3_600_000,
             upload_concurrency: 2,
             multipart_threshold_bytes: 32 << 20,
             multipart_part_bytes: 16 << 20,

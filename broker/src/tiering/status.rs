@@ -18,6 +18,9 @@ pub struct TieringStatus {
     pub upload_lag_bytes: u64,
     pub remote_segments: u64,
     pub remote_bytes: u64,
+    /// How long the oldest record not in the object store has been held only on local
+    /// disk (0 when every record is uploaded, or the topic is not tiered).
+    pub local_only_age_ms: i64,
     /// Where the cleaner stands (compacted topics).
     pub cleaner: Option<shale_log::Cleanable>,
 }
@@ -30,6 +33,7 @@ impl Broker {
             None => self.topics_snapshot(),
         };
         let mut out = Vec::new();
+        let now = crate::clock::now_ms();
         for t in topics {
             for p in t.partitions.iter().flatten() {
                 let remote = p.remote_state();
@@ -47,11 +51,13 @@ impl Broker {
                     upload_lag_bytes: pending.iter().map(|s| s.size_bytes).sum(),
                     remote_segments: remote.segments.len() as u64,
                     remote_bytes: remote.bytes(),
-                    cleaner: t
+                    local_only_age_ms: t
                         .config
-                        .cleanup_policy
-                        .compacts()
-                        .then(|| p.cleanable(crate::clock::now_ms())),
+                        .remote_storage_enable
+                        .then(|| p.first_append_after(remote.end_offset))
+                        .flatten()
+                        .map_or(0, |first| (now - first).max(0)),
+                    cleaner: t.config.cleanup_policy.compacts().then(|| p.cleanable(now)),
                 });
             }
         }

@@ -29,7 +29,8 @@ pub(in crate::rules) fn check(guards: Guards, bounds: Bounds, max_states: usize)
                 violation: Some((broken, trace(&model, &fingerprints, &parents, at))),
             };
         }
-        for (_, next) in model.successors(&w) {
+        for (_, mut next) in model.successors(&w) {
+            canonical(&mut next);
             let f = fingerprint(&next);
             if seen.contains_key(&f) {
                 continue;
@@ -48,6 +49,29 @@ pub(in crate::rules) fn check(guards: Guards, bounds: Bounds, max_states: usize)
     Outcome {
         states: seen.len(),
         violation: None,
+    }
+}
+
+/// Renumbers the partition state versions a world holds (the metastore's and each
+/// broker's last applied) by rank. The protocol only compares versions (the
+/// metastore's is the highest, and a write makes it one more), so worlds that differ
+/// only in their numbers behave alike; without this, an ISR that a dead broker's
+/// fetches keep changing would make the world infinite.
+fn canonical(w: &mut World) {
+    let mut versions: Vec<i64> = w
+        .nodes
+        .iter()
+        .filter_map(|n| n.role.as_ref().map(|r| r.version))
+        .chain([w.meta.version])
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let rank = |v: i64| versions.binary_search(&v).expect("collected above") as i64;
+    w.meta.version = rank(w.meta.version);
+    for n in &mut w.nodes {
+        if let Some(r) = &mut n.role {
+            r.version = rank(r.version);
+        }
     }
 }
 
@@ -77,6 +101,10 @@ fn trace(model: &Model, fingerprints: &[u128], parents: &[u32], at: u32) -> Vec<
         let (label, next) = model
             .successors(&w)
             .into_iter()
+            .map(|(label, mut next)| {
+                canonical(&mut next);
+                (label, next)
+            })
             .find(|(_, next)| fingerprint(next) == fingerprints[i as usize])
             .expect("a world on the path follows the one before it");
         steps.push(label);

@@ -71,18 +71,17 @@ fn tiered_partitions(b: &Broker) -> Vec<Arc<Partition>> {
 }
 
 impl Broker {
-    /// One pass: every tiered partition this broker leads seals an active segment
-    /// whose first record is older than `segment.ms` or `tiering.max_local_only_ms`
-    /// (an idle partition too) and copies its pending sealed segments, at most
-    /// `upload_concurrency` partitions at a time; followers with sealed segments not
-    /// known to be copied yet re-read their remote logs (one read per topic), for local
-    /// retention.
+    /// One pass: every tiered partition here seals an active segment whose first
+    /// record is older than `segment.ms` or `tiering.max_local_only_ms` (an idle
+    /// partition too: on the leader so that it is copied, on followers so that local
+    /// retention can drop it once it is); every one this broker leads copies its
+    /// pending sealed segments, at most `upload_concurrency` partitions at a time;
+    /// followers with sealed segments not known to be copied yet re-read their remote
+    /// logs (one read per topic), for local retention.
     pub(crate) async fn upload_pass(self: &Arc<Self>) -> Result<()> {
-        let (leaders, followers): (Vec<_>, Vec<_>) = tiered_partitions(self)
-            .into_iter()
-            .partition(|p| p.is_leader());
+        let tiered = tiered_partitions(self);
         let max_local_only = self.config.tiering.max_local_only_ms as i64;
-        let rolled = leaders.clone();
+        let rolled = tiered.clone();
         tokio::task::spawn_blocking(move || {
             let now = now_ms();
             for p in rolled {
@@ -97,6 +96,8 @@ impl Broker {
             }
         })
         .await?;
+        let (leaders, followers): (Vec<_>, Vec<_>) =
+            tiered.into_iter().partition(|p| p.is_leader());
         let waiting: Vec<Arc<Partition>> = followers
             .into_iter()
             .filter(|p| {

@@ -120,6 +120,10 @@ pub struct Overrides {
     pub listen: Option<String>,
     /// The `kafka` listener's address.
     pub kafka_listen: Option<String>,
+    /// What the `grpc` listener advertises (`[cluster] advertised_address`).
+    pub advertised: Option<String>,
+    /// What the `kafka` listener advertises.
+    pub kafka_advertised: Option<String>,
     pub metastore_url: Option<String>,
     pub object_store_url: Option<String>,
     pub broker_id: Option<i32>,
@@ -320,9 +324,9 @@ impl BrokerConfig {
         let listeners = resolve_listeners(
             file.listeners,
             args.listen.or(file.broker.listen),
-            args.kafka_listen,
+            (args.kafka_listen, args.kafka_advertised),
             args.http_listen.or(file.broker.metrics_listen),
-            file.cluster.advertised_address.clone(),
+            args.advertised.or(file.cluster.advertised_address.clone()),
         )?;
         let from_file = |key: &str, path: &Path| {
             crate::security::secrets::read_secret(path)

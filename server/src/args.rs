@@ -24,6 +24,14 @@ pub struct Args {
     /// Listen address of the Kafka listener (`[listeners.kafka] listen`).
     #[arg(long, env = "SHALE_KAFKA_LISTEN")]
     pub kafka_listen: Option<String>,
+    /// What the gRPC listener tells clients and other brokers to connect to
+    /// (`[cluster] advertised_address`). Default: its listen address.
+    #[arg(long, env = "SHALE_ADVERTISED")]
+    pub advertised: Option<String>,
+    /// What the Kafka listener tells clients to connect to (`[listeners.kafka]
+    /// advertised`). Default: its listen address.
+    #[arg(long, env = "SHALE_KAFKA_ADVERTISED")]
+    pub kafka_advertised: Option<String>,
     /// postgres://… or sqlite://…
     #[arg(long, env = "SHALE_METASTORE_URL")]
     pub metastore_url: Option<String>,
@@ -47,6 +55,8 @@ impl From<Args> for Overrides {
             data_dir: a.data_dir,
             listen: a.listen,
             kafka_listen: a.kafka_listen,
+            advertised: a.advertised,
+            kafka_advertised: a.kafka_advertised,
             metastore_url: a.metastore_url,
             object_store_url: a.object_store_url,
             broker_id: a.broker_id,

@@ -164,6 +164,12 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for l in &broker.config.listeners {
         tracing::info!(listener = %l.name, listen = %l.listen, advertised = %l.advertised,
             security_protocol = l.security.protocol.name(), "listening");
+        if advertises_a_wildcard(&l.advertised) {
+            tracing::warn!(listener = %l.name, advertised = %l.advertised,
+                "this listener advertises a wildcard address, which clients and other brokers \
+                 cannot connect to: set `advertised` in [listeners.{}] (or --advertised, \
+                 --kafka-advertised)", l.name);
+        }
     }
     tracing::info!(
         listen = %broker.config.listeners[0].listen,
@@ -221,4 +227,15 @@ async fn wait_for_signal() {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Whether `host:port` names the unspecified address (0.0.0.0 or ::), which a listener
+/// can bind but nobody can connect to.
+fn advertises_a_wildcard(advertised: &str) -> bool {
+    advertised.rsplit_once(':').is_some_and(|(host, _)| {
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+    })
 }

@@ -358,3 +358,24 @@ async fn a_consumer_out_of_range_follows_its_reset_policy() {
     );
     assert_eq!(none.positions()[&0], 0, "none moves nothing");
 }
+
+/// A listener bound to a wildcard address with no advertised address is warned about at
+/// start (clients would be told to connect to 0.0.0.0); advertising a host silences it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_listener_without_an_advertised_address_is_warned_about() {
+    let listen = format!("0.0.0.0:{}", common::free_port());
+    let broker = Broker::start(&["--kafka-listen", &listen]).await;
+    assert!(
+        broker
+            .log()
+            .contains("this listener advertises a wildcard address"),
+        "{}",
+        broker.log()
+    );
+    drop(broker);
+    let port = common::free_port();
+    let (listen, advertised) = (format!("0.0.0.0:{port}"), format!("localhost:{port}"));
+    let broker =
+        Broker::start(&["--kafka-listen", &listen, "--kafka-advertised", &advertised]).await;
+    assert!(!broker.log().contains("wildcard"), "{}", broker.log());
+}

@@ -14,14 +14,15 @@ use crate::security::secrets::Secret;
 
 /// `[listeners.*]` with the shorthands applied: `grpc_listen` (`--listen`,
 /// `[broker] listen`) and `grpc_advertised` (`[cluster] advertised_address`) set the
-/// `grpc` listener, `kafka_listen` the `kafka` one, `http_listen` the `http` one. With
+/// `grpc` listener, `kafka` (listen, advertised) the `kafka` one, `http_listen` the
+/// `http` one. With
 /// no listener configured at all, `kafka` on 127.0.0.1:9092, `grpc` on 127.0.0.1:9093
 /// and `http` on 127.0.0.1:9644; without any gRPC listener, a `grpc` one on
 /// 127.0.0.1:9093 (brokers replicate through it).
 pub(super) fn resolve_listeners(
     mut sections: BTreeMap<String, ListenerSection>,
     grpc_listen: Option<String>,
-    kafka_listen: Option<String>,
+    (kafka_listen, kafka_advertised): (Option<String>, Option<String>),
     http_listen: Option<String>,
     grpc_advertised: Option<String>,
 ) -> Result<Vec<ListenerConfig>, ConfigLoadError> {
@@ -48,6 +49,12 @@ pub(super) fn resolve_listeners(
     }
     if let Some(listen) = kafka_listen {
         sections.entry(KAFKA_LISTENER.into()).or_default().listen = Some(listen);
+    }
+    if let Some(advertised) = kafka_advertised {
+        sections
+            .entry(KAFKA_LISTENER.into())
+            .or_default()
+            .advertised = Some(advertised);
     }
     let mut out = Vec::new();
     for (name, s) in sections {

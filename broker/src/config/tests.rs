@@ -120,6 +120,18 @@ fn listeners_by_name_with_shorthands() {
     .unwrap();
     assert_eq!(c.listener(KAFKA_LISTENER).unwrap().listen.port(), 29092);
     assert_eq!(grpc(&c).listen.port(), 9093);
+    let c = BrokerConfig::load(Overrides {
+        kafka_listen: Some("0.0.0.0:29092".into()),
+        kafka_advertised: Some("localhost:29092".into()),
+        advertised: Some("localhost:29093".into()),
+        ..Overrides::default()
+    })
+    .unwrap();
+    assert_eq!(
+        c.listener(KAFKA_LISTENER).unwrap().advertised,
+        "localhost:29092"
+    );
+    assert_eq!(c.advertised_address(), "localhost:29093");
 }
 
 #[test]

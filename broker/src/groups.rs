@@ -175,7 +175,10 @@ impl Broker {
                 .await
             {
                 Err(shale_metastore::Error::LiveBrokersChanged { now, .. }) => {
-                    self.set_brokers(self.metastore.list_brokers().await?);
+                    // A failed re-read leaves it to the next metadata refresh.
+                    if let Ok(brokers) = self.metastore.list_brokers().await {
+                        self.set_brokers(brokers);
+                    }
                     return Err(GroupError::NotCoordinator {
                         group: group.to_string(),
                         coordinator: coordinator_of(group, &now).unwrap_or(-1),

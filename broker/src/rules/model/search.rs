@@ -55,7 +55,7 @@ pub(in crate::rules) fn check(guards: Guards, bounds: Bounds, max_states: usize)
 /// Renumbers the partition state versions a world holds (the metastore's and each
 /// broker's last applied) by rank. The protocol only compares versions (the
 /// metastore's is the highest, and a write makes it one more), so worlds that differ
-/// only in their numbers behave alike; without this, an ISR that a dead broker's
+/// only in their numbers behave alike; without this, an ISR that a lapsed broker's
 /// fetches keep changing would make the world infinite.
 fn canonical(w: &mut World) {
     let mut versions: Vec<i64> = w

@@ -2,87 +2,11 @@
 //! the command line's values ([`Overrides`]: flags and `SHALE_*` variables). Validated
 //! at start with errors that name the key.
 //!
-//! ```toml
-//! [broker]
-//! broker_id = 0                       # Default: 0.
-//! listen = "127.0.0.1:9093"           # Shorthand for [listeners.grpc] listen.
-//! metrics_listen = "127.0.0.1:9644"   # Shorthand for [listeners.http] listen.
-//! data_dir = "./shale-data"           # Default: ./shale-data.
-//! metastore_url = "sqlite://./shale-data/metastore.db"    # Default: SQLite in data_dir.
-//! metastore_url_file = "/run/secrets/metastore-url"       # or the URL from a file.
-//! object_store_url = "file://./shale-data/objects"        # Default: objects/ in data_dir.
-//!
-//! [listeners.grpc]                    # Shale's own protocol (clients, CLI, replication)
-//! listen = "127.0.0.1:9093"           # Default: 127.0.0.1:9093.
-//! advertised = "broker1:9093"         # What clients are told. Default: the listen address.
-//!
-//! [listeners.kafka]                   # the Kafka wire protocol
-//! listen = "127.0.0.1:9092"           # Default: 127.0.0.1:9092.
-//! max_connections = 10000             # Default: 10000.
-//! max_request_bytes = 104857600       # socket.request.max.bytes. Default: 100 MiB.
-//! max_inflight_requests = 16          # per connection. Default: 16.
-//! security_protocol = "PLAINTEXT"     # TLS and SASL keys (kafka, grpc): see `security::listener`.
-//!
-//! [listeners.http]                    # the console, the HTTP API and /metrics
-//! listen = "127.0.0.1:9644"           # Default: 127.0.0.1:9644.
-//! max_request_bytes = 1048576         # Largest request body. Default: 1 MiB.
-//!                                     # (configuring any listener drops the defaults)
-//!
-//! [listeners.internal]                # any name, with a protocol
-//! protocol = "grpc"
-//! listen = "10.0.0.1:9193"
-//!
-//! [log]
-//! retention_check_interval_ms = 300000   # Default: 5 min.
-//! flush_check_interval_ms = 100          # Default: 100 ms.
-//! metadata_refresh_interval_ms = 2000    # Default: 2 s.
-//! shutdown_timeout_ms = 10000            # Default: 10 s.
-//! cleaner_enable = true                  # log.cleaner.enable. Default: true.
-//! cleaner_backoff_ms = 15000             # log.cleaner.backoff.ms. Default: 15 s.
-//! cleaner_dedupe_buffer_size = 134217728 # log.cleaner.dedupe.buffer.size. Default: 128 MiB.
-//! cleaner_io_max_bytes_per_second = 0    # log.cleaner.io.max.bytes.per.second. 0: no limit.
-//!
-//! [object_store]              # for s3:// URLs; unset keys come from AWS_* variables
-//! endpoint = "http://127.0.0.1:9000"
-//! region = "us-east-1"
-//! path_style = true
-//! allow_http = true
-//!
-//! [tiering]
-//! upload_interval_ms = 1000               # Default: 1 s.
-//! max_local_only_ms = 3600000             # Seal and upload records this old. Default: 1 h.
-//! upload_concurrency = 2                  # Default: 2.
-//! remote_compaction_interval_ms = 3600000 # Compacted topics' remote segments. Default: 1 h.
-//! remote_compaction_concurrency = 1       # Default: 1.
-//! remote_compaction_delete_delay_ms = 300000 # Replaced segments' grace period. Default: 5 min.
-//!
-//! [cluster]
-//! advertised_address = "127.0.0.1:9093"  # Shorthand for [listeners.grpc] advertised.
-//! inter_broker_listener = "grpc"          # Default: grpc.
-//! inter_broker_user = "broker"            # On a SASL inter-broker listener.
-//! inter_broker_password_file = "/etc/shale/broker-password"  # or SHALE_INTER_BROKER_PASSWORD.
-//! inter_broker_tls_ca = "/etc/shale/ca.pem"  # On a TLS one. Default: its tls_client_ca.
-//! lease_ms = 6000                         # Default: 6 s.
-//! heartbeat_interval_ms = 1000            # Default: 1 s.
-//! controller_interval_ms = 500            # Default: 500 ms.
-//! replica_lag_time_max_ms = 10000         # Default: 10 s.
-//! replica_fetch_max_wait_ms = 500         # Default: 500 ms.
-//! default_replication_factor = 1          # Default: 1.
-//!
-//! [groups]                    # consumer-group coordinator (Kafka's group.* settings)
-//! min_session_timeout_ms = 6000           # Default: 6 s.
-//! max_session_timeout_ms = 1800000        # Default: 30 min.
-//! initial_rebalance_delay_ms = 3000       # Default: 3 s.
-//!
-//! [authorization]             # ACLs (security::acl); Kafka's authorizer configs
-//! enable = false                          # Default: false (no checks).
-//! super_users = ["User:admin"]            # super.users. Default: none.
-//! allow_everyone_if_no_acl_found = false  # Default: false.
-//!
-//! [topic_defaults]            # broker-level defaults of topic configs, Kafka names
-//! "retention.ms" = 86400000
-//! ```
+//! Every key, its default and an example are in `docs/configuration.md`; a test
+//! (`documented_tests`) keeps that page and the `Default` impls here in step.
 
+#[cfg(test)]
+mod documented_tests;
 mod listeners;
 mod sections;
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! can hold a torn or unsynced tail. On open, the active segment is scanned and CRC
 //! checked batch by batch and truncated at the first bad batch; sealed segments are
 //! trusted and scanned only when an index file is missing or malformed. What reached
-//! the disk is governed by `flush.messages` / `flush.ms` (see README, "Durability").
+//! the disk is governed by `flush.messages` / `flush.ms` (see docs/durability.md).
 
 mod append;
 mod clean;

@@ -38,10 +38,16 @@ pub struct S3Options {
     pub secret_access_key: Option<String>,
     /// A file holding the secret access key (read by the broker at start).
     pub secret_access_key_file: Option<std::path::PathBuf>,
-    /// Per-request timeout in milliseconds. Default: 30000.
+    /// Per-request timeout in milliseconds. Default: [`S3Options::DEFAULT_REQUEST_TIMEOUT_MS`].
     pub request_timeout_ms: Option<u64>,
-    /// Retries of a failed request (5xx, timeouts, connection errors). Default: 5.
+    /// Retries of a failed request (5xx, timeouts, connection errors). Default:
+    /// [`S3Options::DEFAULT_MAX_RETRIES`].
     pub max_retries: Option<usize>,
+}
+
+impl S3Options {
+    pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+    pub const DEFAULT_MAX_RETRIES: usize = 5;
 }
 
 /// The secret access key is never shown.
@@ -117,14 +123,15 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<ObjectStoreRef, StoreErro
             .with_client_options(
                 ClientOptions::new()
                     .with_timeout(Duration::from_millis(
-                        s3.request_timeout_ms.unwrap_or(30_000),
+                        s3.request_timeout_ms
+                            .unwrap_or(S3Options::DEFAULT_REQUEST_TIMEOUT_MS),
                     ))
                     .with_connect_timeout(Duration::from_secs(5))
                     .with_allow_http(allow_http),
             )
             .with_retry(RetryConfig {
                 backoff: BackoffConfig::default(),
-                max_retries: s3.max_retries.unwrap_or(5),
+                max_retries: s3.max_retries.unwrap_or(S3Options::DEFAULT_MAX_RETRIES),
                 retry_timeout: Duration::from_secs(120),
             });
         if let Some(path_style) = s3.path_style {

@@ -248,6 +248,6 @@ pub struct QuotasSection {
     /// Bytes per second of fetch responses one client may take from this broker
     /// (Kafka's `consumer_byte_rate`): a client id on the Kafka listener, a client id
     /// sent as `x-client-id`, else a connection, on gRPC. A client above it is
-    /// throttled (see the README). Default: 0, no limit.
+    /// throttled (see docs/configuration.md). Default: 0, no limit.
     pub consumer_byte_rate: u64,
 }

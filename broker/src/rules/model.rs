@@ -162,7 +162,7 @@ struct World {
     produced: u8,
     crashes: u8,
     /// A restart lost data (once per run: one replica losing data is what replication
-    /// covers; all of them losing it at once is the README's power loss of all replicas).
+    /// covers; all of them losing it at once is docs/durability.md's power loss of all replicas).
     lost: bool,
     pauses: u8,
     shrinks: u8,

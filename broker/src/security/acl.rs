@@ -18,7 +18,7 @@ use std::sync::RwLock;
 use serde::Deserialize;
 
 /// `[authorization]`: whether operations are checked, and the exceptions.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthorizationSection {
     /// Check every operation against the ACLs (Kafka's `authorizer.class.name`).

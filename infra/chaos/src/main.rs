@@ -1,4 +1,4 @@
-//! `shale-chaos`: see the library's documentation and the README ("Fault harness").
+//! `shale-chaos`: see the library's documentation and docs/testing.md ("Fault harness").
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use crate::elections::elect;
 
 impl Model {
     /// Broker `b` comes back with `log`, less than it held. With min.insync.replicas
-    /// 1 a lone member may hold acknowledged records (as the README says): those that
+    /// 1 a lone member may hold acknowledged records (as docs/durability.md says): those that
     /// no other member of the ISR or ELR, no recovering replica and not the bucket
     /// holds are given up with it (a replica out of sync is not elected for what it
     /// may hold). What is acknowledged or exposed from then on is checked as before;

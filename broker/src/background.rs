@@ -37,7 +37,8 @@ impl Broker {
         // once a second.
         self.spawn_every(1_000, "disk usage", |b| async move {
             let used = b.all_partitions().iter().map(|p| p.size_bytes()).sum();
-            b.local_log_bytes
+            b.stats
+                .local_log_bytes
                 .store(used, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         });
@@ -78,7 +79,7 @@ impl Broker {
                 tokio::select! {
                     _ = broker.cancel.cancelled() => break,
                     _ = tokio::time::sleep(every) => {}
-                    _ = broker.changes.notified() => {}
+                    _ = broker.registry.changes().notified() => {}
                 }
                 if let Err(e) = broker.reconcile().await {
                     tracing::warn!(error = %e, "metadata refresh failed");
@@ -89,7 +90,7 @@ impl Broker {
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {
-                let listening = broker.metastore.listen_for_changes(broker.changes.clone());
+                let listening = broker.metastore.listen_for_changes(broker.registry.changes().clone());
                 tokio::select! {
                     _ = broker.cancel.cancelled() => break,
                     r = listening => match r {
@@ -170,8 +171,9 @@ impl Broker {
             );
         }
         self.release_lease().await;
-        let reader = self.reader.clone();
+        let reader = self.tier.reader.clone();
         if let Err(e) = self
+            .tier
             .remote_io
             .run(async move { reader.close().await })
             .await

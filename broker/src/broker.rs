@@ -1,17 +1,19 @@
-//! The broker's state: the topic registry (what the metastore says, plus this broker's
-//! open partitions), and the background tasks that keep it current and the logs tidy.
+//! The broker: the handles every part shares (config, metastore, tasks, cancellation,
+//! users, authorizer), the parts that keep the rest of its state, each behind its own
+//! small API (`registry`, `membership`, `controller`, `followers`, `tier`, `stats`,
+//! producer ids, the group coordinator), and its start-up.
 //!
-//! The registry is a snapshot map behind a `std::sync::RwLock`, held only to clone an
-//! `Arc`. It changes only in [`Broker::reconcile`], which reads the metastore (the
-//! truth) and opens, reconfigures or removes local partitions to match; a tokio mutex
-//! serializes reconciles.
+//! The topic registry (`registry.rs`) is a snapshot map behind a `std::sync::RwLock`,
+//! held only to clone an `Arc`. It changes only in [`Broker::reconcile`], which reads
+//! the metastore (the truth) and opens, reconfigures or removes local partitions to
+//! match; a tokio mutex serializes reconciles.
 //!
 //! # Cancellation
 //! Background tasks stop when the broker's `CancellationToken` fires; [`Broker::shutdown`]
 //! then fsyncs every partition.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
@@ -48,61 +50,31 @@ impl TopicState {
 pub struct Broker {
     pub config: BrokerConfig,
     pub(crate) metastore: Arc<dyn Metastore>,
-    pub(crate) uploader: Uploader,
-    pub(crate) reader: Arc<RemoteReader>,
-    /// Where remote reads run (see `remote_io`).
-    pub(crate) remote_io: crate::remote_io::RemoteIo,
+    /// Uploads, remote reads and remote compaction.
+    pub(crate) tier: crate::tiering::Tier,
     /// Fetch byte-rate quotas per client (`[quotas]`).
     pub(crate) fetch_quotas: crate::quota::FetchQuotas,
-    pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
-    /// Bytes of all local partition logs: recomputed every flush check, raised by each
-    /// append in between (for `log.local_disk_limit_bytes`).
-    pub(crate) local_log_bytes: std::sync::atomic::AtomicU64,
-    pub(crate) request_stats: crate::stats::RequestStats,
-    pub(crate) cleaner_stats: crate::cleaner::CleanerStats,
-    pub(crate) remote_compactions: crate::tiering::compact::RemoteCompactions,
-    pub(crate) topics: RwLock<HashMap<String, Arc<TopicState>>>,
-    /// Registered brokers at the last refresh.
-    pub(crate) brokers: RwLock<Vec<BrokerLease>>,
-    /// Partitions this broker holds but could not open at the last refresh, by topic
-    /// id and partition, with the reason.
-    pub(crate) open_failures: std::sync::Mutex<HashMap<(uuid::Uuid, i32), String>>,
-    pub(crate) reconcile_lock: tokio::sync::Mutex<()>,
-    /// Signalled when the metastore announces a change (or a broker finds its view
-    /// stale): the metadata refresh runs at once.
-    pub(crate) changes: Arc<tokio::sync::Notify>,
+    /// What it counts (metrics, the local disk limit).
+    pub(crate) stats: crate::stats::Stats,
+    /// Topics, partitions and brokers as the last refresh read them.
+    pub(crate) registry: crate::registry::Registry,
     /// What every partition replica shares: data directory, broker id, the append
     /// signal (wakes waiting replica fetches) and the open-file cache.
     pub(crate) shared: crate::partition::Shared,
-    /// Until when this broker may act as leader (see `cluster.rs`).
-    pub(crate) lease_deadline: std::sync::Mutex<Option<std::time::Instant>>,
-    /// This process's incarnation, registered at start (see `cluster.rs`).
-    pub(crate) broker_epoch: std::sync::atomic::AtomicI64,
-    /// Set when another process registered with this broker id: this one stops.
-    pub(crate) replaced: std::sync::atomic::AtomicBool,
-    /// `{data_dir}/.lock`, locked for the broker's lifetime: one process per data
-    /// directory.
-    pub(crate) _data_dir_lock: std::fs::File,
-    pub(crate) controller_epoch: std::sync::atomic::AtomicI64,
-    /// A digest of every partition's state version at the last refresh: it changes
-    /// when any partition's leader, ISR or ELR changed.
-    pub(crate) states_digest: std::sync::atomic::AtomicU64,
-    /// What the controller last acted on (see `Broker::controller_pass`).
-    pub(crate) controller_view: std::sync::Mutex<crate::elections::ControllerView>,
-    /// When the controller last checked leader balance.
-    pub(crate) last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
-    /// Replica fetchers by leader broker id.
-    pub(crate) fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
-    /// Reaches the leaders this broker follows.
-    pub(crate) replica_connector: Arc<dyn ReplicaConnector>,
+    /// Its incarnation and lease (see `cluster.rs`).
+    pub(crate) membership: crate::membership::Membership,
+    /// What the controller remembers between passes.
+    pub(crate) controller: crate::elections::ControllerState,
+    /// Its replica fetchers, and how they reach the leaders.
+    pub(crate) followers: crate::replication::follower::Followers,
     /// Every task the broker spawns (background passes, fetchers, uploads): shutdown
     /// waits for them.
     pub(crate) tasks: TaskTracker,
     pub cluster_id: uuid::Uuid,
     /// Consumer groups this broker coordinates.
     pub(crate) groups: crate::coordinator::Coordinator,
-    /// Producer ids taken from the metastore and not yet handed out: [next, end).
-    pub(crate) producer_ids: std::sync::Mutex<(i64, i64)>,
+    /// Ids for idempotent producers.
+    pub(crate) producer_ids: crate::producer_ids::ProducerIds,
     /// The users' SCRAM credentials, refreshed with the metadata.
     pub users: crate::security::Users,
     /// The ACLs and `[authorization]`, refreshed with the metadata.
@@ -223,42 +195,29 @@ impl Broker {
         };
         let fetch_quotas = crate::quota::FetchQuotas::new(config.quotas.consumer_byte_rate);
         let authorizer = crate::security::Authorizer::new(config.authorization.clone());
+        let producer_ids = crate::producer_ids::ProducerIds::new(metastore.clone());
         let broker = Arc::new(Self {
             config,
             metastore,
-            uploader,
-            reader,
-            remote_io,
-            fetch_quotas,
-            upload_permits,
-            local_log_bytes: std::sync::atomic::AtomicU64::new(0),
-            request_stats: crate::stats::RequestStats::default(),
-            cleaner_stats: crate::cleaner::CleanerStats {
-                last_pass_ms: std::sync::atomic::AtomicI64::new(-1),
-                ..Default::default()
+            tier: crate::tiering::Tier {
+                uploader,
+                reader,
+                remote_io,
+                upload_permits,
+                remote_compactions: Default::default(),
             },
-            remote_compactions: Default::default(),
-            topics: RwLock::new(HashMap::new()),
-            brokers: RwLock::new(Vec::new()),
-            open_failures: std::sync::Mutex::new(HashMap::new()),
-            reconcile_lock: tokio::sync::Mutex::new(()),
-            changes: Arc::new(tokio::sync::Notify::new()),
+            fetch_quotas,
+            stats: crate::stats::Stats::default(),
+            registry: crate::registry::Registry::new(),
             shared,
-            lease_deadline: std::sync::Mutex::new(None),
-            broker_epoch: std::sync::atomic::AtomicI64::new(-1),
-            replaced: std::sync::atomic::AtomicBool::new(false),
-            _data_dir_lock: data_dir_lock,
-            controller_epoch: std::sync::atomic::AtomicI64::new(0),
-            states_digest: std::sync::atomic::AtomicU64::new(0),
-            controller_view: std::sync::Mutex::new(Default::default()),
-            last_rebalance: std::sync::Mutex::new(Some(std::time::Instant::now())),
-            fetchers: std::sync::Mutex::new(HashMap::new()),
+            membership: crate::membership::Membership::new(data_dir_lock),
+            controller: crate::elections::ControllerState::new(),
+            followers: crate::replication::follower::Followers::new(replica_connector),
             groups,
-            producer_ids: std::sync::Mutex::new((0, 0)),
+            producer_ids,
             users: Default::default(),
             authorizer,
             cluster_id,
-            replica_connector,
             tasks,
             cancel,
         });
@@ -318,20 +277,12 @@ impl Broker {
     }
 
     pub fn topics_snapshot(&self) -> Vec<Arc<TopicState>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.registry.topics()
     }
 
     pub fn topic(&self, name: &str) -> Result<Arc<TopicState>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
+        self.registry
+            .topic(name)
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))
     }
 
@@ -387,32 +338,23 @@ impl Broker {
     /// An error if a partition of the topic that this broker holds failed to open at
     /// the last refresh.
     pub(crate) fn open_failure(&self, topic_id: uuid::Uuid) -> Result<()> {
-        let failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
-        let mine: Vec<_> = failures
-            .iter()
-            .filter(|((t, _), _)| *t == topic_id)
-            .collect();
-        match mine.first() {
+        match self.registry.open_failure(Some(topic_id)) {
             None => Ok(()),
-            Some(((_, p), reason)) => Err(Error::Storage(std::io::Error::other(format!(
-                "{} partition(s) cannot be created on broker {}; partition {p}: {reason}",
-                mine.len(),
-                self.config.broker_id
+            Some(f) => Err(Error::Storage(std::io::Error::other(format!(
+                "{} partition(s) cannot be created on broker {}; partition {}: {}",
+                f.count, self.config.broker_id, f.partition, f.reason
             )))),
         }
     }
 
     /// Registered brokers at the last metadata refresh.
     pub fn brokers(&self) -> Vec<BrokerLease> {
-        self.brokers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.registry.brokers()
     }
 
     /// Replaces the registered brokers (read from the metastore).
     pub(crate) fn set_brokers(&self, brokers: Vec<BrokerLease>) {
-        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+        self.registry.set_brokers(brokers);
     }
 
     pub(crate) fn broker_address(&self, id: i32) -> Option<String> {
@@ -438,11 +380,10 @@ impl Broker {
                 "not ready: no valid lease (starting, or cut off from the metastore)".into(),
             );
         }
-        let failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(((topic, p), reason)) = failures.iter().next() {
+        if let Some(f) = self.registry.open_failure(None) {
             return Err(format!(
-                "not ready: {} partition(s) cannot be opened; topic {topic} partition {p}: {reason}",
-                failures.len()
+                "not ready: {} partition(s) cannot be opened; topic {} partition {}: {}",
+                f.count, f.topic_id, f.partition, f.reason
             ));
         }
         Ok(())
@@ -450,6 +391,6 @@ impl Broker {
 
     /// Whether another process registered with this broker id (this one stopped).
     pub fn was_replaced(&self) -> bool {
-        self.replaced.load(std::sync::atomic::Ordering::Relaxed)
+        self.membership.replaced()
     }
 }

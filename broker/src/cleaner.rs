@@ -4,37 +4,14 @@
 //! time, dirtiest first, on the blocking pool, with reads and writes held under
 //! `log.cleaner_io_max_bytes_per_second`.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shale_log::{CleanStats, CleanerSettings};
+use shale_log::CleanerSettings;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
-
-/// What the cleaner did since the broker started (metrics).
-#[derive(Debug, Default)]
-pub struct CleanerStats {
-    pub runs: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub records_removed: AtomicU64,
-    pub segments_replaced: AtomicU64,
-    /// Wall-clock ms of the last pass's end (-1: none yet).
-    pub last_pass_ms: AtomicI64,
-}
-
-impl CleanerStats {
-    fn add(&self, s: &CleanStats) {
-        let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
-        add(&self.runs, 1);
-        add(&self.bytes_read, s.bytes_read);
-        add(&self.bytes_written, s.bytes_written);
-        add(&self.records_removed, s.records_removed);
-        add(&self.segments_replaced, s.segments_replaced as u64);
-    }
-}
 
 /// Holds a stream of I/O under `rate` bytes a second (0: no limit) by sleeping.
 pub struct Throttle {
@@ -131,20 +108,21 @@ impl Broker {
                 .await
                 .map_err(Error::from)?
             {
-                Ok(_) => self.cleaner_stats.add(&stats),
+                Ok(_) => self.stats.cleaner.add(&stats),
                 Err(e) => {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning failed");
                 }
             }
         }
-        self.cleaner_stats
+        self.stats
+            .cleaner
             .last_pass_ms
             .store(now_ms(), Ordering::Relaxed);
         Ok(())
     }
 
-    pub fn cleaner_stats(&self) -> &CleanerStats {
-        &self.cleaner_stats
+    pub fn cleaner_stats(&self) -> &crate::stats::CleanerStats {
+        &self.stats.cleaner
     }
 }
 

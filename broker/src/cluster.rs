@@ -44,15 +44,12 @@ pub struct BrokerStatus {
 impl Broker {
     /// Whether this broker may act as leader now (its lease is surely not expired).
     pub fn lease_valid(&self) -> bool {
-        self.lease_deadline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|d| Instant::now() < d)
+        self.membership.lease_valid()
     }
 
     /// This broker's incarnation, registered at start.
     pub fn broker_epoch(&self) -> i64 {
-        self.broker_epoch.load(std::sync::atomic::Ordering::Relaxed)
+        self.membership.epoch()
     }
 
     /// Renews this broker's lease. Whether the lease lapsed is judged when the answer
@@ -72,16 +69,12 @@ impl Broker {
             )
             .await;
         if let Err(shale_metastore::Error::BrokerEpochFenced { broker_id, .. }) = &renewed {
-            *self
-                .lease_deadline
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = None;
+            self.membership.drop_lease();
             tracing::error!(
                 broker = broker_id,
                 "another process registered with this broker id: this one stops"
             );
-            self.replaced
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.membership.mark_replaced();
             self.cancel.cancel();
         }
         renewed?;
@@ -92,20 +85,14 @@ impl Broker {
             );
             self.reconcile().await?;
         }
-        *self
-            .lease_deadline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) =
-            Some(sent + Duration::from_millis(lease_ms * 3 / 4));
+        self.membership
+            .trust_lease_until(sent + Duration::from_millis(lease_ms * 3 / 4));
         Ok(())
     }
 
     /// Gives up the lease (graceful shutdown), so leadership moves at once.
     pub(crate) async fn release_lease(&self) {
-        *self
-            .lease_deadline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.membership.drop_lease();
         let id = self.config.broker_id;
         match self
             .metastore
@@ -121,8 +108,7 @@ impl Broker {
             Err(shale_metastore::Error::BrokerEpochFenced { .. }) => {
                 // Another process registered with this id: this one's stop is not the
                 // clean stop of the newest incarnation.
-                self.replaced
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.membership.mark_replaced();
             }
             Err(e) => tracing::warn!(error = %e, "cannot release the broker lease"),
         }
@@ -157,8 +143,7 @@ impl Broker {
                 &self.config.endpoints(),
             )
             .await?;
-        self.broker_epoch
-            .store(epoch, std::sync::atomic::Ordering::Relaxed);
+        self.membership.registered(epoch);
         tracing::info!(
             broker = id,
             broker_epoch = epoch,

@@ -12,12 +12,12 @@
 //!
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shale_metastore::{PartitionState, StateGuard};
 
 use crate::broker::Broker;
-use crate::elections::{FULL_PASS_EVERY, TopicRules, elect};
+use crate::elections::{TopicRules, elect};
 use crate::error::{Error, Result};
 
 impl Broker {
@@ -29,49 +29,25 @@ impl Broker {
         let Some(lease) = self.metastore.try_acquire_controller(id, lease_ms).await? else {
             return Ok(());
         };
-        let was = self
-            .controller_epoch
-            .swap(lease.epoch, std::sync::atomic::Ordering::Relaxed);
-        if was != lease.epoch {
+        if self.controller.took_epoch(lease.epoch) {
             tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
         }
         let live = self.live_incarnations().await?;
-        if self.config.cluster.auto_leader_rebalance_enable {
-            let due = {
-                let mut last = self
-                    .last_rebalance
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                let every =
-                    Duration::from_millis(self.config.cluster.leader_imbalance_check_interval_ms);
-                let due = last.is_none_or(|t| t.elapsed() >= every);
-                if due {
-                    *last = Some(Instant::now());
-                }
-                due
-            };
-            if due && let Err(e) = self.rebalance_leaders().await {
-                tracing::warn!(error = %e, "leader rebalance failed");
-            }
+        let cluster = &self.config.cluster;
+        if cluster.auto_leader_rebalance_enable
+            && self.controller.rebalance_due(Duration::from_millis(
+                cluster.leader_imbalance_check_interval_ms,
+            ))
+            && let Err(e) = self.rebalance_leaders().await
+        {
+            tracing::warn!(error = %e, "leader rebalance failed");
         }
         // Elections follow deaths and partition changes: with neither since a pass
         // that decided everything, there is nothing to do (with many partitions, a
-        // full pass is the costliest thing an idle broker does). A full pass still
-        // runs every `FULL_PASS_EVERY` passes, should a change go unseen.
-        let digest = self
-            .states_digest
-            .load(std::sync::atomic::Ordering::Relaxed);
-        {
-            let mut view = self
-                .controller_view
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            view.skipped += 1;
-            let unchanged = view.settled && view.live == live && view.digest == digest;
-            if unchanged && view.skipped < FULL_PASS_EVERY {
-                return Ok(());
-            }
-            view.skipped = 0;
+        // full pass is the costliest thing an idle broker does).
+        let digest = self.registry.states_digest();
+        if self.controller.may_skip(&live, digest) {
+            return Ok(());
         }
         let mut settled = true;
         let rules: HashMap<uuid::Uuid, TopicRules> = self
@@ -114,13 +90,7 @@ impl Broker {
                 }
             }
         }
-        let mut view = self
-            .controller_view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        view.settled = settled;
-        view.live = live;
-        view.digest = digest;
+        self.controller.passed(settled, live, digest);
         Ok(())
     }
 

@@ -2,19 +2,85 @@
 //! metastore: who leads a partition after deaths, and what the ISR and ELR become.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 use shale_metastore::PartitionState;
 
 /// Full controller passes run at least once in this many.
-pub(crate) const FULL_PASS_EVERY: u32 = 10;
+const FULL_PASS_EVERY: u32 = 10;
 
 /// What the controller's last full pass saw and whether it decided everything.
 #[derive(Debug, Default)]
-pub(crate) struct ControllerView {
-    pub(crate) settled: bool,
-    pub(crate) live: HashMap<i32, i64>,
-    pub(crate) digest: u64,
-    pub(crate) skipped: u32,
+struct ControllerView {
+    settled: bool,
+    live: HashMap<i32, i64>,
+    digest: u64,
+    skipped: u32,
+}
+
+/// What the controller remembers between its passes.
+#[derive(Debug)]
+pub(crate) struct ControllerState {
+    /// The controller lease's epoch at the last pass this broker was the controller.
+    epoch: AtomicI64,
+    view: Mutex<ControllerView>,
+    /// When leader balance was last checked.
+    last_rebalance: Mutex<Option<Instant>>,
+}
+
+impl ControllerState {
+    pub(crate) fn new() -> Self {
+        Self {
+            epoch: AtomicI64::new(0),
+            view: Mutex::new(ControllerView::default()),
+            last_rebalance: Mutex::new(Some(Instant::now())),
+        }
+    }
+
+    /// Records the controller lease's epoch; whether it is a new one (this broker
+    /// just became the controller).
+    pub(crate) fn took_epoch(&self, epoch: i64) -> bool {
+        self.epoch.swap(epoch, Ordering::Relaxed) != epoch
+    }
+
+    /// Whether a leader-balance check is due, `every` after the last; if so, the
+    /// period starts again.
+    pub(crate) fn rebalance_due(&self, every: Duration) -> bool {
+        let mut last = self
+            .last_rebalance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= every);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// Whether a pass may be skipped: neither the live brokers nor any partition
+    /// state (`digest`) changed since a pass that decided everything, and no full
+    /// pass is due (one runs every [`FULL_PASS_EVERY`] passes, should a change go
+    /// unseen).
+    pub(crate) fn may_skip(&self, live: &HashMap<i32, i64>, digest: u64) -> bool {
+        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        view.skipped += 1;
+        let unchanged = view.settled && view.live == *live && view.digest == digest;
+        if unchanged && view.skipped < FULL_PASS_EVERY {
+            return true;
+        }
+        view.skipped = 0;
+        false
+    }
+
+    /// Remembers what a pass saw and whether it decided everything.
+    pub(crate) fn passed(&self, settled: bool, live: HashMap<i32, i64>, digest: u64) {
+        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        view.settled = settled;
+        view.live = live;
+        view.digest = digest;
+    }
 }
 
 /// How the controller sees one partition's topic.

@@ -74,7 +74,7 @@ impl Broker {
                 || tokio::time::Instant::now() >= deadline
                 || self.cancel.is_cancelled();
             if done {
-                let stats = &self.request_stats;
+                let stats = &self.stats.requests;
                 crate::stats::RequestStats::add(&stats.fetch_requests, 1);
                 crate::stats::RequestStats::add(&stats.fetched_bytes, total as u64);
                 return results;

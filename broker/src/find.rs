@@ -162,7 +162,7 @@ impl Broker {
             .collect();
         {
             use futures::StreamExt;
-            let reader = self.reader.clone();
+            let reader = self.tier.reader.clone();
             futures::stream::iter(wanted)
                 .map(move |seg| {
                     let reader = reader.clone();
@@ -189,7 +189,7 @@ impl Broker {
                         .await?
                         .map(Arc::new)
                 }
-                Filter::Remote(seg) => match self.reader.key_filter(seg).await {
+                Filter::Remote(seg) => match self.tier.reader.key_filter(seg).await {
                     Ok(f) => f,
                     Err(e) if e.is_retriable() => return Err(crate::tiering::remote_read_error(e)),
                     // A damaged filter rules nothing out: the segment is read.

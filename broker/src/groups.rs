@@ -41,9 +41,6 @@ pub struct Committed {
     pub commit_ms: i64,
 }
 
-/// Producer ids a broker takes from the metastore at a time.
-const PRODUCER_ID_BLOCK: i64 = 1000;
-
 impl Broker {
     /// The broker coordinating `group` and its inter-broker address.
     pub(crate) fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
@@ -308,26 +305,5 @@ impl Broker {
             return Err(GroupError::GroupNotFound(group.to_string()).into());
         }
         Ok(())
-    }
-
-    /// A new idempotent producer's id (unique in the cluster) and epoch 0.
-    pub async fn init_producer_id(&self) -> Result<(i64, i16)> {
-        loop {
-            {
-                let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
-                if ids.0 < ids.1 {
-                    ids.0 += 1;
-                    return Ok((ids.0 - 1, 0));
-                }
-            }
-            let first = self
-                .metastore
-                .allocate_producer_ids(PRODUCER_ID_BLOCK)
-                .await?;
-            let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
-            if ids.0 >= ids.1 {
-                *ids = (first, first + PRODUCER_ID_BLOCK);
-            }
-        }
     }
 }

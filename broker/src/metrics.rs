@@ -33,7 +33,7 @@ fn gauge_families<T>(out: &mut String, gauges: &[Gauge<T>], rows: &[(&str, i32, 
 pub async fn render(broker: &Broker) -> String {
     let mut out = String::new();
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let s = &broker.request_stats;
+    let s = &broker.stats.requests;
     let (gets, fetched_remote) = broker.remote_read_stats();
     for (name, help, value) in [
         (
@@ -104,32 +104,32 @@ pub async fn render(broker: &Broker) -> String {
         (
             "shale_remote_compaction_runs_total",
             "Remote compactions of tiered compacted partitions.",
-            load(&broker.remote_compactions.runs),
+            load(&broker.tier.remote_compactions.runs),
         ),
         (
             "shale_remote_compaction_read_bytes_total",
             "Bytes of remote segments remote compaction read (through the read cache).",
-            load(&broker.remote_compactions.bytes_read),
+            load(&broker.tier.remote_compactions.bytes_read),
         ),
         (
             "shale_remote_compaction_written_bytes_total",
             "Bytes of compacted remote segments uploaded.",
-            load(&broker.remote_compactions.bytes_written),
+            load(&broker.tier.remote_compactions.bytes_written),
         ),
         (
             "shale_remote_compaction_removed_records_total",
             "Records remote compaction removed.",
-            load(&broker.remote_compactions.records_removed),
+            load(&broker.tier.remote_compactions.records_removed),
         ),
         (
             "shale_remote_compaction_replaced_segments_total",
             "Remote segments replaced by their compaction.",
-            load(&broker.remote_compactions.segments_replaced),
+            load(&broker.tier.remote_compactions.segments_replaced),
         ),
         (
             "shale_remote_compaction_written_segments_total",
             "Compacted remote segments uploaded.",
-            load(&broker.remote_compactions.segments_written),
+            load(&broker.tier.remote_compactions.segments_written),
         ),
     ] {
         let _ = writeln!(
@@ -267,7 +267,7 @@ pub async fn render(broker: &Broker) -> String {
         }),
     ];
     gauge_families(&mut out, &offset_gauges, &offset_rows);
-    render_requests(&mut out, &broker.request_stats);
+    render_requests(&mut out, &broker.stats.requests);
     render_groups(&mut out, broker).await;
     render_process(&mut out, broker);
     out

@@ -36,7 +36,7 @@ impl Broker {
         data: Vec<ProduceData>,
     ) -> Vec<Result<Appended>> {
         let limit = self.config.log.local_disk_limit_bytes;
-        let used = self.local_log_bytes.load(Ordering::Relaxed);
+        let used = self.stats.local_log_bytes.load(Ordering::Relaxed);
         let refusal = {
             if !matches!(acks, -1..=1) {
                 Some(Error::InvalidRequiredAcks(acks))
@@ -55,8 +55,10 @@ impl Broker {
             return data.iter().map(|_| Err(Error::Shared(e.clone()))).collect();
         }
         let bytes: u64 = data.iter().map(|d| d.records.len() as u64).sum();
-        self.local_log_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let stats = &self.request_stats;
+        self.stats
+            .local_log_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        let stats = &self.stats.requests;
         crate::stats::RequestStats::add(&stats.produce_requests, 1);
         crate::stats::RequestStats::add(&stats.produced_bytes, bytes);
         let count = data.len();

@@ -4,9 +4,10 @@
 //! or removes local partitions to match; a tokio mutex serializes reconciles.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
-use shale_metastore::PartitionState;
+use shale_metastore::{BrokerLease, PartitionState};
 
 use crate::broker::{Broker, TopicState};
 use crate::clock::now_ms;
@@ -16,6 +17,106 @@ use crate::security::ScramMechanism;
 
 /// PBKDF2 iterations of the inter-broker user's credentials.
 const INTER_BROKER_ITERATIONS: i32 = 8192;
+
+/// What the last refresh read, as the rest of the broker sees it.
+pub(crate) struct Registry {
+    topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    /// Registered brokers at the last refresh.
+    brokers: RwLock<Vec<BrokerLease>>,
+    /// Partitions this broker holds but could not open at the last refresh, by topic
+    /// id and partition, with the reason.
+    open_failures: Mutex<HashMap<(uuid::Uuid, i32), String>>,
+    /// Serializes refreshes.
+    reconcile_lock: tokio::sync::Mutex<()>,
+    /// A digest of every partition's state version at the last refresh: it changes
+    /// when any partition's leader, ISR or ELR changed.
+    states_digest: AtomicU64,
+    /// Signalled when the metastore announces a change (or a broker finds its view
+    /// stale): the metadata refresh runs at once.
+    changes: Arc<tokio::sync::Notify>,
+}
+
+/// A partition that could not be opened: how many did not, and the first of them.
+pub(crate) struct OpenFailure {
+    pub(crate) count: usize,
+    pub(crate) topic_id: uuid::Uuid,
+    pub(crate) partition: i32,
+    pub(crate) reason: String,
+}
+
+impl Registry {
+    pub(crate) fn new() -> Self {
+        Self {
+            topics: RwLock::new(HashMap::new()),
+            brokers: RwLock::new(Vec::new()),
+            open_failures: Mutex::new(HashMap::new()),
+            reconcile_lock: tokio::sync::Mutex::new(()),
+            states_digest: AtomicU64::new(0),
+            changes: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Asks for a refresh now (this broker's view is stale).
+    pub(crate) fn stale(&self) {
+        self.changes.notify_one();
+    }
+
+    /// What wakes the refresh: notified by [`Registry::stale`] and by the metastore.
+    pub(crate) fn changes(&self) -> &Arc<tokio::sync::Notify> {
+        &self.changes
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<TopicState>>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn topics(&self) -> Vec<Arc<TopicState>> {
+        self.read().values().cloned().collect()
+    }
+
+    pub(crate) fn topic(&self, name: &str) -> Option<Arc<TopicState>> {
+        self.read().get(name).cloned()
+    }
+
+    fn publish(&self, topics: HashMap<String, Arc<TopicState>>) {
+        *self.topics.write().unwrap_or_else(|e| e.into_inner()) = topics;
+    }
+
+    pub(crate) fn brokers(&self) -> Vec<BrokerLease> {
+        self.brokers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_brokers(&self, brokers: Vec<BrokerLease>) {
+        *self.brokers.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+    }
+
+    /// See [`Registry::states_digest`]'s field.
+    pub(crate) fn states_digest(&self) -> u64 {
+        self.states_digest.load(Ordering::Relaxed)
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<(uuid::Uuid, i32), String>> {
+        self.open_failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The partitions that failed to open, of one topic or of all.
+    pub(crate) fn open_failure(&self, topic_id: Option<uuid::Uuid>) -> Option<OpenFailure> {
+        let failures = self.failures();
+        let mut mine = failures
+            .iter()
+            .filter(|((t, _), _)| topic_id.is_none_or(|id| id == *t));
+        let ((topic_id, partition), reason) = mine.next()?;
+        Some(OpenFailure {
+            count: 1 + mine.count(),
+            topic_id: *topic_id,
+            partition: *partition,
+            reason: reason.clone(),
+        })
+    }
+}
 
 impl Broker {
     /// Creates the inter-broker user's SCRAM credentials (both mechanisms, from
@@ -73,7 +174,8 @@ impl Broker {
     /// are gone (or re-created under a new id), then opens the replicas this broker
     /// holds, reconfigures them, and applies each partition's leader, epoch and ISR.
     pub async fn reconcile(&self) -> Result<()> {
-        let _guard = self.reconcile_lock.lock().await;
+        let registry = &self.registry;
+        let _guard = registry.reconcile_lock.lock().await;
         self.users
             .replace(self.metastore.list_scram_credentials().await?);
         self.authorizer.replace(&self.metastore.list_acls().await?);
@@ -88,11 +190,7 @@ impl Broker {
             .map(|(id, p, offset)| ((id, p), offset))
             .collect();
         self.set_brokers(self.metastore.list_brokers().await?);
-        let mut current = self
-            .topics
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let mut current = registry.read().clone();
         let ids: HashMap<&str, uuid::Uuid> =
             wanted.iter().map(|t| (t.name.as_str(), t.id)).collect();
         let removed: Vec<Arc<TopicState>> = current
@@ -100,21 +198,19 @@ impl Broker {
             .map(|(_, s)| s)
             .collect();
         if !removed.is_empty() {
-            self.open_failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            registry
+                .failures()
                 .retain(|(t, _), _| removed.iter().all(|r| r.meta.id != *t));
             // Unpublish first, then delete: a re-created topic of the same name opens
             // the same directories below, so the deletion must be over by then.
-            *self.topics.write().unwrap_or_else(|e| e.into_inner()) = current.clone();
+            registry.publish(current.clone());
             self.delete_local(removed).await?;
         }
         let me = self.config.broker_id;
         let digest = all_states.iter().fold(all_states.len() as u64, |h, s| {
             h.wrapping_mul(31).wrapping_add(s.version as u64)
         });
-        self.states_digest
-            .store(digest, std::sync::atomic::Ordering::Relaxed);
+        registry.states_digest.store(digest, Ordering::Relaxed);
         let mut states_of: HashMap<uuid::Uuid, Vec<PartitionState>> = HashMap::new();
         for s in all_states {
             states_of.entry(s.topic_id).or_default().push(s);
@@ -168,7 +264,7 @@ impl Broker {
                 .await
                 .map_err(Error::from)?;
                 let mut count = 0;
-                let mut failures = self.open_failures.lock().unwrap_or_else(|e| e.into_inner());
+                let mut failures = registry.failures();
                 for (p, part) in opened {
                     match part {
                         Ok(part) => {
@@ -219,7 +315,7 @@ impl Broker {
         })
         .await
         .map_err(Error::from)?;
-        *self.topics.write().unwrap_or_else(|e| e.into_inner()) = next;
+        registry.publish(next);
         self.load_remote_indexes().await;
         Ok(())
     }

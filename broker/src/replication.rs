@@ -22,7 +22,7 @@
 //! A follower that has not caught up for `replica_lag_time_max_ms` is dropped from the
 //! ISR by the leader ([`Broker::shrink_isrs`]).
 
-mod follower;
+pub(crate) mod follower;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,7 +128,7 @@ impl Broker {
             return Ok(());
         }
         if registered < sent {
-            self.changes.notify_one();
+            self.registry.stale();
         }
         Err(registered)
     }
@@ -156,7 +156,7 @@ impl Broker {
             // A follower that saw a newer partition state than this leader applied: the
             // metadata is reloaded before its fetches count (see `rules::state_known`).
             if matches!(r, Err(Error::NotLeader { .. })) {
-                self.changes.notify_one();
+                self.registry.stale();
             }
             // Out of range: the follower needs the leader's local log start to restart at.
             let range_start = match &r {
@@ -166,7 +166,7 @@ impl Broker {
             let (error_code, error_message) = match &r {
                 Ok(_) => (ErrorCode::None, String::new()),
                 Err(e) => {
-                    self.request_stats.errors.count(e.code());
+                    self.stats.requests.errors.count(e.code());
                     (e.code(), e.to_string())
                 }
             };
@@ -230,7 +230,7 @@ impl Broker {
                 // The write may still have been applied (a lost answer): the followers
                 // it adds keep counting for the HW until the metadata reloaded here
                 // shows the partition's state.
-                self.changes.notify_one();
+                self.registry.stale();
             }
         }
     }

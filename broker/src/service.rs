@@ -133,7 +133,8 @@ impl Service {
         let started = Instant::now();
         let out = work.instrument(ctx.span(api)).await;
         self.broker
-            .request_stats
+            .stats
+            .requests
             .latency
             .observe(&ctx.listener, api, started.elapsed());
         out
@@ -163,7 +164,7 @@ impl Service {
 
     fn count<T>(&self, r: &Result<T>) {
         if let Err(e) = r {
-            self.broker.request_stats.errors.count(e.code());
+            self.broker.stats.requests.errors.count(e.code());
         }
     }
 }

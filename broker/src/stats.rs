@@ -1,13 +1,60 @@
-//! Counters the request paths bump, read by the metrics page: request and byte
-//! counts, latency histograms per listener and API, and errors by Kafka error code.
-//! A leaf: it knows nothing of how it is served.
+//! Counters the request paths and background passes bump, read by the metrics page:
+//! request and byte counts, latency histograms per listener and API, errors by Kafka
+//! error code, the log cleaner's work, and the bytes of the local logs. A leaf: it
+//! knows nothing of how it is served.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use shale_records::ErrorCode;
+
+/// Everything the broker counts.
+#[derive(Debug)]
+pub struct Stats {
+    pub requests: RequestStats,
+    pub cleaner: CleanerStats,
+    /// Bytes of all local partition logs: recomputed every flush check, raised by each
+    /// append in between (for `log.local_disk_limit_bytes`).
+    pub local_log_bytes: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            requests: RequestStats::default(),
+            cleaner: CleanerStats {
+                last_pass_ms: AtomicI64::new(-1),
+                ..Default::default()
+            },
+            local_log_bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+/// What the cleaner did since the broker started.
+#[derive(Debug, Default)]
+pub struct CleanerStats {
+    pub runs: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub records_removed: AtomicU64,
+    pub segments_replaced: AtomicU64,
+    /// Wall-clock ms of the last pass's end (-1: none yet).
+    pub last_pass_ms: AtomicI64,
+}
+
+impl CleanerStats {
+    pub(crate) fn add(&self, s: &shale_log::CleanStats) {
+        let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
+        add(&self.runs, 1);
+        add(&self.bytes_read, s.bytes_read);
+        add(&self.bytes_written, s.bytes_written);
+        add(&self.records_removed, s.records_removed);
+        add(&self.segments_replaced, s.segments_replaced as u64);
+    }
+}
 
 /// Counters of the data path.
 #[derive(Debug, Default)]

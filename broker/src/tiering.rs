@@ -30,6 +30,18 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, RemoteState};
 
+/// What the tier keeps on this broker: the uploader, the remote reader and the runtime
+/// its reads run on, upload permits, and remote compaction's progress.
+pub(crate) struct Tier {
+    pub(crate) uploader: shale_tiering::uploader::Uploader,
+    pub(crate) reader: Arc<shale_tiering::reader::RemoteReader>,
+    /// Where remote reads run (see `remote_io`).
+    pub(crate) remote_io: crate::remote_io::RemoteIo,
+    /// Partitions copying at once (`tiering.upload_concurrency`).
+    pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
+    pub(crate) remote_compactions: compact::RemoteCompactions,
+}
+
 fn partition_ref(p: &Partition) -> PartitionRef {
     PartitionRef {
         topic: p.topic.to_string(),
@@ -115,6 +127,7 @@ impl Broker {
         });
         for p in busy {
             let permit = self
+                .tier
                 .upload_permits
                 .clone()
                 .acquire_owned()
@@ -212,7 +225,8 @@ impl Broker {
             .await?;
         tracing::warn!(topic = %p.topic, partition = p.index, from, epoch, rows = changed,
             "the remote log diverges from this leader's log (an unclean election): cutting it there");
-        self.uploader
+        self.tier
+            .uploader
             .clean_unfinished(&partition_ref(p))
             .await
             .map_err(Error::Tiering)?;
@@ -224,11 +238,13 @@ impl Broker {
     async fn read_remote_log(&self, p: &Partition) -> Result<RemoteState> {
         let pref = partition_ref(p);
         let finished = self
+            .tier
             .uploader
             .finished_segments(&pref)
             .await
             .map_err(Error::Tiering)?;
         let copied_end = self
+            .tier
             .uploader
             .remote_log_end_offset(&pref)
             .await
@@ -252,7 +268,8 @@ impl Broker {
         let mut state = self.load_remote_index_locked(p).await?;
         let pref = partition_ref(p);
         if state.needs_cleanup {
-            self.uploader
+            self.tier
+                .uploader
                 .clean_unfinished(&pref)
                 .await
                 .map_err(Error::Tiering)?;
@@ -332,10 +349,10 @@ impl Broker {
                 key_filter,
                 epochs: p.epochs_between(seg.base_offset, seg.end_offset),
             };
-            match self.uploader.upload(&pref, &sealed).await {
+            match self.tier.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {
                     if let Some(f) = sealed.key_filter {
-                        self.reader.remember_key_filter(row.segment_id, f);
+                        self.tier.reader.remember_key_filter(row.segment_id, f);
                     }
                     state.end_offset = row.end_offset;
                     Arc::make_mut(&mut state.segments).push(row);
@@ -373,6 +390,7 @@ impl Broker {
             // The grace period of segments remote compaction replaced.
             let grace = self.config.tiering.remote_compaction_delete_delay_ms as i64;
             match self
+                .tier
                 .uploader
                 .delete_compacted(&partition_ref(&p), now, grace)
                 .await
@@ -433,7 +451,7 @@ impl Broker {
                 segments: Arc::new(rest),
                 ..state.clone()
             });
-            if let Err(e) = self.uploader.delete(seg).await {
+            if let Err(e) = self.tier.uploader.delete(seg).await {
                 // Perhaps no longer the segment the metastore has there: re-read it.
                 p.set_remote_state(RemoteState {
                     needs_cleanup: true,
@@ -466,6 +484,7 @@ impl Broker {
             .collect();
         for id in with_remote.into_iter().filter(|id| !live.contains(id)) {
             let n = self
+                .tier
                 .uploader
                 .purge_topic(id)
                 .await
@@ -479,8 +498,8 @@ impl Broker {
     pub fn remote_read_stats(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (
-            self.reader.stats.gets.load(Relaxed),
-            self.reader.stats.bytes_fetched.load(Relaxed),
+            self.tier.reader.stats.gets.load(Relaxed),
+            self.tier.reader.stats.bytes_fetched.load(Relaxed),
         )
     }
 }

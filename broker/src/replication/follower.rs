@@ -23,6 +23,50 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::partition::{FollowerPosition, Partition};
+use crate::transport::{ReplicaConnector, ReplicaLink};
+
+/// This broker's replica fetchers, one per leader broker, and how they reach leaders.
+pub(crate) struct Followers {
+    fetchers: std::sync::Mutex<HashMap<i32, tokio::task::JoinHandle<()>>>,
+    connector: Arc<dyn ReplicaConnector>,
+}
+
+impl std::fmt::Debug for Followers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Followers")
+            .field("fetchers", &self.fetchers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Followers {
+    pub(crate) fn new(connector: Arc<dyn ReplicaConnector>) -> Self {
+        Self {
+            fetchers: std::sync::Mutex::new(HashMap::new()),
+            connector,
+        }
+    }
+
+    /// Starts a fetcher (with `spawn`) for each of `leaders` that has none running.
+    fn ensure(
+        &self,
+        leaders: impl IntoIterator<Item = i32>,
+        spawn: impl Fn(i32) -> tokio::task::JoinHandle<()>,
+    ) {
+        let mut fetchers = self.fetchers.lock().unwrap_or_else(|e| e.into_inner());
+        fetchers.retain(|_, handle| !handle.is_finished());
+        for leader in leaders {
+            fetchers.entry(leader).or_insert_with(|| spawn(leader));
+        }
+    }
+
+    async fn connect(
+        &self,
+        address: &str,
+    ) -> std::result::Result<Box<dyn ReplicaLink>, crate::transport::TransportError> {
+        self.connector.connect(address).await
+    }
+}
 
 impl Broker {
     /// Starts a fetcher for every leader broker this broker follows partitions of
@@ -33,18 +77,11 @@ impl Broker {
             .iter()
             .filter_map(|p| p.follower_position().map(|pos| pos.leader))
             .collect();
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|e| e.into_inner());
-        fetchers.retain(|_, handle| !handle.is_finished());
-        for leader in leaders {
-            if !fetchers.contains_key(&leader) {
-                let broker = self.clone();
-                fetchers.insert(
-                    leader,
-                    self.tasks
-                        .spawn(async move { broker.run_fetcher(leader).await }),
-                );
-            }
-        }
+        self.followers.ensure(leaders, |leader| {
+            let broker = self.clone();
+            self.tasks
+                .spawn(async move { broker.run_fetcher(leader).await })
+        });
     }
 
     fn followed_from(&self, leader: i32) -> Vec<(Arc<Partition>, FollowerPosition)> {
@@ -84,15 +121,15 @@ impl Broker {
         let address = self
             .broker_address(leader)
             .ok_or(ReplicationError::NoAddress { leader })?;
-        let mut link = self
-            .replica_connector
-            .connect(&address)
-            .await
-            .map_err(|source| ReplicationError::Connect {
-                leader,
-                address: address.clone(),
-                source,
-            })?;
+        let mut link =
+            self.followers
+                .connect(&address)
+                .await
+                .map_err(|source| ReplicationError::Connect {
+                    leader,
+                    address: address.clone(),
+                    source,
+                })?;
         // A leader that stops answering (paused, partitioned) is given up on.
         let answer_timeout = Duration::from_millis(max_wait_ms + 5_000);
         loop {
@@ -128,7 +165,7 @@ impl Broker {
             let stale = self.apply_replica_answer(followed, answer).await?;
             if stale {
                 // Someone has newer metadata than this broker: catch up, then go on.
-                self.changes.notify_one();
+                self.registry.stale();
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -144,7 +181,7 @@ impl Broker {
             .into_iter()
             .map(|(p, pos)| ((p.topic_id, p.index), (p, pos)))
             .collect();
-        let stats = &self.request_stats;
+        let stats = &self.stats.requests;
         let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
         crate::stats::RequestStats::add(&stats.replicated_bytes, bytes as u64);
         let stale = tokio::task::spawn_blocking(move || {

@@ -185,7 +185,7 @@ impl Service {
             };
             for t in &topics {
                 if let Err(e) = &t.result {
-                    self.broker.request_stats.errors.count(e.code());
+                    self.broker.stats.requests.errors.count(e.code());
                 }
             }
             Metadata {

@@ -133,7 +133,7 @@ impl Service {
                 .sum();
             let throttle = self.broker.fetch_quotas.record(&ctx.quota_key(), bytes);
             if !throttle.is_zero() {
-                crate::stats::RequestStats::add(&self.broker.request_stats.throttled_fetches, 1);
+                crate::stats::RequestStats::add(&self.broker.stats.requests.throttled_fetches, 1);
             }
             FetchAnswer {
                 partitions: self.keyed(keys, results),
@@ -190,7 +190,7 @@ impl Service {
             let r = match transactional_id {
                 Some(_) => Err(Error::TransactionsUnsupported),
                 None => match self.may_write_idempotently(ctx) {
-                    Ok(()) => self.broker.init_producer_id().await,
+                    Ok(()) => self.broker.producer_ids.init_producer_id().await,
                     Err(e) => Err(e),
                 },
             };

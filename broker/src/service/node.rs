@@ -68,7 +68,7 @@ impl Service {
     /// produce requests, fetch requests.
     pub fn traffic(&self) -> [u64; 4] {
         use std::sync::atomic::Ordering::Relaxed;
-        let s = &self.broker.request_stats;
+        let s = &self.broker.stats.requests;
         [
             s.produced_bytes.load(Relaxed),
             s.fetched_bytes.load(Relaxed),

@@ -127,7 +127,8 @@ impl Broker {
         p: &Arc<Partition>,
     ) -> Result<Option<RemoteCompactionStats>> {
         let (broker, p) = (self.clone(), p.clone());
-        self.remote_io
+        self.tier
+            .remote_io
             .run(async move { broker.compact_remote_here(&p).await })
             .await?
     }
@@ -151,6 +152,7 @@ impl Broker {
         let id = (p.topic_id, p.index);
         // Where the last complete run of this leader epoch got to.
         let last = self
+            .tier
             .remote_compactions
             .last(id)
             .filter(|l| l.epoch == epoch);
@@ -165,8 +167,15 @@ impl Broker {
         let mut stats = RemoteCompactionStats::default();
         let capacity =
             (self.config.log.cleaner_dedupe_buffer_size / shale_log::MAP_ENTRY_BYTES) as usize;
-        let (map, protect_from) =
-            build_map(&self.reader, p, &state, first_dirty, capacity, &mut stats).await?;
+        let (map, protect_from) = build_map(
+            &self.tier.reader,
+            p,
+            &state,
+            first_dirty,
+            capacity,
+            &mut stats,
+        )
+        .await?;
         let how = CleanBatch {
             now_ms: now,
             delete_retention_ms: config.delete_retention_ms,
@@ -204,7 +213,7 @@ impl Broker {
             first_dirty,
             at_ms: now,
         };
-        self.remote_compactions.record(id, progress, &stats);
+        self.tier.remote_compactions.record(id, progress, &stats);
         Ok(Some(stats))
     }
 
@@ -229,7 +238,7 @@ impl Broker {
         let mut changed = group.len() > 1;
         let mut removed = 0u64;
         for seg in group {
-            for_each_remote_batch(&self.reader, seg, |h, batch| {
+            for_each_remote_batch(&self.tier.reader, seg, |h, batch| {
                 stats.bytes_read += batch.len() as u64;
                 let how = CleanBatch {
                     keep_empty: h.last_offset() == end,
@@ -288,7 +297,12 @@ impl Broker {
             )));
         }
         let old: Vec<_> = group.iter().map(|s| s.segment_id).collect();
-        let swapped = match self.uploader.put_segment(&partition_ref(p), &upload).await {
+        let swapped = match self
+            .tier
+            .uploader
+            .put_segment(&partition_ref(p), &upload)
+            .await
+        {
             Ok(row) => {
                 shale_tiering::failpoint::hit("remote-compaction-before-swap");
                 self.metastore
@@ -316,7 +330,7 @@ impl Broker {
         p.set_remote_state(replace_in_index(&current, group, row.clone()));
         drop(_tier);
         if let Some(f) = key_filter {
-            self.reader.remember_key_filter(row.segment_id, f);
+            self.tier.reader.remember_key_filter(row.segment_id, f);
         }
         stats.bytes_written += sealed.size_bytes;
         stats.records_removed += removed;

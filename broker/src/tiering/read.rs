@@ -26,8 +26,9 @@ impl Broker {
         let mut state = p.remote_state();
         for _ in 0..3 {
             let seg = state.find(offset)?.clone();
-            let (reader, s) = (self.reader.clone(), seg.clone());
+            let (reader, s) = (self.tier.reader.clone(), seg.clone());
             let read = match self
+                .tier
                 .remote_io
                 .run(async move { reader.read(&s, offset, max_bytes, whole_first).await })
                 .await
@@ -71,8 +72,9 @@ impl Broker {
                 else {
                     return Ok(None);
                 };
-                let (reader, s) = (self.reader.clone(), seg.clone());
+                let (reader, s) = (self.tier.reader.clone(), seg.clone());
                 let found = self
+                    .tier
                     .remote_io
                     .run(async move { reader.offset_for_timestamp(&s, ts).await })
                     .await?;

@@ -8,12 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use shale_client::Client;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
+pub use shale_testkit::free_port;
 
 /// `shale-broker` next to this binary (`cargo build --bins` puts them together).
 fn broker_bin() -> anyhow::Result<PathBuf> {
@@ -187,13 +182,11 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// An `s3s-fs` server on a loopback port (for the replay scenario).
+/// An `s3s-fs` server on a loopback port (for the replay scenario), logging every
+/// request it receives.
 pub struct S3Process {
-    pub root: tempfile::TempDir,
-    pub port: u16,
-    /// The server's own log of every request it received (`s3s::service` at debug).
-    log: PathBuf,
-    child: Child,
+    server: shale_testkit::s3::S3Server,
+    _root: tempfile::TempDir,
 }
 
 pub const S3_BUCKET: &str = "bench";
@@ -203,71 +196,53 @@ pub const S3_SECRET: &str = "shale-bench-secret";
 impl S3Process {
     pub async fn start(base: &Path) -> anyhow::Result<Self> {
         let root = tempfile::tempdir_in(base)?;
-        std::fs::create_dir_all(root.path().join(S3_BUCKET))?;
-        let port = free_port();
-        let bin = which("s3s-fs").context(
-            "s3s-fs is not installed: run infra/test-services.sh or \
-             `cargo install s3s-fs --version 0.14.1 --features binary --locked`",
-        )?;
-        let log = base.join(format!("s3s-fs-{port}.log"));
-        let child = Command::new(bin)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
-            .arg(root.path())
-            .env("RUST_LOG", "s3s::service=debug")
-            .env("NO_COLOR", "1")
-            // It logs to stdout.
-            .stdout(std::fs::File::create(&log)?)
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start s3s-fs")?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            if Instant::now() > deadline {
-                bail!("s3s-fs did not start");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let log = root.path().with_extension("s3s-fs.log");
+        let server = shale_testkit::s3::S3Server::start(
+            root.path(),
+            S3_BUCKET,
+            S3_KEY,
+            S3_SECRET,
+            Some(log),
+        )
+        .map_err(anyhow::Error::msg)?;
         Ok(S3Process {
-            root,
-            port,
-            log,
-            child,
+            server,
+            _root: root,
         })
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.endpoint()
+    }
+
+    /// Where the bucket's objects lie on disk.
+    pub fn bucket_dir(&self) -> PathBuf {
+        self.server.objects_dir("")
     }
 
     /// `[object_store]` settings for a broker using this server.
     pub fn broker_config(&self) -> String {
-        format!(
-            "[object_store]\nendpoint = \"{}\"\nregion = \"us-east-1\"\npath_style = true\n\
-             allow_http = true\naccess_key_id = \"{S3_KEY}\"\nsecret_access_key = \"{S3_SECRET}\"\n",
-            self.endpoint()
-        )
+        self.server.broker_config("")
     }
 
     pub fn stats(&self) -> ProcessStats {
-        ProcessStats::of(self.child.id())
+        self.server.pid().map(ProcessStats::of).unwrap_or_default()
     }
 
     /// Every request the server has received so far, by kind, from its own log.
     pub fn requests(&self) -> anyhow::Result<S3Requests> {
-        let text = std::fs::read_to_string(&self.log)?;
+        let log = self.server.log().context("the server keeps no log")?;
+        let text = std::fs::read_to_string(log)?;
         Ok(S3Requests::parse(&text, S3_BUCKET))
     }
 }
 
 impl Drop for S3Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
+        self.server.kill();
+        if let Some(log) = self.server.log() {
+            let _ = std::fs::remove_file(log);
+        }
     }
 }
 
@@ -344,21 +319,6 @@ impl std::ops::Sub for S3Requests {
             multipart: self.multipart - o.multipart,
         }
     }
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .or_else(|| {
-            let home = PathBuf::from(std::env::var_os("HOME")?)
-                .join(".cargo/bin")
-                .join(name);
-            home.is_file().then_some(home)
-        })
 }
 
 #[cfg(test)]

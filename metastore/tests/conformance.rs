@@ -42,8 +42,7 @@ async fn sqlite() -> Fixture {
 }
 
 async fn postgres() -> Fixture {
-    let admin = std::env::var("SHALE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
+    let admin = shale_testkit::postgres::admin_url();
     let db = format!("shale_test_{}", uuid_like());
     let pool = sqlx_admin(&admin).await;
     sqlx_exec(&pool, &format!("CREATE DATABASE {db}")).await;

@@ -24,15 +24,7 @@ use shale_records::ErrorCode;
 use shale_records::batch::BatchIter;
 
 fn postgres_server() -> String {
-    let url = std::env::var("SHALE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    // The server part: databases are created on it.
-    match url.rsplit_once('/') {
-        Some((server, _db)) if server.contains('@') || server.matches(':').count() > 1 => {
-            server.to_string()
-        }
-        _ => url,
-    }
+    shale_testkit::postgres::server()
 }
 
 fn require_root(what: &str) {

@@ -105,11 +105,11 @@ pub(super) async fn ranged_get_baseline(s3: &S3Process) -> anyhow::Result<f64> {
             .build()?,
     );
     let objects: Vec<(object_store::path::Path, u64)> =
-        baseline::segment_files(&s3.root.path().join(S3_BUCKET))
+        baseline::segment_files(&s3.bucket_dir())
             .into_iter()
             .filter_map(|p| {
                 let key = p
-                    .strip_prefix(s3.root.path().join(S3_BUCKET))
+                    .strip_prefix(s3.bucket_dir())
                     .ok()?
                     .to_str()?
                     .to_string();

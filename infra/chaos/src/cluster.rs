@@ -22,158 +22,61 @@ const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 
     [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 500\n\
     [groups]\nmin_session_timeout_ms = 1000\ninitial_rebalance_delay_ms = 0\n";
 
-/// Where a program of this workspace is: beside this binary (`cargo build` puts them
-/// together), or in the target directory above a test binary.
+/// A program of this workspace (see `shale_testkit::workspace_bin`).
 pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    for dir in me.ancestors().skip(1).take(3) {
-        let path = dir.join(name);
-        if path.is_file() {
-            return Ok(path);
-        }
-    }
-    bail!(
-        "{name} is missing next to {}: build it with `cargo build --workspace --bins`",
-        me.display()
-    )
+    shale_testkit::workspace_bin(name).map_err(anyhow::Error::msg)
 }
 
-fn which(name: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join(".cargo/bin"));
-    }
-    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
-}
-
-/// A fresh PostgreSQL database on a server (through `psql`), dropped at the end.
-pub struct Database {
-    server: String,
-    pub name: String,
-}
-
-fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
-    let out = Command::new("psql")
-        .args([url, "-Atqc", sql])
-        .output()
-        .context("psql is missing: run infra/test-services.sh (it installs PostgreSQL)")?;
-    if !out.status.success() {
-        bail!(
-            "`{sql}` failed at {url} (start PostgreSQL with infra/test-services.sh): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+/// A fresh PostgreSQL database on a server, dropped at the end.
+pub struct Database(shale_testkit::postgres::Database);
 
 impl Database {
     /// `server`: `postgres://user@host:port`.
     pub fn create(server: &str, tag: &str) -> anyhow::Result<Self> {
-        let name = format!("shale_chaos_{tag}");
-        psql(
-            &format!("{server}/postgres"),
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        )?;
-        psql(
-            &format!("{server}/postgres"),
-            &format!("CREATE DATABASE {name}"),
-        )?;
-        Ok(Self {
-            server: server.to_string(),
-            name,
-        })
+        shale_testkit::postgres::Database::create_named(server, &format!("shale_chaos_{tag}"))
+            .map(Self)
+            .map_err(anyhow::Error::msg)
     }
 
     pub fn query(&self, sql: &str) -> anyhow::Result<String> {
-        psql(&format!("{}/{}", self.server, self.name), sql)
+        let rows = self.0.query(sql).map_err(anyhow::Error::msg)?;
+        Ok(rows.iter().map(|r| format!("{r}\n")).collect())
     }
 
     /// Host and port of the server.
     pub fn address(&self) -> anyhow::Result<std::net::SocketAddr> {
-        let rest = self
-            .server
-            .split("://")
-            .nth(1)
-            .context("the PostgreSQL URL has no host")?;
-        let host = rest.rsplit('@').next().unwrap_or(rest);
-        use std::net::ToSocketAddrs;
-        host.to_socket_addrs()?
-            .next()
-            .with_context(|| format!("cannot resolve {host}"))
+        self.0.address().map_err(anyhow::Error::msg)
     }
 
     /// A URL for the database reaching the server at `host:port` as the same user.
     pub fn url_via(&self, host: &str, port: u16) -> String {
-        let user = self
-            .server
-            .split("://")
-            .nth(1)
-            .and_then(|r| r.split_once('@'))
-            .map_or("postgres", |(u, _)| u);
-        format!("postgres://{user}@{host}:{port}/{}", self.name)
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let _ = psql(
-            &format!("{}/postgres", self.server),
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
+        self.0.url_via(host, port)
     }
 }
 
 /// An `s3s-fs` server on loopback.
 pub struct S3 {
-    pub port: u16,
-    child: Child,
-    pub root: PathBuf,
+    server: shale_testkit::s3::S3Server,
 }
 
 impl S3 {
     pub fn start(root: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(root.join(BUCKET))?;
-        let bin = which("s3s-fs").context(
-            "s3s-fs is not installed: run infra/test-services.sh, or \
-             `cargo install s3s-fs --version 0.14.1 --features binary --locked`",
-        )?;
-        let port = free_port()?;
-        let child = Command::new(bin)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
-            .arg(root)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start s3s-fs")?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("s3s-fs did not start");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Self {
-            port,
-            child,
-            root: root.to_path_buf(),
-        })
+        let server = shale_testkit::s3::S3Server::start(root, BUCKET, S3_KEY, S3_SECRET, None)
+            .map_err(anyhow::Error::msg)?;
+        Ok(Self { server })
     }
-}
 
-impl Drop for S3 {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.server.root
     }
 }
 
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("0.0.0.0:0")?
-        .local_addr()?
-        .port())
+    Ok(shale_testkit::free_port())
 }
 
 /// One broker process.
@@ -335,7 +238,7 @@ impl Cluster {
         let db = Database::create(postgres_server, tag)?;
         let postgres = Proxy::start(db.address()?).await?;
         let s3 = S3::start(&work.join("s3"))?;
-        let s3_proxy = Proxy::start(([127, 0, 0, 1], s3.port).into()).await?;
+        let s3_proxy = Proxy::start(([127, 0, 0, 1], s3.port()).into()).await?;
         let hosts = if namespaces {
             // A network of the run's own (10.{180..239}.x.x), so runs can overlap.
             let net = 180

@@ -9,7 +9,6 @@ pub mod wire;
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,13 +31,7 @@ pub fn cli_bin() -> PathBuf {
     path
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use shale_testkit::free_port;
 
 pub struct Broker {
     pub dir: tempfile::TempDir,
@@ -336,121 +329,61 @@ pub fn write_config(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
-/// The `s3s-fs` binary: `SHALE_TEST_S3S_FS`, else on `PATH`, else in `~/.cargo/bin`.
-pub fn s3s_fs_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("SHALE_TEST_S3S_FS") {
-        return PathBuf::from(p);
-    }
-    let on_path = std::env::var_os("PATH").map(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("s3s-fs"))
-            .find(|p| p.is_file())
-    });
-    if let Some(Some(p)) = on_path {
-        return p;
-    }
-    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/s3s-fs");
-    assert!(
-        home.is_file(),
-        "s3s-fs is not installed: run `infra/test-services.sh` or \
-         `cargo install s3s-fs --version 0.14.1 --features binary --locked`"
-    );
-    home
+/// A real S3-protocol server (`s3s-fs`, see `shale_testkit::s3`) on a loopback port,
+/// storing under a temp dir. Each server has its own credentials, so a broker whose
+/// server is down can never reach another test's server that happens to reuse the port.
+pub struct S3Server {
+    server: shale_testkit::s3::S3Server,
+    _root: tempfile::TempDir,
 }
 
-/// A real S3-protocol server (`s3s-fs`) on a loopback port, storing under a temp dir.
-/// Each server has its own credentials, so a broker whose server is down can never
-/// reach another test's server that happens to reuse the port.
-pub struct S3Server {
-    pub root: tempfile::TempDir,
-    pub port: u16,
-    pub bucket: String,
-    pub access_key: String,
-    pub secret_key: String,
-    child: Option<Child>,
+impl std::ops::Deref for S3Server {
+    type Target = shale_testkit::s3::S3Server;
+    fn deref(&self) -> &Self::Target {
+        &self.server
+    }
+}
+
+impl std::ops::DerefMut for S3Server {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.server
+    }
 }
 
 impl S3Server {
     pub fn start(bucket: &str) -> Self {
         let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(root.path().join(bucket)).unwrap();
         let unique = root
             .path()
             .file_name()
             .unwrap()
             .to_string_lossy()
             .replace('.', "");
-        let mut s = S3Server {
-            root,
-            port: free_port(),
-            bucket: bucket.to_string(),
-            access_key: format!("key{unique}"),
-            secret_key: format!("secret{unique}"),
-            child: None,
-        };
-        s.spawn();
-        s
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(s3s_fs_bin())
-            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
-            .args([
-                "--access-key",
-                &self.access_key,
-                "--secret-key",
-                &self.secret_key,
-            ])
-            .arg(self.root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot start s3s-fs");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "s3s-fs did not start listening on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// SIGKILL the server (an outage).
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
+        let server = shale_testkit::s3::S3Server::start(
+            root.path(),
+            bucket,
+            &format!("key{unique}"),
+            &format!("secret{unique}"),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        S3Server {
+            server,
+            _root: root,
         }
     }
 
     /// Start again on the same port and data.
     pub fn start_again(&mut self) {
-        assert!(self.child.is_none());
-        self.spawn();
+        self.server.start_again().unwrap_or_else(|e| panic!("{e}"));
     }
 
-    /// A broker config file's text pointing at this server (plus `extra` TOML).
+    /// A broker config file's text pointing at this server (plus `extra` TOML), with
+    /// short timeouts and one retry, so outages show quickly.
     pub fn broker_config(&self, extra: &str) -> String {
-        format!(
-            "[object_store]\nendpoint = \"{}\"\nregion = \"us-east-1\"\npath_style = true\nallow_http = true\n\
-             access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
-             max_retries = 1\nrequest_timeout_ms = 3000\n{extra}",
-            self.endpoint(),
-            self.access_key,
-            self.secret_key
-        )
-    }
-
-    /// Where the objects under `prefix` lie on disk.
-    pub fn objects_dir(&self, prefix: &str) -> PathBuf {
-        self.root.path().join(&self.bucket).join(prefix)
+        self.server.broker_config(&format!(
+            "max_retries = 1\nrequest_timeout_ms = 3000\n{extra}"
+        ))
     }
 
     /// Keys (relative to `prefix` in the bucket) of every stored segment object.
@@ -495,74 +428,24 @@ pub fn segment_objects_in(base: &Path) -> Vec<String> {
     out
 }
 
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A fresh PostgreSQL database for one test, dropped afterwards. Uses `psql` against
-/// `SHALE_TEST_POSTGRES_URL`'s server (default 127.0.0.1:5432, user postgres).
-pub struct PgDatabase {
-    pub name: String,
-}
-
-fn psql(database: &str, sql: &str) -> std::process::Output {
-    Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            "5432",
-            "-U",
-            "postgres",
-            "-d",
-            database,
-            "-Atqc",
-            sql,
-        ])
-        .output()
-        .expect("psql is missing: run infra/test-services.sh (it installs and starts PostgreSQL)")
-}
+/// A fresh PostgreSQL database for one test, dropped afterwards, on the server
+/// `SHALE_TEST_POSTGRES_URL` names (see `shale_testkit::postgres`).
+pub struct PgDatabase(shale_testkit::postgres::Database);
 
 impl PgDatabase {
     pub fn create() -> Self {
-        let name = format!("shale_it_{}", uuid::Uuid::new_v4().simple());
-        let out = psql("postgres", &format!("CREATE DATABASE {name}"));
-        assert!(
-            out.status.success(),
-            "cannot create a PostgreSQL database ({}); start PostgreSQL with infra/test-services.sh",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PgDatabase { name }
+        PgDatabase(
+            shale_testkit::postgres::Database::create("shale_it").unwrap_or_else(|e| panic!("{e}")),
+        )
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+        self.0.url()
     }
 
     /// Runs a query in this database; rows as `|`-separated lines.
     pub fn query(&self, sql: &str) -> Vec<String> {
-        let out = psql(&self.name, sql);
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let _ = psql(
-            "postgres",
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
+        self.0.query(sql).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -150,7 +150,10 @@ fn the_documented_defaults_are_the_built_in_ones_and_name_every_key() {
     ];
     for (section, debug) in sections {
         let names = field_names(&debug);
-        assert!(!names.is_empty(), "[{section}]: no fields read from {debug}");
+        assert!(
+            !names.is_empty(),
+            "[{section}]: no fields read from {debug}"
+        );
         let start = block
             .find(&format!("[{section}]"))
             .unwrap_or_else(|| panic!("[{section}] is not documented"));

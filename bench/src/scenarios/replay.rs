@@ -104,21 +104,16 @@ pub(super) async fn ranged_get_baseline(s3: &S3Process) -> anyhow::Result<f64> {
             .with_virtual_hosted_style_request(false)
             .build()?,
     );
-    let objects: Vec<(object_store::path::Path, u64)> =
-        baseline::segment_files(&s3.bucket_dir())
-            .into_iter()
-            .filter_map(|p| {
-                let key = p
-                    .strip_prefix(s3.bucket_dir())
-                    .ok()?
-                    .to_str()?
-                    .to_string();
-                Some((
-                    object_store::path::Path::from(key),
-                    std::fs::metadata(&p).ok()?.len(),
-                ))
-            })
-            .collect();
+    let objects: Vec<(object_store::path::Path, u64)> = baseline::segment_files(&s3.bucket_dir())
+        .into_iter()
+        .filter_map(|p| {
+            let key = p.strip_prefix(s3.bucket_dir()).ok()?.to_str()?.to_string();
+            Some((
+                object_store::path::Path::from(key),
+                std::fs::metadata(&p).ok()?.len(),
+            ))
+        })
+        .collect();
     let (mib_per_sec, _) = baseline::ranged_gets(store, objects, 4 << 20, 3).await?;
     Ok(mib_per_sec)
 }

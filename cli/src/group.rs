@@ -312,7 +312,7 @@ async fn describe(client: &Client, group: &str, output: OutputFormat) -> anyhow:
     // Who holds each partition.
     let mut owner: BTreeMap<(String, i32), (String, String, String)> = BTreeMap::new();
     for m in &d.members {
-        let parts = shale_client::group::protocol::decode_assignment(m.assignment.clone())
+        let parts = shale_records::consumer_protocol::decode_assignment(m.assignment.clone())
             .unwrap_or_default();
         for (topic, p) in parts {
             let holder = (

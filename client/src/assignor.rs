@@ -3,16 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A topic partition.
-pub type TopicPartition = (String, i32);
-
-/// One member's subscription as the leader sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Subscription {
-    pub topics: Vec<String>,
-    /// What it owned in the previous generation (sticky keeps it where balanced).
-    pub owned: Vec<TopicPartition>,
-}
+pub use shale_records::consumer_protocol::{Subscription, TopicPartition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Assignor {

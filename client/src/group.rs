@@ -7,7 +7,6 @@
 
 mod commit;
 mod config;
-pub mod protocol;
 mod rebalance;
 
 use std::collections::BTreeMap;

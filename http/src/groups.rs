@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use shale_broker::groups::OffsetCommit;
 use shale_broker::service::{MemberRef, OffsetQuery};
 use shale_records::ErrorCode;
+use shale_records::consumer_protocol;
 
 use crate::auth::Call;
 use crate::{ApiError, ApiResult};
@@ -31,38 +32,19 @@ pub(crate) async fn list(s: Call) -> ApiResult<Json<Value>> {
     })))
 }
 
-/// The partitions of a consumer protocol assignment (version, then topics with
-/// their partitions); nothing for bytes that are not one.
-pub(crate) fn decode_assignment(b: &[u8]) -> Vec<(String, Vec<i32>)> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (b.get(..n)?, b.get(n..)?);
-        *b = rest;
-        Some(head)
-    }
-    fn i16_(b: &mut &[u8]) -> Option<i16> {
-        take(b, 2).map(|x| i16::from_be_bytes([x[0], x[1]]))
-    }
-    fn i32_(b: &mut &[u8]) -> Option<i32> {
-        take(b, 4).map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-    }
-    let mut b = b;
-    let parse = |b: &mut &[u8]| -> Option<Vec<(String, Vec<i32>)>> {
-        i16_(b)?;
-        let topics = i32_(b)?;
-        let mut out = Vec::new();
-        for _ in 0..topics.clamp(0, 100_000) {
-            let len = i16_(b)?;
-            let name = String::from_utf8(take(b, len.max(0) as usize)?.to_vec()).ok()?;
-            let n = i32_(b)?;
-            let mut parts = Vec::new();
-            for _ in 0..n.clamp(0, 1_000_000) {
-                parts.push(i32_(b)?);
-            }
-            out.push((name, parts));
+/// A member's assignment by topic, in the order the leader gave it; nothing for bytes
+/// that are not a consumer-protocol assignment (a member of another protocol type).
+fn assignment_by_topic(bytes: &[u8]) -> Vec<(String, Vec<i32>)> {
+    let parts =
+        consumer_protocol::decode_assignment(Bytes::copy_from_slice(bytes)).unwrap_or_default();
+    let mut out: Vec<(String, Vec<i32>)> = Vec::new();
+    for (topic, p) in parts {
+        match out.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, ps)) => ps.push(p),
+            None => out.push((topic, vec![p])),
         }
-        Some(out)
-    };
-    parse(&mut b).unwrap_or_default()
+    }
+    out
 }
 
 async fn high_watermarks(s: &Call, topics: &BTreeSet<String>) -> BTreeMap<(String, i32), i64> {
@@ -93,7 +75,7 @@ pub(crate) async fn describe(s: Call, Path(group): Path<String>) -> ApiResult<Js
         .members
         .iter()
         .map(|m| {
-            let assignment = decode_assignment(&m.assignment);
+            let assignment = assignment_by_topic(&m.assignment);
             for (t, parts) in &assignment {
                 for p in parts {
                     owner.insert((t.clone(), *p), m.member_id.clone());
@@ -259,16 +241,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn assignments_decode_and_garbage_gives_nothing() {
+    fn assignments_group_by_topic_and_garbage_gives_nothing() {
         let mut b = vec![0, 1, 0, 0, 0, 1, 0, 4];
         b.extend_from_slice(b"logs");
         b.extend_from_slice(&[0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0]);
         assert_eq!(
-            decode_assignment(&b),
+            assignment_by_topic(&b),
             vec![("logs".to_string(), vec![0, 3])]
         );
-        assert!(decode_assignment(&b[..9]).is_empty());
-        assert!(decode_assignment(&[]).is_empty());
-        assert!(decode_assignment(&[0, 0, 0x7f, 0xff, 0xff, 0xff]).is_empty());
+        assert!(assignment_by_topic(&b[..9]).is_empty());
+        assert!(assignment_by_topic(&[]).is_empty());
+        assert!(assignment_by_topic(&[0, 0, 0x7f, 0xff, 0xff, 0xff]).is_empty());
     }
 }

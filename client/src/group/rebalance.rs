@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use shale_proto::v1::*;
 use shale_records::ErrorCode;
 
-use super::{GroupConsumer, OffsetReset, protocol};
+use super::{GroupConsumer, OffsetReset};
 use crate::assignor::{Assignor, Subscription, TopicPartition};
 use crate::consumer::Consumer;
 use crate::{Error, Result, check_result};
+use shale_records::consumer_protocol;
 
 impl GroupConsumer {
     /// Gives up the partitions (committing them first with auto-commit), joins, and
@@ -91,7 +92,7 @@ impl GroupConsumer {
     async fn join_and_sync(&mut self, owned: &[TopicPartition]) -> Result<Vec<TopicPartition>> {
         let mut coordinator = self.coordinator().await?;
         let member_id = self.membership().member_id.clone();
-        let subscription = protocol::encode_subscription(&Subscription {
+        let subscription = consumer_protocol::encode_subscription(&Subscription {
             topics: self.topics.clone(),
             owned: owned.to_vec(),
         });
@@ -143,7 +144,7 @@ impl GroupConsumer {
         req.set_timeout(self.config.max_poll_interval + Duration::from_secs(5));
         let synced = coordinator.sync_group(req).await?.into_inner();
         check_result(synced.error)?;
-        protocol::decode_assignment(synced.assignment).map_err(|e| {
+        consumer_protocol::decode_assignment(synced.assignment).map_err(|e| {
             Error::Invalid(format!("undecodable assignment from the group leader: {e}"))
         })
     }
@@ -173,7 +174,7 @@ impl GroupConsumer {
         })?;
         let mut members = BTreeMap::new();
         for m in &joined.members {
-            let s = protocol::decode_subscription(m.metadata.clone()).map_err(|e| {
+            let s = consumer_protocol::decode_subscription(m.metadata.clone()).map_err(|e| {
                 Error::Invalid(format!("undecodable subscription of {}: {e}", m.member_id))
             })?;
             members.insert(m.member_id.clone(), s);
@@ -197,7 +198,7 @@ impl GroupConsumer {
             .into_iter()
             .map(|(member_id, parts)| SyncGroupAssignment {
                 member_id,
-                assignment: protocol::encode_assignment(&parts),
+                assignment: consumer_protocol::encode_assignment(&parts),
             })
             .collect())
     }

@@ -1,12 +1,29 @@
 //! Kafka's consumer protocol: the subscription a member sends in JoinGroup and the
 //! assignment the leader hands out in SyncGroup, in Kafka's own encoding (versions
 //! 0–3 read, version 1 written), so Shale clients and Kafka clients (librdkafka,
-//! Java, kafka-python) can be members of one group.
+//! Java, kafka-python) can be members of one group. The Rust client encodes and decodes
+//! with it; the broker's console decodes members' assignments with it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::assignor::{Subscription, TopicPartition};
-use crate::error::{Error, Result};
+/// A topic partition.
+pub type TopicPartition = (String, i32);
+
+/// One member's subscription (JoinGroup metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subscription {
+    pub topics: Vec<String>,
+    /// What it owned in the previous generation (the sticky assignor keeps it where
+    /// balanced).
+    pub owned: Vec<TopicPartition>,
+}
+
+/// A message that is not a consumer-protocol message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(&'static str);
+
+type Result<T> = std::result::Result<T, Invalid>;
 
 /// Subscription version written (1: with owned partitions, which the sticky
 /// assignor uses).
@@ -37,7 +54,7 @@ fn put_partitions(out: &mut BytesMut, parts: &[TopicPartition]) {
     }
 }
 
-pub(crate) fn encode_subscription(s: &Subscription) -> Bytes {
+pub fn encode_subscription(s: &Subscription) -> Bytes {
     let mut out = BytesMut::new();
     out.put_i16(SUBSCRIPTION_VERSION);
     out.put_i32(s.topics.len() as i32);
@@ -49,7 +66,7 @@ pub(crate) fn encode_subscription(s: &Subscription) -> Bytes {
     out.freeze()
 }
 
-pub(crate) fn encode_assignment(parts: &[TopicPartition]) -> Bytes {
+pub fn encode_assignment(parts: &[TopicPartition]) -> Bytes {
     let mut out = BytesMut::new();
     out.put_i16(ASSIGNMENT_VERSION);
     put_partitions(&mut out, parts);
@@ -63,7 +80,7 @@ struct Reader(Bytes);
 impl Reader {
     fn need(&self, n: usize) -> Result<()> {
         if self.0.remaining() < n {
-            return Err(Error::Invalid("truncated consumer-protocol message".into()));
+            return Err(Invalid("truncated consumer-protocol message"));
         }
         Ok(())
     }
@@ -81,22 +98,18 @@ impl Reader {
     fn string(&mut self) -> Result<String> {
         let n = self.i16()?;
         if n < 0 {
-            return Err(Error::Invalid(
-                "null string in a consumer-protocol message".into(),
-            ));
+            return Err(Invalid("null string in a consumer-protocol message"));
         }
         self.need(n as usize)?;
         let raw = self.0.split_to(n as usize);
-        String::from_utf8(raw.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 topic name".into()))
+        String::from_utf8(raw.to_vec()).map_err(|_| Invalid("non-UTF-8 topic name"))
     }
 
     /// An array's length (a null array is empty).
     fn count(&mut self) -> Result<usize> {
         let n = self.i32()?;
         if n > 1_000_000 {
-            return Err(Error::Invalid(
-                "oversized array in a consumer-protocol message".into(),
-            ));
+            return Err(Invalid("oversized array in a consumer-protocol message"));
         }
         Ok(n.max(0) as usize)
     }
@@ -126,7 +139,7 @@ impl Reader {
     }
 }
 
-pub(crate) fn decode_subscription(bytes: Bytes) -> Result<Subscription> {
+pub fn decode_subscription(bytes: Bytes) -> Result<Subscription> {
     let mut r = Reader(bytes);
     let version = r.i16()?;
     let topics = (0..r.count()?)

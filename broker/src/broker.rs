@@ -21,14 +21,14 @@ use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::BrokerConfig;
 use crate::datadir::{
     check_data_dir_identity, lock_data_dir, remove_orphans, take_clean_shutdown_marker,
 };
 use crate::error::{Error, Result, StartError};
 use crate::partition::Partition;
-use crate::topic_config::TopicConfig;
 use crate::transport::ReplicaConnector;
+use shale_config::BrokerConfig;
+use shale_config::topic::TopicConfig;
 
 /// A topic as this broker knows it.
 pub struct TopicState {
@@ -52,33 +52,23 @@ pub struct Broker {
     pub(crate) metastore: Arc<dyn Metastore>,
     /// Uploads, remote reads and remote compaction.
     pub(crate) tier: crate::tiering::Tier,
-    /// Fetch byte-rate quotas per client (`[quotas]`).
-    pub(crate) fetch_quotas: crate::quota::FetchQuotas,
     /// What it counts (metrics, the local disk limit).
     pub(crate) stats: crate::stats::Stats,
     /// Topics, partitions and brokers as the last refresh read them.
     pub(crate) registry: crate::registry::Registry,
-    /// What every partition replica shares: data directory, broker id, the append
-    /// signal (wakes waiting replica fetches) and the open-file cache.
-    pub(crate) shared: crate::partition::Shared,
     /// Its incarnation and lease (see `cluster.rs`).
-    pub(crate) membership: crate::membership::Membership,
+    pub(crate) membership: shale_cluster::membership::Membership,
     /// What the controller remembers between passes.
-    pub(crate) controller: crate::elections::ControllerState,
+    pub(crate) controller: shale_cluster::elections::ControllerState,
     /// Its replica fetchers, and how they reach the leaders.
     pub(crate) followers: crate::replication::follower::Followers,
     /// Every task the broker spawns (background passes, fetchers, uploads): shutdown
     /// waits for them.
     pub(crate) tasks: TaskTracker,
-    pub cluster_id: uuid::Uuid,
-    /// Consumer groups this broker coordinates.
-    pub(crate) groups: crate::coordinator::Coordinator,
-    /// Ids for idempotent producers.
-    pub(crate) producer_ids: crate::producer_ids::ProducerIds,
-    /// The users' SCRAM credentials, refreshed with the metadata.
-    pub users: crate::security::Users,
-    /// The ACLs and `[authorization]`, refreshed with the metadata.
-    pub authorizer: crate::security::Authorizer,
+    /// The group coordinator and producer ids.
+    pub(crate) coordinators: shale_coordinator::Coordinators,
+    /// The users' SCRAM credentials and the ACLs, refreshed with the metadata.
+    pub security: shale_security::Security,
     pub(crate) cancel: CancellationToken,
 }
 fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
@@ -90,6 +80,11 @@ fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
 }
 
 impl Broker {
+    /// The id of the cluster this broker belongs to.
+    pub fn cluster_id(&self) -> uuid::Uuid {
+        self.membership.cluster_id()
+    }
+
     /// Opens the metastore and object store, recovers every local partition, and
     /// removes partition directories of topics that no longer exist. `connector`
     /// reaches the leaders this broker follows.
@@ -102,7 +97,7 @@ impl Broker {
         let metastore = shale_metastore::open(&config.metastore_url)
             .await
             .map_err(|source| StartError::Metastore {
-                url: crate::security::secrets::redact_url(&config.metastore_url),
+                url: shale_security::secrets::redact_url(&config.metastore_url),
                 source,
             })?;
         let open_store = async || {
@@ -186,16 +181,17 @@ impl Broker {
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tiering.upload_concurrency,
         ));
-        let groups = crate::coordinator::Coordinator::new(config.groups.clone());
         let shared = crate::partition::Shared {
             data_dir: config.data_dir.clone(),
             broker_id: config.broker_id,
             appended: Arc::new(tokio::sync::watch::Sender::new(0)),
             files: shale_log::FileCache::new(config.log.open_files_limit()),
         };
-        let fetch_quotas = crate::quota::FetchQuotas::new(config.quotas.consumer_byte_rate);
-        let authorizer = crate::security::Authorizer::new(config.authorization.clone());
-        let producer_ids = crate::producer_ids::ProducerIds::new(metastore.clone());
+        let security = shale_security::Security::new(config.authorization.clone());
+        let coordinators = shale_coordinator::Coordinators::new(
+            shale_coordinator::Coordinator::new(config.groups.clone()),
+            shale_coordinator::ProducerIds::new(metastore.clone()),
+        );
         let broker = Arc::new(Self {
             config,
             metastore,
@@ -206,18 +202,13 @@ impl Broker {
                 upload_permits,
                 remote_compactions: Default::default(),
             },
-            fetch_quotas,
             stats: crate::stats::Stats::default(),
-            registry: crate::registry::Registry::new(),
-            shared,
-            membership: crate::membership::Membership::new(data_dir_lock),
-            controller: crate::elections::ControllerState::new(),
+            registry: crate::registry::Registry::new(shared),
+            membership: shale_cluster::membership::Membership::new(data_dir_lock, cluster_id),
+            controller: shale_cluster::elections::ControllerState::default(),
             followers: crate::replication::follower::Followers::new(replica_connector),
-            groups,
-            producer_ids,
-            users: Default::default(),
-            authorizer,
-            cluster_id,
+            coordinators,
+            security,
             tasks,
             cancel,
         });

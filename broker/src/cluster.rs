@@ -187,7 +187,7 @@ impl Broker {
     ///   ISR and ELR before its lease makes it electable, recording the log it came
     ///   back with; each leader adds it back once it has caught up, and once every
     ///   member has left so, the one with the most complete log is elected (see
-    ///   [`crate::rules::after_restart`]).
+    ///   [`shale_cluster::rules::after_restart`]).
     async fn leave_isrs(&self, clean: bool, deadline: Instant) -> Result<()> {
         let id = self.config.broker_id;
         loop {
@@ -197,7 +197,7 @@ impl Broker {
                 let log = self
                     .partition_by_id(state.topic_id, state.partition)
                     .map_or((-1, 0), |p| p.log_position());
-                let Some(next) = crate::rules::after_restart(&state, id, clean, log) else {
+                let Some(next) = shale_cluster::rules::after_restart(&state, id, clean, log) else {
                     continue;
                 };
                 match self

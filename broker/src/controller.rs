@@ -17,8 +17,8 @@ use std::time::Duration;
 use shale_metastore::{PartitionState, StateGuard};
 
 use crate::broker::Broker;
-use crate::elections::{TopicRules, elect};
 use crate::error::{Error, Result};
+use shale_cluster::elections::{TopicRules, elect};
 
 impl Broker {
     /// One controller round: take or renew the controller lease, then elect leaders

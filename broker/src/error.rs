@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use shale_records::ErrorCode;
 use shale_records::batch::BatchError;
 
-use crate::topic_config::ConfigError;
+use shale_config::topic::ConfigError;
 use shale_log::LogError;
 use shale_log::producers::ProducerError;
 
@@ -108,7 +108,7 @@ pub enum Error {
     #[error(transparent)]
     Producer(#[from] ProducerError),
     #[error(transparent)]
-    Group(#[from] crate::coordinator::GroupError),
+    Group(#[from] shale_coordinator::group::GroupError),
     #[error("a broker task failed: {0}")]
     TaskFailed(#[from] tokio::task::JoinError),
     #[error("the partition log refused the leader's records: {0}")]

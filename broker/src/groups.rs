@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use crate::coordinator::*;
+pub use shale_coordinator::group::*;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;
@@ -113,7 +113,7 @@ impl Broker {
         let me = self.config.broker_id;
         let lease = self.lease_valid();
         let live = self.coordinator_candidates();
-        self.groups.tick(|g| {
+        self.coordinators.groups().tick(|g| {
             lease
                 && self
                     .coordinator_among(g, &live)
@@ -131,7 +131,9 @@ impl Broker {
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<Result<()>>> {
         let live = self.coordinating(group)?;
-        self.groups.authorize_commit(group, generation, member)?;
+        self.coordinators
+            .groups()
+            .authorize_commit(group, generation, member)?;
         let now = now_ms();
         let mut rows = Vec::new();
         let results: Vec<Result<()>> = offsets
@@ -193,7 +195,7 @@ impl Broker {
     /// of (high watermark less committed offset).
     pub async fn group_lags(&self) -> Vec<(String, Vec<(String, i32, i64)>)> {
         let mut out = Vec::new();
-        for (group, _, _, _) in self.groups.list() {
+        for (group, _, _, _) in self.coordinators.groups().list() {
             let Ok(committed) = self.committed_offsets(&group).await else {
                 continue;
             };
@@ -248,7 +250,7 @@ impl Broker {
             };
             out.insert(group, listing);
         }
-        for (group, state, members, protocol_type) in self.groups.list() {
+        for (group, state, members, protocol_type) in self.coordinators.groups().list() {
             let listing = GroupListing {
                 group: group.clone(),
                 state: state.name(),
@@ -270,7 +272,8 @@ impl Broker {
     ) -> Result<Vec<Result<()>>> {
         self.ensure_coordinator(group)?;
         if self
-            .groups
+            .coordinators
+            .groups()
             .describe(group)
             .is_some_and(|d| !d.members.is_empty())
         {
@@ -299,7 +302,7 @@ impl Broker {
     /// Deletes a group without members and its committed offsets.
     pub async fn delete_group(&self, group: &str) -> Result<()> {
         self.ensure_coordinator(group)?;
-        let held = self.groups.remove_if_empty(group)?;
+        let held = self.coordinators.groups().remove_if_empty(group)?;
         let deleted = self.metastore.delete_group_offsets(group).await?;
         if !held && deleted == 0 {
             return Err(GroupError::GroupNotFound(group.to_string()).into());

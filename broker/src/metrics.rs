@@ -344,7 +344,7 @@ fn render_process(out: &mut String, broker: &Broker) {
             Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / ticks)
         })
         .unwrap_or(0.0);
-    let files = &broker.shared.files;
+    let files = &broker.registry.shared().files;
     for (name, kind, help, value) in [
         (
             "process_open_fds",

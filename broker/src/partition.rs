@@ -12,7 +12,7 @@
 //! The leader's HW is the smallest log end offset over the maximal ISR (its own included,
 //! and followers whose addition it has sent to the metastore), and never goes down
 //! while it leads. While the ISR is below min.insync.replicas it does not move at all
-//! (KIP-966's strict rule; see [`crate::rules::high_watermark`]). A follower's HW is
+//! (KIP-966's strict rule; see [`shale_cluster::rules::high_watermark`]). A follower's HW is
 //! the leader's, capped by its own log end. Consumers read only below the HW.
 
 use std::collections::HashMap;
@@ -26,9 +26,9 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::topic_config::{CompressionType, TimestampType, TopicConfig};
 pub(crate) use batches::validate_replicated_batches;
 use batches::{recompress_batches, require_keys, validate_batches};
+use shale_config::topic::{CompressionType, TimestampType, TopicConfig};
 use shale_log::{FileCache, PartitionLog, RetentionOutcome, SealedSegmentInfo, TierBounds};
 
 mod batches;
@@ -476,7 +476,7 @@ impl Partition {
             .iter()
             .map(|e| (e.epoch, e.start_offset))
             .collect();
-        (crate::rules::last_batch_epoch(&epochs, end), end)
+        (shale_cluster::rules::last_batch_epoch(&epochs, end), end)
     }
 
     pub fn leader_epoch(&self) -> i32 {

@@ -12,8 +12,8 @@ use shale_metastore::{BrokerLease, PartitionState};
 use crate::broker::{Broker, TopicState};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::partition::{Partition, partition_dir, read_topic_id};
-use crate::security::ScramMechanism;
+use crate::partition::{Partition, Shared, partition_dir, read_topic_id};
+use shale_security::ScramMechanism;
 
 /// PBKDF2 iterations of the inter-broker user's credentials.
 const INTER_BROKER_ITERATIONS: i32 = 8192;
@@ -34,6 +34,9 @@ pub(crate) struct Registry {
     /// Signalled when the metastore announces a change (or a broker finds its view
     /// stale): the metadata refresh runs at once.
     changes: Arc<tokio::sync::Notify>,
+    /// What every local partition replica shares: data directory, broker id, the
+    /// append signal (wakes waiting replica fetches) and the open-file cache.
+    shared: Shared,
 }
 
 /// A partition that could not be opened: how many did not, and the first of them.
@@ -45,7 +48,7 @@ pub(crate) struct OpenFailure {
 }
 
 impl Registry {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(shared: Shared) -> Self {
         Self {
             topics: RwLock::new(HashMap::new()),
             brokers: RwLock::new(Vec::new()),
@@ -53,7 +56,13 @@ impl Registry {
             reconcile_lock: tokio::sync::Mutex::new(()),
             states_digest: AtomicU64::new(0),
             changes: Arc::new(tokio::sync::Notify::new()),
+            shared,
         }
+    }
+
+    /// What the local partition replicas share.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Asks for a refresh now (this broker's view is stale).
@@ -176,9 +185,9 @@ impl Broker {
     pub async fn reconcile(&self) -> Result<()> {
         let registry = &self.registry;
         let _guard = registry.reconcile_lock.lock().await;
-        self.users
-            .replace(self.metastore.list_scram_credentials().await?);
-        self.authorizer.replace(&self.metastore.list_acls().await?);
+        let security = &self.security;
+        (security.users()).replace(self.metastore.list_scram_credentials().await?);
+        (security.authorizer()).replace(&self.metastore.list_acls().await?);
         let wanted = self.metastore.list_topics().await?;
         let all_states = self.metastore.list_partition_states().await?;
         // Where DeleteRecords moved partitions' log starts: applied with their roles.
@@ -240,7 +249,7 @@ impl Broker {
                 .collect();
             if !missing.is_empty() {
                 let (shared, name, id, cfg) = (
-                    self.shared.clone(),
+                    self.registry.shared().clone(),
                     meta.name.clone(),
                     meta.id,
                     config.clone(),
@@ -334,7 +343,7 @@ impl Broker {
         for s in &removed {
             tracing::info!(topic = %s.meta.name, id = %s.meta.id, "deleting local partitions of removed topic");
         }
-        let files = self.shared.files.clone();
+        let files = self.registry.shared().files.clone();
         tokio::task::spawn_blocking(move || {
             for (dir, id) in dirs {
                 match read_topic_id(&dir) {

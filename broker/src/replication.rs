@@ -48,7 +48,7 @@ impl Broker {
         self: &Arc<Self>,
         req: ReplicaFetchRequest,
     ) -> ReplicaFetchResponse {
-        let mut appended = self.shared.appended.subscribe();
+        let mut appended = self.registry.shared().appended.subscribe();
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms).min(5_000));
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
@@ -202,8 +202,9 @@ impl Broker {
         }
         // Eligible replicas as KIP-966 keeps them (see `rules::elr_after_isr_change`).
         let min_isr = p.config().min_insync_replicas.max(1) as usize;
-        let elr = crate::rules::elr_after_isr_change(&role.elr, &role.isr, &isr, lost, min_isr);
-        let recovering = crate::rules::still_recovering(&role.recovering, &isr);
+        let elr =
+            shale_cluster::rules::elr_after_isr_change(&role.elr, &role.isr, &isr, lost, min_isr);
+        let recovering = shale_cluster::rules::still_recovering(&role.recovering, &isr);
         let next = PartitionState {
             topic_id: p.topic_id,
             partition: p.index,

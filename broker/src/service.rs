@@ -110,11 +110,17 @@ impl RequestContext {
 #[derive(Clone)]
 pub struct Service {
     broker: Arc<Broker>,
+    /// Fetch byte-rate quotas per client (`[quotas]`), for every front end.
+    fetch_quotas: Arc<crate::quota::FetchQuotas>,
 }
 
 impl Service {
     pub fn new(broker: Arc<Broker>) -> Self {
-        Self { broker }
+        let quotas = crate::quota::FetchQuotas::new(broker.config.quotas.consumer_byte_rate);
+        Self {
+            broker,
+            fetch_quotas: Arc::new(quotas),
+        }
     }
 
     /// The node behind the service (for what front ends serve besides requests:

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::broker::Broker;
-use crate::config::{BrokerConfig, Overrides};
+use shale_config::{BrokerConfig, Overrides};
 
 /// A metastore that can be slowed or made to fail on purpose.
 pub struct FaultyMetastore {

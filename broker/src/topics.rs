@@ -10,7 +10,7 @@ use shale_metastore::{NewTopic, Topic};
 use crate::broker::Broker;
 use crate::error::{Error, Result};
 use crate::partition::PartitionOffsets;
-use crate::topic_config::TopicConfig;
+use shale_config::topic::TopicConfig;
 
 /// Largest partition count one request may ask for.
 pub const MAX_PARTITIONS: i32 = 100_000;
@@ -241,7 +241,7 @@ impl Broker {
         replication_factor: i32,
     ) -> Result<()> {
         let invalid = |key: &str, value: String, reason: String| {
-            Err(crate::topic_config::ConfigError {
+            Err(shale_config::topic::ConfigError {
                 key: key.into(),
                 value,
                 reason,
@@ -333,7 +333,7 @@ impl Broker {
         self.check_topic_config(&after, &overrides, topic.replication_factor)?;
         if before.remote_storage_enable && !after.remote_storage_enable {
             // As in Kafka: the remote log would be orphaned.
-            return Err(crate::topic_config::ConfigError {
+            return Err(shale_config::topic::ConfigError {
                 key: "remote.storage.enable".into(),
                 value: "false".into(),
                 reason: "tiered storage cannot be turned off for a topic once on".into(),

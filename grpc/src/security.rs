@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::Engine;
-use shale_broker::security::tls::{TlsServer, accept_loop};
-use shale_broker::security::{ListenerSecurity, Users, user_principal};
+use shale_security::tls::{TlsServer, accept_loop};
+use shale_security::{ListenerSecurity, Users, user_principal};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::wrappers::ReceiverStream;
@@ -38,7 +38,7 @@ pub struct Security {
 }
 
 impl Security {
-    pub fn load(l: &ListenerSecurity) -> Result<Self, shale_broker::security::tls::TlsError> {
+    pub fn load(l: &ListenerSecurity) -> Result<Self, shale_security::tls::TlsError> {
         Ok(Self {
             tls: l.tls_server(&[b"h2"])?,
             credentials_required: l.protocol.uses_sasl(),
@@ -204,7 +204,7 @@ where
         let (service, listener) = (self.service.clone(), self.listener.clone());
         Box::pin(async move {
             let peer = req.extensions().get::<PeerInfo>().map(|i| i.addr);
-            let users = &service.broker().users;
+            let users = service.broker().security.users();
             match check(users, &listener, req.headers(), peer).await {
                 Ok(principal) => {
                     req.extensions_mut().insert(Authenticated(principal));

@@ -1,8 +1,8 @@
 //! The `Admin` service's user calls: SCRAM credentials.
 
-use shale_broker::security::ScramMechanism;
 use shale_broker::service::{RequestContext, ScramDeletion, ScramUpsertion, Service};
 use shale_proto::v1::*;
+use shale_security::ScramMechanism;
 
 use super::{error_fields, error_result};
 

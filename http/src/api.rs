@@ -147,7 +147,7 @@ async fn brokers_json(s: &Call) -> ApiResult<Value> {
 
 async fn cluster(s: Call) -> ApiResult<Json<Value>> {
     let mut v = brokers_json(&s).await?;
-    v["cluster_id"] = json!(s.service.broker().cluster_id.to_string());
+    v["cluster_id"] = json!(s.service.broker().cluster_id().to_string());
     Ok(Json(v))
 }
 

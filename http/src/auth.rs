@@ -23,8 +23,8 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
-use shale_broker::security::{Users, user_principal};
 use shale_broker::service::RequestContext;
+use shale_security::{Users, user_principal};
 
 use crate::{ApiError, AppState};
 
@@ -224,7 +224,7 @@ pub(crate) async fn authenticate(
     };
     if state.login_required {
         caller.principal = None;
-        let users = &state.service.broker().users;
+        let users = state.service.broker().security.users();
         let cookie = cookie_token(req.headers(), cookie_name(state.tls));
         if let Some(p) = cookie.and_then(|t| state.sessions.principal(&t, users)) {
             caller.principal = Some(p);
@@ -232,7 +232,8 @@ pub(crate) async fn authenticate(
             if !state
                 .service
                 .broker()
-                .users
+                .security
+                .users()
                 .verify_password_cached(&user, password.as_bytes())
                 .await
             {
@@ -268,7 +269,7 @@ pub(crate) async fn login(call: Call, Json(login): Json<Login>) -> Response {
         )
         .into_response();
     }
-    let users = &call.service.broker().users;
+    let users = call.service.broker().security.users();
     let key = match login.user.is_empty() {
         true => None,
         false => {
@@ -342,7 +343,7 @@ mod tests {
         assert_eq!(basic(&h), None);
         // A session lives while its user keeps the credential it logged in with.
         let users = Users::default();
-        let m = shale_broker::security::ScramMechanism::Sha512;
+        let m = shale_security::ScramMechanism::Sha512;
         let row = |password: &str| {
             let (stored_key, server_key) =
                 m.keys(&m.salted_password(password.as_bytes(), b"s", 4096));

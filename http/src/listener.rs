@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
-use shale_broker::security::tls::Accepted;
+use shale_security::tls::Accepted;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 

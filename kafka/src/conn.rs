@@ -74,7 +74,7 @@ pub async fn serve<R, W>(
                 }
             };
             if session.expects_raw_token() {
-                let users = &service.broker().users;
+                let users = service.broker().security.users();
                 for reply in session.raw_token(users, bytes).await {
                     pending.push_back(ready(reply));
                 }
@@ -82,7 +82,7 @@ pub async fn serve<R, W>(
             }
             match frame::parse(bytes) {
                 Ok(Frame::Request(req)) if Session::is_sasl(req.api) => {
-                    let users = &service.broker().users;
+                    let users = service.broker().security.users();
                     for reply in session.handle(users, req).await {
                         pending.push_back(ready(reply));
                     }

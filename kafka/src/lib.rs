@@ -23,9 +23,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_broker::security::ListenerSecurity;
-use shale_broker::security::tls::{TlsError, TlsServer};
 use shale_broker::service::Service;
+use shale_security::ListenerSecurity;
+use shale_security::tls::{TlsError, TlsServer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 

@@ -1,6 +1,6 @@
 //! A Kafka listener's limits.
 
-use shale_broker::config::ListenerConfig;
+use shale_config::ListenerConfig;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

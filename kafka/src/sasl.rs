@@ -22,8 +22,8 @@ use kafka_protocol::messages::{
     ApiKey, RequestKind, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use shale_broker::security::{SaslError, SaslExchange, SaslMechanism, SaslStep, Users};
 use shale_records::ErrorCode;
+use shale_security::{SaslError, SaslExchange, SaslMechanism, SaslStep, Users};
 
 use crate::frame::{self, Body, Request};
 use crate::handlers::Reply;

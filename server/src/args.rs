@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use shale_broker::config::Overrides;
+use shale_config::Overrides;
 
 #[derive(Debug, Default, clap::Parser)]
 #[command(

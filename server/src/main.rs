@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use shale_broker::broker::Broker;
-use shale_broker::config::{BrokerConfig, Protocol};
 use shale_broker::service::Service;
+use shale_config::{BrokerConfig, Protocol};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -174,7 +174,7 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     tracing::info!(
         listen = %broker.config.listeners[0].listen,
         data_dir = %broker.config.data_dir.display(),
-        metastore = %shale_broker::security::secrets::redact_url(&broker.config.metastore_url),
+        metastore = %shale_security::secrets::redact_url(&broker.config.metastore_url),
         object_store = %broker.config.object_store_url,
         "shale-broker ready"
     );

@@ -79,7 +79,8 @@ impl Partition {
         if !self.still_at(&r, from) {
             return Ok(false);
         }
-        let target = crate::rules::truncation_point(end_offset, r.log.epoch_end_offset(epoch));
+        let target =
+            shale_cluster::rules::truncation_point(end_offset, r.log.epoch_end_offset(epoch));
         tracing::info!(topic = %self.topic, partition = self.index, epoch, leader_end_offset = end_offset,
             log_end_offset = r.log.log_end_offset(), truncate_to = target, "follower log diverged from the leader");
         r.log.truncate_to(target)?;

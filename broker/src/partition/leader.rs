@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::{Partition, Replica, Role};
 use crate::error::{Error, Result};
-use crate::rules::{FetchCheck, check_follower_fetch, may_join_isr};
+use shale_cluster::rules::{FetchCheck, check_follower_fetch, may_join_isr};
 
 /// One partition of a follower's fetch, as the leader sees it.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +51,7 @@ pub(super) struct FollowerProgress {
 impl Partition {
     /// Leader: raises the HW to the smallest log end over the maximal ISR (the ISR and
     /// the members whose addition was sent to the metastore), unless the ISR is below
-    /// min.insync.replicas (see [`crate::rules::high_watermark`]). Followers not heard
+    /// min.insync.replicas (see [`shale_cluster::rules::high_watermark`]). Followers not heard
     /// from since this epoch began hold it where it is.
     pub(super) fn advance_hw(&self, r: &mut Replica) {
         if r.role.leader != self.broker_id {
@@ -61,7 +61,7 @@ impl Partition {
         let min_isr = self.config().min_insync_replicas.max(1) as usize;
         let leo = r.log.log_end_offset();
         let members = r.role.isr.iter().chain(&r.pending_isr);
-        let hw = crate::rules::high_watermark(
+        let hw = shale_cluster::rules::high_watermark(
             current,
             leo,
             r.role.isr.len(),
@@ -179,7 +179,7 @@ impl Partition {
                 });
             }
             if f.current_leader_epoch > r.role.leader_epoch
-                || !crate::rules::state_known(r.role.version, f.state_version)
+                || !shale_cluster::rules::state_known(r.role.version, f.state_version)
             {
                 // This broker has not heard of the new epoch yet, or of a change the
                 // follower has seen (it may have left the ISR at its restart): it

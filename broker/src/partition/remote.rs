@@ -8,7 +8,7 @@ use shale_metastore::RemoteSegment;
 
 use super::{Partition, Replica};
 use crate::error::Result;
-use crate::rules::{RemoteRange, remote_divergence, takeover_start};
+use shale_cluster::rules::{RemoteRange, remote_divergence, takeover_start};
 
 /// What this broker knows of the partition's remote segments: the in-memory index
 /// the fetch path uses below the local log start (it never LISTs the bucket).
@@ -50,7 +50,7 @@ impl RemoteState {
     }
 
     /// This remote log as far as it matches a replica's log (its `epochs` and
-    /// `log_end`; see [`crate::rules::remote_divergence`]), and where it stops
+    /// `log_end`; see [`shale_cluster::rules::remote_divergence`]), and where it stops
     /// matching: segments from there on leave the index and the one holding that
     /// offset ends before it. An unloaded state is returned as it is.
     pub(crate) fn matching(mut self, epochs: &[(i32, i64)], log_end: i64) -> (Self, Option<i64>) {
@@ -75,7 +75,7 @@ impl RemoteState {
     }
 
     /// Where a replica with `epochs` and `log_end` restarts its log to take this remote
-    /// log over as its own (see [`crate::rules::takeover_start`]); `None`: it keeps its
+    /// log over as its own (see [`shale_cluster::rules::takeover_start`]); `None`: it keeps its
     /// log (or the remote log is not loaded).
     pub(crate) fn takeover_start(&self, epochs: &[(i32, i64)], log_end: i64) -> Option<i64> {
         if !self.loaded {

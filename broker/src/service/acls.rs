@@ -4,7 +4,7 @@
 
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
-use crate::security::acl::{Acl, CLUSTER_NAME, Operation, PatternType, Permission, ResourceType};
+use shale_security::acl::{Acl, CLUSTER_NAME, Operation, PatternType, Permission, ResourceType};
 
 /// How a filter matches a binding's pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,7 @@ impl Service {
 
     async fn refresh_acls(&self) {
         match self.broker.metastore.list_acls().await {
-            Ok(rows) => self.broker.authorizer.replace(&rows),
+            Ok(rows) => self.broker.security.authorizer().replace(&rows),
             Err(e) => tracing::warn!(error = %e, "cannot re-read the ACLs; the next refresh will"),
         }
     }

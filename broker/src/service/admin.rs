@@ -8,10 +8,10 @@ use super::{Keyed, RequestContext, Service};
 use crate::broker::TopicState;
 use crate::cluster::BrokerStatus;
 use crate::error::{Error, Result};
-use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 use crate::tiering::TieringStatus;
-use crate::topic_config::ConfigSource;
 use crate::topics::TopicDescription;
+use shale_config::topic::ConfigSource;
+use shale_security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
 /// A broker as a client of one listener reaches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +191,7 @@ impl Service {
             Metadata {
                 brokers: self.endpoints(ctx, &live),
                 controller_id: self.broker.config.broker_id,
-                cluster_id: self.broker.cluster_id,
+                cluster_id: self.broker.cluster_id(),
                 topics,
             }
         })

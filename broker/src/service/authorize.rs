@@ -8,7 +8,7 @@ use std::future::Future;
 
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
-use crate::security::acl::{ANONYMOUS, CLUSTER_NAME, Operation, ResourceType};
+use shale_security::acl::{ANONYMOUS, CLUSTER_NAME, Operation, ResourceType};
 
 impl Service {
     /// Whether the caller may do `op` on the resource, without auditing a refusal
@@ -20,7 +20,7 @@ impl Service {
         resource_type: ResourceType,
         name: &str,
     ) -> bool {
-        self.broker.authorizer.allows(
+        self.broker.security.authorizer().allows(
             ctx.principal.as_deref(),
             // An IPv4 client of a dual-stack listener is its IPv4 address, as in Kafka.
             ctx.peer.map(|p| p.ip().to_canonical()),
@@ -88,7 +88,7 @@ impl Service {
     where
         Fut: Future<Output = Vec<Result<T>>>,
     {
-        if !self.broker.authorizer.enabled() {
+        if !self.broker.security.authorizer().enabled() {
             return work(items).await;
         }
         let mut denied = Vec::new();

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::fetch::{FetchSpec, Fetched};
 use crate::partition::Appended;
 use crate::produce::ProduceData;
-use crate::security::acl::{Operation, ResourceType};
+use shale_security::acl::{Operation, ResourceType};
 
 /// Longest a produce waits for acks=all when the client names no timeout.
 const DEFAULT_PRODUCE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -131,7 +131,7 @@ impl Service {
                 .filter_map(|r| r.as_ref().ok())
                 .map(|f| f.records.len() as u64)
                 .sum();
-            let throttle = self.broker.fetch_quotas.record(&ctx.quota_key(), bytes);
+            let throttle = self.fetch_quotas.record(&ctx.quota_key(), bytes);
             if !throttle.is_zero() {
                 crate::stats::RequestStats::add(&self.broker.stats.requests.throttled_fetches, 1);
             }
@@ -190,7 +190,12 @@ impl Service {
             let r = match transactional_id {
                 Some(_) => Err(Error::TransactionsUnsupported),
                 None => match self.may_write_idempotently(ctx) {
-                    Ok(()) => self.broker.producer_ids.init_producer_id().await,
+                    Ok(()) => Ok(self
+                        .broker
+                        .coordinators
+                        .producer_ids()
+                        .init_producer_id()
+                        .await?),
                     Err(e) => Err(e),
                 },
             };
@@ -269,7 +274,7 @@ impl Service {
     /// An idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on some
     /// topic (as Kafka grants it since 3.0).
     fn may_write_idempotently(&self, ctx: &RequestContext) -> Result<()> {
-        if !self.broker.authorizer.enabled()
+        if !self.broker.security.authorizer().enabled()
             || self
                 .broker
                 .topics_snapshot()

@@ -6,7 +6,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{RequestContext, Service};
 use crate::replication::{ReplicaFetchRequest, ReplicaFetchResponse, ReplicaPartitionData};
-use crate::security::acl::Operation;
+use shale_security::acl::Operation;
 
 /// Every partition of a refused replica fetch answers the refusal.
 fn refused_replica_fetch(

@@ -9,7 +9,7 @@ use super::{RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::find::{FindQuery, FindReport};
 use crate::partition::PartitionOffsets;
-use crate::security::acl::{Operation, ResourceType};
+use shale_security::acl::{Operation, ResourceType};
 
 /// Where a read of records starts.
 #[derive(Debug, Clone, Copy)]

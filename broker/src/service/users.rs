@@ -6,9 +6,9 @@ use std::collections::HashSet;
 
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
-use crate::security::ScramMechanism;
-use crate::security::acl::Operation;
-use crate::security::scram::{MAX_ITERATIONS, MIN_ITERATIONS};
+use shale_security::ScramMechanism;
+use shale_security::acl::Operation;
+use shale_security::scram::{MAX_ITERATIONS, MIN_ITERATIONS};
 
 /// Sets a user's credential for one mechanism.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ impl Service {
             }
             // This broker sees its own change at once; others on the notification.
             if let Ok(rows) = self.broker.metastore.list_scram_credentials().await {
-                self.broker.users.replace(rows);
+                self.broker.security.users().replace(rows);
             }
             out
         })

@@ -16,7 +16,7 @@ use kafka_protocol::messages::incremental_alter_configs_response as incremental;
 use kafka_protocol::messages::*;
 use shale_broker::error::Error;
 use shale_broker::service::{ConfigEntry, NewTopicRequest, RequestContext, Service};
-use shale_broker::topic_config::ConfigSource;
+use shale_config::topic::ConfigSource;
 
 use super::{code, message, str};
 

@@ -7,6 +7,9 @@
 //! context. And who may do what: the ACLs every broker caches, checked by the
 //! `Service` for every front end (`acl`).
 //!
+//! A broker keeps what it has read of its cluster's security in one [`Security`]: the
+//! users' credentials and the ACLs, both refreshed with the metadata.
+//!
 //! Principals are written as Kafka writes them: `User:alice` for a SASL user,
 //! `User:CN=client,O=Org` for a TLS client certificate's subject.
 
@@ -27,4 +30,30 @@ pub use users::Users;
 /// The principal of a SASL user.
 pub fn user_principal(user: &str) -> String {
     format!("User:{user}")
+}
+
+/// The users' SCRAM credentials and the ACLs with `[authorization]`, as this broker
+/// last read them from the metastore.
+pub struct Security {
+    users: Users,
+    authorizer: Authorizer,
+}
+
+impl Security {
+    pub fn new(authorization: acl::AuthorizationSection) -> Self {
+        Self {
+            users: Users::default(),
+            authorizer: Authorizer::new(authorization),
+        }
+    }
+
+    /// The users' credentials, for SASL exchanges.
+    pub fn users(&self) -> &Users {
+        &self.users
+    }
+
+    /// The ACLs, for every authorization check.
+    pub fn authorizer(&self) -> &Authorizer {
+        &self.authorizer
+    }
 }

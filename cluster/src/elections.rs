@@ -22,7 +22,7 @@ struct ControllerView {
 
 /// What the controller remembers between its passes.
 #[derive(Debug)]
-pub(crate) struct ControllerState {
+pub struct ControllerState {
     /// The controller lease's epoch at the last pass this broker was the controller.
     epoch: AtomicI64,
     view: Mutex<ControllerView>,
@@ -30,24 +30,26 @@ pub(crate) struct ControllerState {
     last_rebalance: Mutex<Option<Instant>>,
 }
 
-impl ControllerState {
-    pub(crate) fn new() -> Self {
+impl Default for ControllerState {
+    fn default() -> Self {
         Self {
             epoch: AtomicI64::new(0),
             view: Mutex::new(ControllerView::default()),
             last_rebalance: Mutex::new(Some(Instant::now())),
         }
     }
+}
 
+impl ControllerState {
     /// Records the controller lease's epoch; whether it is a new one (this broker
     /// just became the controller).
-    pub(crate) fn took_epoch(&self, epoch: i64) -> bool {
+    pub fn took_epoch(&self, epoch: i64) -> bool {
         self.epoch.swap(epoch, Ordering::Relaxed) != epoch
     }
 
     /// Whether a leader-balance check is due, `every` after the last; if so, the
     /// period starts again.
-    pub(crate) fn rebalance_due(&self, every: Duration) -> bool {
+    pub fn rebalance_due(&self, every: Duration) -> bool {
         let mut last = self
             .last_rebalance
             .lock()
@@ -63,7 +65,7 @@ impl ControllerState {
     /// state (`digest`) changed since a pass that decided everything, and no full
     /// pass is due (one runs every [`FULL_PASS_EVERY`] passes, should a change go
     /// unseen).
-    pub(crate) fn may_skip(&self, live: &HashMap<i32, i64>, digest: u64) -> bool {
+    pub fn may_skip(&self, live: &HashMap<i32, i64>, digest: u64) -> bool {
         let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
         view.skipped += 1;
         let unchanged = view.settled && view.live == *live && view.digest == digest;
@@ -75,7 +77,7 @@ impl ControllerState {
     }
 
     /// Remembers what a pass saw and whether it decided everything.
-    pub(crate) fn passed(&self, settled: bool, live: HashMap<i32, i64>, digest: u64) {
+    pub fn passed(&self, settled: bool, live: HashMap<i32, i64>, digest: u64) {
         let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
         view.settled = settled;
         view.live = live;
@@ -85,9 +87,9 @@ impl ControllerState {
 
 /// How the controller sees one partition's topic.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TopicRules {
-    pub(crate) min_isr: usize,
-    pub(crate) unclean: bool,
+pub struct TopicRules {
+    pub min_isr: usize,
+    pub unclean: bool,
 }
 
 /// The controller's decision for one partition: `None` if nothing changes (its leader
@@ -105,7 +107,7 @@ pub(crate) struct TopicRules {
 /// complete log once it is live, else (with `unclean.leader.election.enable`) any live
 /// replica; otherwise the partition goes offline, keeping its ISR and ELR so a member
 /// can lead again when it returns.
-pub(crate) fn elect(
+pub fn elect(
     state: &PartitionState,
     live: &HashMap<i32, i64>,
     rules: TopicRules,

@@ -145,30 +145,6 @@ impl Default for ClusterSection {
     }
 }
 
-/// `[groups]`: the consumer-group coordinator.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct GroupsSection {
-    /// Shortest session timeout a member may ask for (Kafka's
-    /// `group.min.session.timeout.ms`). Default: 6000 ms.
-    pub min_session_timeout_ms: u64,
-    /// Longest session timeout (`group.max.session.timeout.ms`). Default: 1800000 ms.
-    pub max_session_timeout_ms: u64,
-    /// How long the first rebalance of an empty group waits for more members
-    /// (`group.initial.rebalance.delay.ms`). Default: 3000 ms.
-    pub initial_rebalance_delay_ms: u64,
-}
-
-impl Default for GroupsSection {
-    fn default() -> Self {
-        Self {
-            min_session_timeout_ms: 6_000,
-            max_session_timeout_ms: 1_800_000,
-            initial_rebalance_delay_ms: 3_000,
-        }
-    }
-}
-
 /// `[tiering]`: copying sealed segments to the object store.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]

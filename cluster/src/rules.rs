@@ -19,7 +19,7 @@ use shale_metastore::{PartitionState, Recovering};
 ///   seen back): a follower that the metastore may already list is electable, so the
 ///   HW must not pass it. -1 is a follower not heard from since this epoch began; it
 ///   holds the HW where it is.
-pub(crate) fn high_watermark(
+pub fn high_watermark(
     current: i64,
     leader_leo: i64,
     isr_size: usize,
@@ -41,14 +41,14 @@ pub(crate) fn high_watermark(
 /// not say). A follower that saw a newer state may have left the ISR meanwhile (a
 /// restarted broker leaves before it fetches), so the leader must not count it as a
 /// member for its HW before it knows.
-pub(crate) fn state_known(leader_version: i64, follower_version: i64) -> bool {
+pub fn state_known(leader_version: i64, follower_version: i64) -> bool {
     follower_version <= leader_version
 }
 
 /// Whether a follower whose log ends at `follower_leo` may join the ISR: it has every
 /// committed record (`hw`) and reached the start of the leader's epoch, since a new
 /// leader's HW may lag what the last one acknowledged (KAFKA-7128).
-pub(crate) fn may_join_isr(follower_leo: i64, hw: i64, epoch_start: i64) -> bool {
+pub fn may_join_isr(follower_leo: i64, hw: i64, epoch_start: i64) -> bool {
     follower_leo >= hw && follower_leo >= epoch_start
 }
 
@@ -59,7 +59,7 @@ pub(crate) fn may_join_isr(follower_leo: i64, hw: i64, epoch_start: i64) -> bool
 /// did not pass their log end while they were in the ISR, and it does not move again
 /// until the ISR is back at min.insync.replicas, so they hold every committed record. A
 /// member removed because it lost records (`lost`) is not eligible.
-pub(crate) fn elr_after_isr_change(
+pub fn elr_after_isr_change(
     elr: &[i32],
     before: &[i32],
     isr: &[i32],
@@ -84,7 +84,7 @@ pub(crate) fn elr_after_isr_change(
 
 /// The leader's check of a follower's fetch position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FetchCheck {
+pub enum FetchCheck {
     /// Serve from `fetch_offset`.
     Serve,
     /// The follower's log diverged: its `last_fetched_epoch` ends at this (epoch, end
@@ -100,7 +100,7 @@ pub(crate) enum FetchCheck {
 /// `epoch_end` is the leader's largest epoch <= `last_fetched_epoch` and where it
 /// ends. The divergence check runs at the local log start too: a follower that
 /// fetches exactly there may hold different records below it.
-pub(crate) fn check_follower_fetch(
+pub fn check_follower_fetch(
     fetch_offset: i64,
     last_fetched_epoch: i32,
     local_start: i64,
@@ -128,7 +128,7 @@ pub(crate) fn check_follower_fetch(
 /// Where a follower truncates when the leader says its `epoch` ends at `end_offset`:
 /// there, or where that epoch ends in the follower's own log (`own_epoch_end`) if
 /// sooner.
-pub(crate) fn truncation_point(end_offset: i64, own_epoch_end: Option<(i32, i64)>) -> i64 {
+pub fn truncation_point(end_offset: i64, own_epoch_end: Option<(i32, i64)>) -> i64 {
     own_epoch_end.map_or(end_offset, |(_, end)| end.min(end_offset))
 }
 
@@ -142,7 +142,7 @@ pub(crate) fn truncation_point(end_offset: i64, own_epoch_end: Option<(i32, i64)
 /// elected while one that may hold them is a member; once none is left, the controller
 /// elects the recovering replica with the most complete log
 /// ([`crate::elections::elect`]).
-pub(crate) fn after_restart(
+pub fn after_restart(
     state: &PartitionState,
     broker: i32,
     clean: bool,
@@ -170,7 +170,7 @@ pub(crate) fn after_restart(
 
 /// The recovering replicas once the ISR is `isr`: those back in it are members again.
 /// The others keep the log they restarted with until then, whoever leads meanwhile.
-pub(crate) fn still_recovering(recovering: &[Recovering], isr: &[i32]) -> Vec<Recovering> {
+pub fn still_recovering(recovering: &[Recovering], isr: &[i32]) -> Vec<Recovering> {
     recovering
         .iter()
         .filter(|r| !isr.contains(&r.broker))
@@ -181,7 +181,7 @@ pub(crate) fn still_recovering(recovering: &[Recovering], isr: &[i32]) -> Vec<Re
 /// The epoch of a log's last batch, from its epochs (epoch, start offset), oldest
 /// first: the latest that starts below its end. An epoch noted at the end (a leader
 /// that wrote nothing in it, or batches lost with an unflushed tail) holds no batch.
-pub(crate) fn last_batch_epoch(epochs: &[(i32, i64)], log_end: i64) -> i32 {
+pub fn last_batch_epoch(epochs: &[(i32, i64)], log_end: i64) -> i32 {
     epochs
         .iter()
         .rev()
@@ -193,10 +193,7 @@ pub(crate) fn last_batch_epoch(epochs: &[(i32, i64)], log_end: i64) -> i32 {
 /// longest log), which may lead once the ISR and ELR are empty: among equals the first
 /// live one in replica order; `None` while none of them is live (the partition waits
 /// for it rather than elect a replica that may hold less).
-pub(crate) fn best_recovering(
-    state: &PartitionState,
-    is_live: impl Fn(i32) -> bool,
-) -> Option<i32> {
+pub fn best_recovering(state: &PartitionState, is_live: impl Fn(i32) -> bool) -> Option<i32> {
     let best = state
         .recovering
         .iter()
@@ -218,10 +215,10 @@ pub(crate) fn best_recovering(
 /// A remote segment as the divergence check sees it: its first and last offsets and
 /// the leader epochs of its batches (epoch, start offset), oldest first; no epochs for
 /// a segment copied before they were recorded.
-pub(crate) struct RemoteRange<'a> {
-    pub(crate) base: i64,
-    pub(crate) end: i64,
-    pub(crate) epochs: &'a [(i32, i64)],
+pub struct RemoteRange<'a> {
+    pub base: i64,
+    pub end: i64,
+    pub epochs: &'a [(i32, i64)],
 }
 
 /// The first offset where a remote log (`segments`, by base offset, and `remote_end`,
@@ -236,7 +233,7 @@ pub(crate) struct RemoteRange<'a> {
 /// oldest epoch start the replica knows are taken as matching: it no longer holds them
 /// (its log restarted above them, or it deleted them once they were in the remote
 /// log). So are segments without epochs.
-pub(crate) fn remote_divergence(
+pub fn remote_divergence(
     segments: &[RemoteRange<'_>],
     remote_end: i64,
     epochs: &[(i32, i64)],
@@ -261,7 +258,7 @@ pub(crate) fn remote_divergence(
 /// remote log matches all of the replica's log (an unclean election of a replica that
 /// lost what the bucket kept). `None`: it leads with its log as it is, and cuts the
 /// remote log where they part.
-pub(crate) fn takeover_start(
+pub fn takeover_start(
     segments: &[RemoteRange<'_>],
     remote_end: i64,
     epochs: &[(i32, i64)],

@@ -203,7 +203,7 @@ fn the_topic_config_table_gives_every_key_its_built_in_default() {
             documented.push(key.to_string());
         }
     }
-    for key in crate::topic_config::KEYS {
+    for key in crate::topic::KEYS {
         assert!(
             documented.iter().any(|d| d == key),
             "topic config {key} is missing from docs/configuration.md"

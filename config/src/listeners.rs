@@ -8,9 +8,9 @@ use super::{
     BrokerConfig, ConfigLoadError, GRPC_LISTENER, HTTP_LISTENER, KAFKA_LISTENER, ListenerConfig,
     ListenerSection, Protocol, invalid, socket_addr,
 };
-use crate::security::ListenerSecurity;
-use crate::security::listener::{ClientTls, InterBrokerClient, SecurityKeys};
-use crate::security::secrets::Secret;
+use shale_security::ListenerSecurity;
+use shale_security::listener::{ClientTls, InterBrokerClient, SecurityKeys};
+use shale_security::secrets::Secret;
 
 /// `[listeners.*]` with the shorthands applied: `grpc_listen` (`--listen`,
 /// `[broker] listen`) and `grpc_advertised` (`[cluster] advertised_address`) set the

@@ -1,6 +1,7 @@
-//! Broker configuration: built-in defaults, overridden by a TOML file, overridden by
-//! the command line's values ([`Overrides`]: flags and `SHALE_*` variables). Validated
-//! at start with errors that name the key.
+//! Shale's configuration. The broker's: built-in defaults, overridden by a TOML file,
+//! overridden by the command line's values ([`Overrides`]: flags and `SHALE_*`
+//! variables), validated at start with errors that name the key. And each topic's
+//! (`topic`): Kafka's topic configs with their defaults and validation.
 //!
 //! Every key, its default and an example are in `docs/configuration.md`; a test
 //! (`documented_tests`) keeps that page and the `Default` impls here in step.
@@ -11,6 +12,7 @@ mod listeners;
 mod sections;
 #[cfg(test)]
 mod tests;
+pub mod topic;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,13 +21,14 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use sections::*;
+pub use shale_coordinator::group::GroupsSection;
 
 use listeners::{resolve_inter_broker, resolve_listeners};
 
-use crate::security::ListenerSecurity;
-use crate::security::acl::AuthorizationSection;
-use crate::security::listener::InterBrokerClient;
-use crate::topic_config::{ConfigError, TopicConfig};
+use crate::topic::{ConfigError, TopicConfig};
+use shale_security::ListenerSecurity;
+use shale_security::acl::AuthorizationSection;
+use shale_security::listener::InterBrokerClient;
 
 /// The listener `[broker] listen`, `--listen` and `[cluster] advertised_address` set.
 pub const GRPC_LISTENER: &str = "grpc";
@@ -253,7 +256,7 @@ impl BrokerConfig {
             args.advertised.or(file.cluster.advertised_address.clone()),
         )?;
         let from_file = |key: &str, path: &Path| {
-            crate::security::secrets::read_secret(path)
+            shale_security::secrets::read_secret(path)
                 .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
         };
         let metastore_url = match (

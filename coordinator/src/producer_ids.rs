@@ -5,12 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use shale_metastore::Metastore;
 
-use crate::error::Result;
-
 /// Producer ids a broker takes from the metastore at a time.
 const BLOCK: i64 = 1000;
 
-pub(crate) struct ProducerIds {
+pub struct ProducerIds {
     metastore: Arc<dyn Metastore>,
     /// Taken and not yet handed out: [next, end).
     block: Mutex<(i64, i64)>,
@@ -25,7 +23,7 @@ impl std::fmt::Debug for ProducerIds {
 }
 
 impl ProducerIds {
-    pub(crate) fn new(metastore: Arc<dyn Metastore>) -> Self {
+    pub fn new(metastore: Arc<dyn Metastore>) -> Self {
         Self {
             metastore,
             block: Mutex::new((0, 0)),
@@ -37,7 +35,7 @@ impl ProducerIds {
     }
 
     /// A new idempotent producer's id and epoch 0.
-    pub(crate) async fn init_producer_id(&self) -> Result<(i64, i16)> {
+    pub async fn init_producer_id(&self) -> shale_metastore::Result<(i64, i16)> {
         loop {
             {
                 let mut ids = self.take();

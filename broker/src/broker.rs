@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use shale_metastore::{BrokerLease, Metastore, PartitionState, Topic};
+use shale_metastore::{BrokerLease, Metastore};
 use shale_tiering::reader::{ReaderConfig, RemoteReader};
 use shale_tiering::uploader::{Uploader, UploaderConfig};
 use tokio_util::sync::CancellationToken;
@@ -26,32 +26,16 @@ use crate::datadir::{
 };
 use crate::error::{Error, Result, StartError};
 use crate::partition::Partition;
+pub use crate::registry::TopicState;
 use crate::transport::ReplicaConnector;
 use shale_config::BrokerConfig;
 use shale_config::topic::TopicConfig;
-
-/// A topic as this broker knows it.
-pub struct TopicState {
-    pub meta: Topic,
-    pub config: Arc<TopicConfig>,
-    /// Leader, epoch, replicas and ISR of every partition, by partition (the
-    /// metastore's view at the last refresh).
-    pub states: Vec<PartitionState>,
-    /// The partitions this broker holds a replica of, by partition.
-    pub partitions: Vec<Option<Arc<Partition>>>,
-}
-
-impl TopicState {
-    pub fn state(&self, partition: i32) -> Option<&PartitionState> {
-        self.states.iter().find(|s| s.partition == partition)
-    }
-}
 
 pub struct Broker {
     pub config: BrokerConfig,
     pub(crate) metastore: Arc<dyn Metastore>,
     /// Uploads, remote reads and remote compaction.
-    pub(crate) tier: crate::tiering::Tier,
+    pub(crate) tier: crate::tier::Tier,
     /// What it counts (metrics, the local disk limit).
     pub(crate) stats: crate::stats::Stats,
     /// Topics, partitions and brokers as the last refresh read them.
@@ -61,7 +45,7 @@ pub struct Broker {
     /// What the controller remembers between passes.
     pub(crate) controller: shale_cluster::elections::ControllerState,
     /// Its replica fetchers, and how they reach the leaders.
-    pub(crate) followers: crate::replication::follower::Followers,
+    pub(crate) followers: crate::fetchers::Followers,
     /// Every task the broker spawns (background passes, fetchers, uploads): shutdown
     /// waits for them.
     pub(crate) tasks: TaskTracker,
@@ -154,7 +138,7 @@ impl Broker {
             cache_dir: t
                 .cache_dir
                 .clone()
-                .unwrap_or_else(|| config.data_dir.join("remote-cache")),
+                .unwrap_or_else(|| config.data_dir.join(shale_log::layout::REMOTE_CACHE_DIR)),
             direct_io: t.cache_direct_io,
             read_ahead_chunks: t.read_ahead_chunks,
             max_concurrent_gets: t.max_concurrent_gets,
@@ -195,7 +179,7 @@ impl Broker {
         let broker = Arc::new(Self {
             config,
             metastore,
-            tier: crate::tiering::Tier {
+            tier: crate::tier::Tier {
                 uploader,
                 reader,
                 remote_io,
@@ -206,7 +190,7 @@ impl Broker {
             registry: crate::registry::Registry::new(shared),
             membership: shale_cluster::membership::Membership::new(data_dir_lock, cluster_id),
             controller: shale_cluster::elections::ControllerState::default(),
-            followers: crate::replication::follower::Followers::new(replica_connector),
+            followers: crate::fetchers::Followers::new(replica_connector),
             coordinators,
             security,
             tasks,

@@ -7,12 +7,12 @@ use std::path::Path;
 use crate::error::StartError;
 use crate::partition::{partition_dir, read_topic_id};
 
+use shale_log::layout::{CLEAN_SHUTDOWN_MARKER, DATA_DIR_LOCK};
+
 /// Written at the end of a clean shutdown, after every partition was fsynced, naming
 /// the incarnation (broker epoch) that stopped; removed at start. It counts only if that
 /// incarnation is still the newest registered one: otherwise another process ran on
 /// this broker id since (and may have left unflushed tails).
-const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
-
 pub(crate) fn write_clean_shutdown_marker(
     data_dir: &Path,
     broker_epoch: i64,
@@ -43,7 +43,7 @@ pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> std::io::Result<Opt
 /// exits): two brokers writing one data directory would corrupt it.
 pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, StartError> {
     use rustix::fs::{FlockOperation, flock};
-    let path = data_dir.join(".lock");
+    let path = data_dir.join(DATA_DIR_LOCK);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -251,12 +251,12 @@ impl Broker {
                     let wanted = r.offset >= piece.from && r.offset <= piece.to;
                     if wanted && in_time && r.key.as_deref() == Some(&q.key[..]) {
                         if report.records.len() >= q.limit
-                            || report.record_bytes >= crate::service::MAX_BYTES_PER_READ
+                            || report.record_bytes >= crate::partition::MAX_BYTES_PER_READ
                         {
                             report.truncated = true;
                             return Ok(());
                         }
-                        report.record_bytes += crate::service::record_bytes(&r);
+                        report.record_bytes += crate::partition::record_bytes(&r);
                         report.records.push(FoundRecord {
                             partition: p.index,
                             record: r,
@@ -267,65 +267,6 @@ impl Broker {
         }
         Ok(())
     }
-
-    /// Builds the key filters of sealed segments that have none yet (at most `budget`
-    /// segments a pass, so a broker with many old segments catches up gradually).
-    pub(crate) async fn key_filter_pass(&self, mut budget: usize) -> Result<()> {
-        use std::sync::atomic::Ordering;
-        for p in self.all_partitions() {
-            let through = p.key_filters_through.load(Ordering::Relaxed);
-            if !p.has_sealed_after(through) {
-                continue;
-            }
-            let mut segs = p.sealed_segments_after(through);
-            let generation = segs.first().map_or(0, |s| s.generation);
-            if generation != p.key_filters_generation.swap(generation, Ordering::Relaxed) {
-                // The log was truncated since: segments below `through` may be new.
-                segs = p.sealed_segments_after(-1);
-            }
-            for seg in segs {
-                if budget == 0 || self.cancel.is_cancelled() {
-                    return Ok(());
-                }
-                let end = seg.end_offset;
-                let part = p.clone();
-                let built = tokio::task::spawn_blocking(move || {
-                    if shale_log::has_key_filter(&seg) {
-                        return Ok(false);
-                    }
-                    key_filter_of(&part, &seg).map(|_| true)
-                })
-                .await?;
-                match built {
-                    Ok(true) => budget -= 1,
-                    Ok(false) => {}
-                    // Deleted by retention meanwhile, or unreadable: nothing to filter.
-                    Err(e) => tracing::debug!(topic = %p.topic, partition = p.index,
-                        error = %e, "cannot build a key filter"),
-                }
-                p.key_filters_through.store(end, Ordering::Relaxed);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A sealed segment's key filter: the one beside it if it matches, else built from
-/// the file and installed if the segment is unchanged meanwhile (`true`: installed).
-/// Blocking.
-pub(crate) fn key_filter_of(
-    p: &Partition,
-    seg: &shale_log::SealedSegmentInfo,
-) -> std::io::Result<(KeyFilter, bool)> {
-    if let Some(f) = shale_log::read_key_filter(seg) {
-        return Ok((f, false));
-    }
-    let f = shale_log::build_key_filter(seg)?;
-    let tmp = shale_log::write_key_filter_tmp(seg, &f)?;
-    let installed = p
-        .install_key_filter(seg, &tmp)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok((f, installed))
 }
 
 /// Whether a segment with this filter may hold records the query wants.

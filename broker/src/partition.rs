@@ -34,6 +34,7 @@ use shale_log::{FileCache, PartitionLog, RetentionOutcome, SealedSegmentInfo, Ti
 mod batches;
 mod clean;
 mod follower;
+mod key_filters;
 mod leader;
 mod read;
 mod remote;
@@ -41,15 +42,12 @@ mod remote;
 pub use follower::FollowerPosition;
 use leader::FollowerProgress;
 pub use leader::{FollowerFetch, LeaderRead};
-pub use read::PartitionOffsets;
+pub(crate) use read::record_bytes;
+pub use read::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, PartitionOffsets};
 pub use remote::RemoteState;
 
-const METADATA_FILE: &str = "partition.metadata";
-
-/// Where a partition's files live.
-pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
-    data_dir.join(format!("{topic}-{partition}"))
-}
+use shale_log::layout::PARTITION_METADATA as METADATA_FILE;
+pub use shale_log::layout::partition_dir;
 
 /// Reads the topic id a partition directory belongs to: `Ok(None)` if it has no
 /// metadata file; an error if the file cannot be read (EMFILE, EIO, …) or names no id,
@@ -520,15 +518,6 @@ impl Partition {
 
     pub fn sealed_segments_after(&self, after: i64) -> Vec<SealedSegmentInfo> {
         self.replica().log.sealed_segments_after(after)
-    }
-
-    /// Installs a key filter written to `tmp` if `seg` is unchanged (see
-    /// `PartitionLog::install_key_filter`).
-    pub fn install_key_filter(&self, seg: &SealedSegmentInfo, tmp: &Path) -> Result<bool> {
-        self.replica()
-            .log
-            .install_key_filter(seg, tmp)
-            .map_err(Error::Storage)
     }
 
     /// The remote segments, the offsets and the sealed local segments from the local

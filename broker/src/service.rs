@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::broker::Broker;
 
 pub use crate::groups::GroupListing;
+pub use crate::partition::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
 pub use acls::{AclFilter, PatternFilter};
 pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,
@@ -34,8 +35,7 @@ pub use admin::{
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
-pub(crate) use records::record_bytes;
-pub use records::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, ReadFrom, RecordsRead};
+pub use records::{ReadFrom, RecordsRead};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
 use crate::error::Result;

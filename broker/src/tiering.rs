@@ -30,18 +30,6 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, RemoteState};
 
-/// What the tier keeps on this broker: the uploader, the remote reader and the runtime
-/// its reads run on, upload permits, and remote compaction's progress.
-pub(crate) struct Tier {
-    pub(crate) uploader: shale_tiering::uploader::Uploader,
-    pub(crate) reader: Arc<shale_tiering::reader::RemoteReader>,
-    /// Where remote reads run (see `remote_io`).
-    pub(crate) remote_io: crate::remote_io::RemoteIo,
-    /// Partitions copying at once (`tiering.upload_concurrency`).
-    pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
-    pub(crate) remote_compactions: compact::RemoteCompactions,
-}
-
 fn partition_ref(p: &Partition) -> PartitionRef {
     PartitionRef {
         topic: p.topic.to_string(),
@@ -323,7 +311,7 @@ impl Broker {
                     if is_tail {
                         shale_log::ensure_key_filter(&s)
                     } else {
-                        crate::find::key_filter_of(&part, &s).map(|(f, _)| f)
+                        part.key_filter(&s).map(|(f, _)| f)
                     }
                 })
                 .await

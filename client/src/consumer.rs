@@ -11,8 +11,31 @@ use shale_records::ErrorCode;
 use shale_records::batch::BatchIter;
 use shale_records::record::decode_records;
 
-use crate::group::OffsetReset;
 use crate::{ByLeader, Client, Error, Result, check};
+
+/// Where a consumer starts in a partition the group has no committed offset for, and
+/// where a position the log no longer holds moves to (`auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+    /// Fail the poll.
+    None,
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            "none" => Ok(OffsetReset::None),
+            _ => Err(format!(
+                "auto.offset.reset must be earliest, latest or none, not '{s}'"
+            )),
+        }
+    }
+}
 
 /// Where a consumer starts in each partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,11 @@
 //! election and what it remembers between passes (`elections`), and this process's
 //! standing in the cluster (`membership`: data-directory claim, incarnation, lease).
 //! The broker calls these functions, and so does the exhaustive model check in
-//! `rules/model.rs`: a rule changed here is a rule checked. Reassignment and balancing
+//! `model.rs`: a rule changed here is a rule checked. Reassignment and balancing
 //! will decide here too.
 
 pub mod elections;
 pub mod membership;
+#[cfg(test)]
+mod model;
 pub mod rules;

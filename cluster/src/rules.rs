@@ -3,7 +3,7 @@
 //! replicas become when the ISR changes, whether a follower's fetch diverged, where it
 //! truncates, and what a restarting broker gives up. (The controller's election is
 //! [`crate::elections::elect`].) The production code calls these, and so does the
-//! model check in `rules/model.rs`, which explores every interleaving of a small
+//! model check in `model.rs`, which explores every interleaving of a small
 //! cluster against the durability invariants: a rule changed here is a rule checked.
 
 use shale_metastore::{PartitionState, Recovering};
@@ -305,7 +305,5 @@ fn matched_end(seg: &RemoteRange<'_>, epochs: &[(i32, i64)], log_end: i64) -> i6
     seg.base - 1
 }
 
-#[cfg(test)]
-mod model;
 #[cfg(test)]
 mod tests;

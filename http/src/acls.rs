@@ -10,9 +10,8 @@ use serde_json::{Value, json};
 use shale_broker::service::{AclFilter, PatternFilter};
 use shale_security::acl::{Acl, Operation, PatternType, Permission, ResourceType};
 
-use crate::api::body;
 use crate::auth::Call;
-use crate::{ApiError, ApiResult};
+use crate::{ApiError, ApiResult, body};
 
 /// A binding as the API takes it; pattern, host and permission have Kafka's defaults.
 #[derive(Deserialize)]

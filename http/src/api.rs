@@ -19,7 +19,7 @@ use shale_broker::tiering::TieringStatus;
 use shale_records::ErrorCode;
 
 use crate::auth::Call;
-use crate::{ApiError, ApiResult, AppState};
+use crate::{ApiError, ApiResult, AppState, body};
 
 const OPENAPI: &str = include_str!("openapi.json");
 
@@ -101,21 +101,6 @@ async fn unknown(uri: Uri) -> ApiError {
         "NOT_FOUND",
         format!("no API at {}: see /api/v1/openapi.json", uri.path()),
     )
-}
-
-/// A JSON body, refused with a JSON error when it is too large or not the JSON asked
-/// for.
-pub(crate) fn body<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<T> {
-    let bytes = body.map_err(|e| {
-        ApiError::new(
-            e.status(),
-            ErrorCode::InvalidRequest.to_string(),
-            format!("cannot read the request body: {}", e.body_text()),
-        )
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::param("body", e))
 }
 
 async fn brokers_json(s: &Call) -> ApiResult<Value> {

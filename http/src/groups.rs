@@ -144,7 +144,7 @@ pub(crate) async fn reset_offsets(
     Path(group): Path<String>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let req: Reset = crate::api::body(raw)?;
+    let req: Reset = crate::body(raw)?;
     let query = match (req.to.as_str(), req.offset, req.timestamp) {
         ("earliest", _, _) => -2,
         ("latest", _, _) => -1,

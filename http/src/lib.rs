@@ -238,6 +238,21 @@ impl IntoResponse for ApiError {
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
+/// A JSON body, refused with a JSON error when it is too large or not the JSON asked
+/// for.
+pub(crate) fn body<T: serde::de::DeserializeOwned>(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> ApiResult<T> {
+    let bytes = body.map_err(|e| {
+        ApiError::new(
+            e.status(),
+            ErrorCode::InvalidRequest.to_string(),
+            format!("cannot read the request body: {}", e.body_text()),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::param("body", e))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

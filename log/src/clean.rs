@@ -39,7 +39,8 @@ use shale_records::compact::{for_each_record, key_hash};
 use shale_records::failpoint;
 
 use crate::files::FileCache;
-use crate::segment::{ChunkReader, LOG_SUFFIX, SCAN_CHUNK, Segment, segment_path};
+use crate::layout::{LOG_SUFFIX, STAGED_SUFFIX, segment_path};
+use crate::segment::{ChunkReader, SCAN_CHUNK, Segment};
 use crate::{LogError, PartitionLog, sync_dir};
 
 mod files;
@@ -49,8 +50,6 @@ pub(crate) use files::recover_cleaning;
 use files::{dir_ino, remove_staged, swap_path};
 use group::GroupClean;
 
-/// Suffix of the files a cleaning writes before its swap.
-pub(crate) const STAGED_SUFFIX: &str = "cleaned";
 /// Bytes one entry of the offset map accounts for in `log.cleaner.dedupe.buffer.size`
 /// (a 16-byte key hash and an 8-byte offset, as Kafka counts them).
 pub const MAP_ENTRY_BYTES: u64 = 24;

@@ -8,7 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub(crate) const CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+pub(crate) use crate::layout::EPOCH_CHECKPOINT as CHECKPOINT_FILE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochEntry {

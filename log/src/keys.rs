@@ -20,7 +20,7 @@ use shale_records::keyfilter::{KeyFilter, KeyFilterBuilder};
 
 use crate::SealedSegmentInfo;
 
-pub(crate) const KEYS_SUFFIX: &str = "keys";
+use crate::layout::KEYS_SUFFIX;
 
 /// Where a segment's key filter lives.
 pub fn key_filter_path(log_path: &Path) -> PathBuf {
@@ -141,7 +141,7 @@ impl crate::PartitionLog {
 
 /// Removes a segment's filter (its segment is deleted, truncated or written again).
 pub(crate) fn remove_key_filter(dir: &Path, base_offset: i64) -> io::Result<()> {
-    let path = crate::segment::segment_path(dir, base_offset, KEYS_SUFFIX);
+    let path = crate::layout::segment_path(dir, base_offset, KEYS_SUFFIX);
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

@@ -20,6 +20,7 @@ mod epochs;
 pub mod files;
 mod index;
 mod keys;
+pub mod layout;
 pub mod producers;
 mod read;
 mod recovery;
@@ -43,6 +44,7 @@ pub use keys::{
     build_key_filter, ensure_key_filter, has_key_filter, key_filter_path, read_key_filter,
     write_key_filter, write_key_filter_tmp,
 };
+use layout::{KEYS_SUFFIX, LOG_SUFFIX};
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;
 use recovery::{epochs_after, scan_epochs};
@@ -50,7 +52,7 @@ pub use retention::{
     RetentionOutcome, SealedSegmentInfo, TierBounds, export_segment_tail, seal_segment_file,
     segment_log_path,
 };
-use segment::{LOG_SUFFIX, Segment};
+use segment::Segment;
 
 /// The subset of topic configuration the log itself obeys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,13 +158,13 @@ impl PartitionLog {
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if name.contains(".keys.tmp") {
+            if name.contains(&format!(".{KEYS_SUFFIX}.tmp")) {
                 // A key filter a crash cut off before its rename.
                 std::fs::remove_file(dir.join(&*name))?;
                 continue;
             }
             if let Some(base) = name
-                .strip_suffix(".keys")
+                .strip_suffix(&format!(".{KEYS_SUFFIX}"))
                 .and_then(|b| b.parse::<i64>().ok())
             {
                 filters.push(base);

@@ -22,7 +22,7 @@ pub const CACHED_BATCHES: usize = 5;
 /// `producer.id.expiration.ms` default).
 pub const PRODUCER_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
 
-const SNAPSHOT_SUFFIX: &str = "snapshot";
+use crate::layout::SNAPSHOT_SUFFIX;
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SHPS";
 const SNAPSHOTS_KEPT: usize = 3;
 

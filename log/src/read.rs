@@ -32,7 +32,7 @@ impl PartitionLog {
         let (start, start_offset) = seg.lookup_entry(offset);
         Ok(ReadPlan {
             file: seg.file()?,
-            path: crate::segment::segment_path(&self.dir, base, crate::segment::LOG_SUFFIX),
+            path: crate::layout::segment_path(&self.dir, base, crate::layout::LOG_SUFFIX),
             start,
             start_offset,
             end: seg.size(),

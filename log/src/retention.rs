@@ -6,7 +6,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::files::FileCache;
-use crate::segment::{self, ChunkReader, LOG_SUFFIX, SCAN_CHUNK, Segment};
+use crate::layout::LOG_SUFFIX;
+use crate::segment::{self, ChunkReader, SCAN_CHUNK, Segment};
 use crate::{LogError, PartitionLog, sync_dir};
 
 /// A sealed segment's identity and files (offsets inclusive).
@@ -93,8 +94,12 @@ impl PartitionLog {
                 max_timestamp: seg.max_timestamp,
                 size_bytes: seg.size(),
                 log_path: segment::segment_path(&self.dir, *base, LOG_SUFFIX),
-                index_path: segment::segment_path(&self.dir, *base, "index"),
-                time_index_path: segment::segment_path(&self.dir, *base, "timeindex"),
+                index_path: segment::segment_path(&self.dir, *base, crate::layout::INDEX_SUFFIX),
+                time_index_path: segment::segment_path(
+                    &self.dir,
+                    *base,
+                    crate::layout::TIME_INDEX_SUFFIX,
+                ),
                 generation: self.rewrites,
             });
         }
@@ -246,8 +251,8 @@ pub fn seal_segment_file(
         max_timestamp: seg.max_timestamp,
         size_bytes: seg.size(),
         log_path: segment_log_path(dir, base_offset),
-        index_path: segment::segment_path(dir, base_offset, "index"),
-        time_index_path: segment::segment_path(dir, base_offset, "timeindex"),
+        index_path: segment::segment_path(dir, base_offset, crate::layout::INDEX_SUFFIX),
+        time_index_path: segment::segment_path(dir, base_offset, crate::layout::TIME_INDEX_SUFFIX),
         generation: 0,
     })
 }

@@ -18,13 +18,8 @@ use super::epochs::EpochEntry;
 use super::files::FileCache;
 use super::index::{IndexFile, OffsetEntry, TimeEntry};
 
-pub(crate) const LOG_SUFFIX: &str = "log";
-const INDEX_SUFFIX: &str = "index";
-const TIME_INDEX_SUFFIX: &str = "timeindex";
-
-pub(crate) fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
-    dir.join(format!("{base_offset:020}.{suffix}"))
-}
+pub(crate) use crate::layout::segment_path;
+use crate::layout::{INDEX_SUFFIX, KEYS_SUFFIX, LOG_SUFFIX, STAGED_SUFFIX, TIME_INDEX_SUFFIX};
 
 /// Header of one stored batch and where it lies.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +84,7 @@ impl Segment {
     /// Creates the files of a segment a cleaning writes, under staged names
     /// (`{base}.log.cleaned`, …): written, sealed and renamed into place by the cleaner.
     pub fn create_staged(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
-        let staged = format!(".{}", crate::clean::STAGED_SUFFIX);
+        let staged = format!(".{}", STAGED_SUFFIX);
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             // Leftovers of a cleaning that failed before its swap.
             match std::fs::remove_file(segment_path(dir, base_offset, &format!("{suffix}{staged}")))
@@ -103,7 +98,7 @@ impl Segment {
 
     /// The staged files' paths: log, offset index, time index.
     pub fn staged_paths(dir: &Path, base_offset: i64) -> [(PathBuf, PathBuf); 3] {
-        let staged = format!(".{}", crate::clean::STAGED_SUFFIX);
+        let staged = format!(".{}", STAGED_SUFFIX);
         [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|suffix| {
             (
                 segment_path(dir, base_offset, &format!("{suffix}{staged}")),
@@ -435,12 +430,7 @@ impl Segment {
     /// Deletes the segment's files.
     pub fn delete(self) -> io::Result<()> {
         self.files.forget(&self.path);
-        for suffix in [
-            crate::keys::KEYS_SUFFIX,
-            LOG_SUFFIX,
-            INDEX_SUFFIX,
-            TIME_INDEX_SUFFIX,
-        ] {
+        for suffix in [KEYS_SUFFIX, LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             match std::fs::remove_file(segment_path(&self.dir, self.base_offset, suffix)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}

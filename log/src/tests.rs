@@ -1,5 +1,5 @@
 use super::*;
-use crate::segment::LOG_SUFFIX;
+use crate::layout::{INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path};
 use proptest::prelude::*;
 use shale_records::batch::{self, BatchIter};
 use shale_records::record::{BatchBuilder, Record, decode_records};
@@ -239,7 +239,7 @@ fn records_without_timestamps_age_from_their_segments_mtime() {
     let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7_200);
     std::fs::File::options()
         .write(true)
-        .open(crate::segment::segment_path(dir.path(), oldest, LOG_SUFFIX))
+        .open(segment_path(dir.path(), oldest, LOG_SUFFIX))
         .unwrap()
         .set_modified(two_hours_ago)
         .unwrap();
@@ -272,7 +272,7 @@ fn retention_by_size_keeps_the_newest_bytes() {
 }
 
 fn active_log_file(log: &PartitionLog) -> PathBuf {
-    segment::segment_path(log.dir(), log.active().base_offset, LOG_SUFFIX)
+    segment_path(log.dir(), log.active().base_offset, LOG_SUFFIX)
 }
 
 #[test]
@@ -339,14 +339,14 @@ fn missing_or_garbage_index_of_a_sealed_segment_is_rebuilt() {
     }
     let sealed: Vec<i64> = log.segments.keys().copied().take(3).collect();
     drop(log);
-    std::fs::remove_file(segment::segment_path(dir.path(), sealed[0], "index")).unwrap();
+    std::fs::remove_file(segment_path(dir.path(), sealed[0], INDEX_SUFFIX)).unwrap();
     std::fs::write(
-        segment::segment_path(dir.path(), sealed[1], "index"),
+        segment_path(dir.path(), sealed[1], INDEX_SUFFIX),
         [0xffu8; 16],
     )
     .unwrap();
     std::fs::write(
-        segment::segment_path(dir.path(), sealed[2], "timeindex"),
+        segment_path(dir.path(), sealed[2], TIME_INDEX_SUFFIX),
         [1u8; 7],
     )
     .unwrap();
@@ -868,20 +868,16 @@ fn empty_index_files_of_a_sealed_segment_are_rebuilt_with_its_max_timestamp() {
         |log: &PartitionLog, base: i64| log.segments[&base].time_index_entries_for_test();
     let before = time_entries(&log, sealed[0].0);
     drop(log);
-    for suffix in ["index", "timeindex"] {
-        std::fs::write(segment::segment_path(dir.path(), sealed[0].0, suffix), []).unwrap();
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        std::fs::write(segment_path(dir.path(), sealed[0].0, suffix), []).unwrap();
     }
-    std::fs::write(
-        segment::segment_path(dir.path(), sealed[1].0, "timeindex"),
-        [],
-    )
-    .unwrap();
+    std::fs::write(segment_path(dir.path(), sealed[1].0, TIME_INDEX_SUFFIX), []).unwrap();
     let log = open_log(dir.path(), small_config()).unwrap();
     for (base, max_ts) in &sealed {
         assert_eq!(log.segments[base].max_timestamp, *max_ts, "segment {base}");
     }
     assert_eq!(time_entries(&log, sealed[0].0), before);
-    let len = std::fs::metadata(segment::segment_path(dir.path(), sealed[0].0, "timeindex"))
+    let len = std::fs::metadata(segment_path(dir.path(), sealed[0].0, TIME_INDEX_SUFFIX))
         .unwrap()
         .len();
     assert_eq!(
@@ -903,7 +899,7 @@ fn a_failed_reset_leaves_a_usable_log() {
     }
     let end = log.log_end_offset();
     // A directory where the new segment's file must go.
-    std::fs::create_dir(segment::segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
+    std::fs::create_dir(segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
     assert!(log.reset_to(500).is_err());
     assert_eq!(log.log_end_offset(), end);
     assert_eq!(read_all(&log, 0, 1 << 20).len(), 60);
@@ -913,7 +909,7 @@ fn a_failed_reset_leaves_a_usable_log() {
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (base, base));
     append(&mut log, batch(0, 3, 1000, 40), 0);
     drop(log);
-    std::fs::remove_dir(segment::segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
+    std::fs::remove_dir(segment_path(dir.path(), 500, LOG_SUFFIX)).unwrap();
     let log = open_log(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), base + 3);
 }

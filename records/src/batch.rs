@@ -20,13 +20,13 @@ pub const HEADER_LEN: usize = 61;
 /// The only record-batch format Shale accepts.
 pub const MAGIC_V2: i8 = 2;
 
-const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
+pub(crate) const CRC_OFFSET: usize = 17;
+pub(crate) const ATTRIBUTES_OFFSET: usize = 21;
 const MAX_TIMESTAMP_OFFSET: usize = 35;
 
 /// Attribute bit for LogAppendTime timestamps.
 pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 1 << 3;
-const COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const COMPRESSION_MASK: i16 = 0x07;
 const CONTROL_BIT: i16 = 1 << 5;
 /// Attribute bit of a batch the log cleaner has rewritten keeping tombstones: its base
 /// timestamp is then the delete horizon (the time after which the cleaner may drop
@@ -290,28 +290,6 @@ pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// The batch `batch` (exactly one, already validated) with its records section in
-/// `codec` instead of its own: the records are decompressed and compressed again, the
-/// attributes name the new codec, and length and CRC are recomputed. Every other field
-/// (offsets, timestamps, producer id, epoch and sequence) stays. A topic whose
-/// `compression.type` names a codec stores its batches so.
-pub fn recompress(batch: &[u8], codec: Compression) -> Result<Vec<u8>, BatchError> {
-    let h = BatchHeader::parse(batch)?;
-    let records = crate::compression::decompress(h.compression()?, &batch[HEADER_LEN..])?;
-    let records = crate::compression::compress(codec, &records);
-    let mut out = Vec::with_capacity(HEADER_LEN + records.len());
-    out.extend_from_slice(&batch[..HEADER_LEN]);
-    out.extend_from_slice(&records);
-    let length = i32::try_from(out.len() - LOG_OVERHEAD)
-        .map_err(|_| BatchError::Invalid("recompressed batch is too large"))?;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    let attributes = (h.attributes & !COMPRESSION_MASK) | codec.attribute_bits();
-    out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
-    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(out)
-}
-
 /// Walks batches laid back to back, yielding each header with its byte range.
 /// Stops at the end of the buffer or at the first incomplete batch; a header that
 /// cannot be parsed is yielded as an error and ends the walk.
@@ -450,7 +428,7 @@ mod tests {
             Compression::Zstd,
             Compression::None,
         ] {
-            let out = recompress(&b, codec).unwrap();
+            let out = crate::compression::recompress(&b, codec).unwrap();
             let h = BatchHeader::parse(&out).unwrap();
             h.validate(&out).unwrap();
             assert_eq!(h.compression().unwrap(), codec);

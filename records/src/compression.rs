@@ -5,7 +5,10 @@
 
 use std::io::{Read, Write};
 
-use crate::batch::{BatchError, Compression};
+use crate::batch::{
+    ATTRIBUTES_OFFSET, BatchError, BatchHeader, COMPRESSION_MASK, CRC_OFFSET, Compression,
+    HEADER_LEN, LOG_OVERHEAD,
+};
 
 /// Largest decompressed records section accepted.
 pub const MAX_DECOMPRESSED: usize = 256 << 20;
@@ -105,5 +108,27 @@ pub fn decompress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError
             "records decompress to more than 256 MiB",
         ));
     }
+    Ok(out)
+}
+
+/// The batch `batch` (exactly one, already validated) with its records section in
+/// `codec` instead of its own: the records are decompressed and compressed again, the
+/// attributes name the new codec, and length and CRC are recomputed. Every other field
+/// (offsets, timestamps, producer id, epoch and sequence) stays. A topic whose
+/// `compression.type` names a codec stores its batches so.
+pub fn recompress(batch: &[u8], codec: Compression) -> Result<Vec<u8>, BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    let records = decompress(h.compression()?, &batch[HEADER_LEN..])?;
+    let records = compress(codec, &records);
+    let mut out = Vec::with_capacity(HEADER_LEN + records.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    out.extend_from_slice(&records);
+    let length = i32::try_from(out.len() - LOG_OVERHEAD)
+        .map_err(|_| BatchError::Invalid("recompressed batch is too large"))?;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let attributes = (h.attributes & !COMPRESSION_MASK) | codec.attribute_bits();
+    out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
+    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
 }

@@ -10,8 +10,8 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use crate::batch::{BatchHeader, BatchIter, Compression, HEADER_LEN, recompress};
-use crate::compression::compress;
+use crate::batch::{BatchHeader, BatchIter, Compression, HEADER_LEN};
+use crate::compression::{compress, recompress};
 use crate::fuzzing::{apply, cases, mutation};
 use crate::record::{BatchBuilder, Record, decode_records, first_at_or_after};
 const CODECS: [Compression; 5] = [

@@ -21,7 +21,7 @@ pub(super) fn recompress_batches(
         if h.compression()? == codec {
             out.extend_from_slice(batch);
         } else {
-            out.extend_from_slice(&batch::recompress(batch, codec)?);
+            out.extend_from_slice(&shale_records::compression::recompress(batch, codec)?);
         }
         pos += h.total_size();
     }

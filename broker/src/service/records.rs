@@ -8,7 +8,7 @@ use shale_records::record::{Record, decode_records};
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::find::{FindQuery, FindReport};
-use crate::partition::PartitionOffsets;
+use crate::partition::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, PartitionOffsets, record_bytes};
 use shale_security::acl::{Operation, ResourceType};
 
 /// Where a read of records starts.
@@ -26,22 +26,6 @@ pub struct RecordsRead {
     pub offsets: PartitionOffsets,
     /// Where the next read would start.
     pub next_offset: i64,
-}
-
-/// Most records one read returns.
-pub const MAX_RECORDS_PER_READ: usize = 1000;
-/// A read stops once its records' keys and values pass this many bytes (after the
-/// first record), so a page of large records stays a page.
-pub const MAX_BYTES_PER_READ: usize = 16 << 20;
-
-/// Bytes of a record's key, value and header values.
-pub(crate) fn record_bytes(r: &Record) -> usize {
-    r.key.as_ref().map_or(0, |k| k.len())
-        + r.value.as_ref().map_or(0, |v| v.len())
-        + r.headers
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
-            .sum::<usize>()
 }
 
 impl Service {

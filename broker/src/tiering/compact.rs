@@ -33,7 +33,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use shale_metastore::RemoteSegment;
@@ -47,48 +46,10 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, RemoteState};
+use crate::tier::{Progress, RemoteCompactionStats};
 
 /// Bytes of one remote read while compacting.
 const READ_BYTES: usize = 1 << 20;
-
-/// What remote compaction did since the broker started (metrics), and where each
-/// partition's last run left off.
-#[derive(Debug, Default)]
-pub struct RemoteCompactions {
-    pub runs: AtomicU64,
-    /// Bytes of remote segments read (both passes, cache hits included).
-    pub bytes_read: AtomicU64,
-    /// Bytes of rewritten segments uploaded.
-    pub bytes_written: AtomicU64,
-    pub records_removed: AtomicU64,
-    pub segments_replaced: AtomicU64,
-    /// Rewrites uploaded (each one segment's objects: `.log`, `.index`, `.timeindex`,
-    /// `.keys`, `.meta`).
-    pub segments_written: AtomicU64,
-    /// Per partition: where its last complete run got to.
-    last: std::sync::Mutex<HashMap<(uuid::Uuid, i32), Progress>>,
-}
-
-/// Where a partition's last complete remote compaction got to.
-#[derive(Debug, Clone, Copy)]
-struct Progress {
-    /// The leader epoch it ran in (a later leader starts from the beginning).
-    epoch: i32,
-    /// Remote offsets below this were compacted against every key above them (as far
-    /// as the local log's high watermark then): the next run maps only from here.
-    first_dirty: i64,
-    at_ms: i64,
-}
-
-/// One run's figures.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteCompactionStats {
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub records_removed: u64,
-    pub segments_replaced: u64,
-    pub segments_written: u64,
-}
 
 impl Broker {
     /// Compacts the remote segments of the compacted tiered partitions this broker
@@ -339,23 +300,6 @@ impl Broker {
         tracing::info!(topic = %p.topic, partition = p.index, base_offset = base, end_offset = end,
             replaced = group.len(), bytes = sealed.size_bytes, removed, "remote segments replaced by their compaction");
         Ok(Some(row))
-    }
-}
-
-impl RemoteCompactions {
-    fn last(&self, id: (uuid::Uuid, i32)) -> Option<Progress> {
-        self.last.lock().expect("poisoned").get(&id).copied()
-    }
-
-    fn record(&self, id: (uuid::Uuid, i32), progress: Progress, s: &RemoteCompactionStats) {
-        self.last.lock().expect("poisoned").insert(id, progress);
-        let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
-        add(&self.runs, 1);
-        add(&self.bytes_read, s.bytes_read);
-        add(&self.bytes_written, s.bytes_written);
-        add(&self.records_removed, s.records_removed);
-        add(&self.segments_replaced, s.segments_replaced);
-        add(&self.segments_written, s.segments_written);
     }
 }
 

@@ -5,30 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::assignor::{Assignor, TopicPartition};
-
-/// Where a consumer starts in a partition the group has no committed offset for, and
-/// where a position the log no longer holds moves to (`auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffsetReset {
-    Earliest,
-    Latest,
-    /// Fail the poll.
-    None,
-}
-
-impl std::str::FromStr for OffsetReset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "earliest" => Ok(OffsetReset::Earliest),
-            "latest" => Ok(OffsetReset::Latest),
-            "none" => Ok(OffsetReset::None),
-            _ => Err(format!(
-                "auto.offset.reset must be earliest, latest or none, not '{s}'"
-            )),
-        }
-    }
-}
+pub use crate::consumer::OffsetReset;
 
 /// Group consumer settings (Kafka names in the docs).
 #[derive(Debug, Clone)]

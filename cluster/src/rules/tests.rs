@@ -1,5 +1,5 @@
-use super::model::{Bounds, Guards, Outcome, check};
 use super::*;
+use crate::model::{Bounds, Guards, Outcome, check};
 
 fn state(leader: i32, isr: &[i32], elr: &[i32]) -> PartitionState {
     PartitionState {

@@ -10,7 +10,7 @@ use shale_records::batch::BatchIter;
 use shale_records::record::decode_records;
 
 use crate::cluster::Database;
-use crate::workload::{PARTITIONS, TOPIC, Tally};
+use crate::tally::{PARTITIONS, TOPIC, Tally};
 
 /// What the checker found; `violations` is empty when every promise held.
 #[derive(Debug, Default)]
@@ -122,7 +122,7 @@ pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Res
                     resent.insert((*p, s.offset));
                 }
                 // The acks=1 producer is not idempotent: its retries may repeat.
-                Some(_) if s.value.starts_with(crate::workload::ACKS1) => {
+                Some(_) if s.value.starts_with(crate::tally::ACKS1) => {
                     r.acks1_repeated += 1;
                 }
                 Some(first) => v(format!(
@@ -167,7 +167,7 @@ pub async fn check(client: &Client, tally: &Tally, db: &Database) -> anyhow::Res
         for s in records {
             let (offset, value) = (s.offset, &s.value);
             // Without idempotence a retried acks=1 batch may land after a later one.
-            if resent.contains(&(*p, offset)) || value.starts_with(crate::workload::ACKS1) {
+            if resent.contains(&(*p, offset)) || value.starts_with(crate::tally::ACKS1) {
                 continue;
             }
             let Some((producer, seq)) = value.rsplit_once('-') else {

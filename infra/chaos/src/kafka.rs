@@ -11,7 +11,7 @@ use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::workload::{Ack, TOPIC, Tally, value};
+use crate::tally::{Ack, TOPIC, Tally, value};
 
 struct Reports(Arc<Tally>);
 

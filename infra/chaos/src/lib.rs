@@ -13,6 +13,7 @@ pub mod faults;
 mod kafka;
 pub mod netns;
 pub mod proxy;
+pub mod tally;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -148,25 +149,19 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
 
 /// The broker leading partition 0, if the metadata can be read now.
 async fn leader_of_partition_0(client: &Client) -> Option<i32> {
-    let d = tokio::time::timeout(
-        Duration::from_secs(5),
-        client.describe_topic(workload::TOPIC),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    let d = tokio::time::timeout(Duration::from_secs(5), client.describe_topic(tally::TOPIC))
+        .await
+        .ok()?
+        .ok()?;
     d.partitions.first().map(|p| p.leader).filter(|l| *l > 0)
 }
 
 /// A broker leading some partition, if the metadata can be read now.
 async fn some_leader(client: &Client) -> Option<i32> {
-    let d = tokio::time::timeout(
-        Duration::from_secs(2),
-        client.describe_topic(workload::TOPIC),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    let d = tokio::time::timeout(Duration::from_secs(2), client.describe_topic(tally::TOPIC))
+        .await
+        .ok()?
+        .ok()?;
     d.partitions.iter().map(|p| p.leader).find(|l| *l > 0)
 }
 
@@ -174,7 +169,7 @@ async fn some_leader(client: &Client) -> Option<i32> {
 async fn settle(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Ok(d) = client.describe_topic(workload::TOPIC).await
+        if let Ok(d) = client.describe_topic(tally::TOPIC).await
             && d.partitions
                 .iter()
                 .all(|p| p.leader > 0 && p.isr.len() == 3)
@@ -190,13 +185,13 @@ async fn settle(client: &Client) -> anyhow::Result<()> {
 }
 
 /// Waits (up to a minute) until the group has committed every partition's end.
-async fn wait_group_caught_up(client: &Client, tally: &workload::Tally) {
+async fn wait_group_caught_up(client: &Client, tally: &tally::Tally) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let mut done = true;
-        for p in 0..workload::PARTITIONS {
+        for p in 0..tally::PARTITIONS {
             let end = client
-                .list_offset(workload::TOPIC, p, -1)
+                .list_offset(tally::TOPIC, p, -1)
                 .await
                 .ok()
                 .flatten()

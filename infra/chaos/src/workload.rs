@@ -6,40 +6,15 @@
 //! records may be lost (by the strict min-ISR rule they stay unread until the ISR
 //! recovers) or, without idempotence, written twice; nothing a consumer read may change.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shale_client::{
     Acks, Client, GroupConfig, GroupConsumer, OffsetReset, Producer, ProducerRecord,
 };
 
-pub const TOPIC: &str = "chaos";
-pub const PARTITIONS: i32 = 6;
-pub const GROUP: &str = "chaos-group";
-
-/// One acknowledged record.
-#[derive(Debug, Clone)]
-pub struct Ack {
-    pub partition: i32,
-    pub offset: i64,
-    /// Its value: `{producer}-{seq:012}`.
-    pub value: String,
-}
-
-#[derive(Default)]
-pub struct Tally {
-    pub acked: Mutex<Vec<Ack>>,
-    /// Sends that ended in an error (not acknowledged: they may or may not be stored).
-    pub failed: std::sync::atomic::AtomicU64,
-    /// Records the `acks=1` producer had acknowledged (not checked: they may be lost).
-    pub acked_by_leader: std::sync::atomic::AtomicU64,
-    /// What the group's members saw: (partition, offset) -> value.
-    pub consumed: Mutex<BTreeMap<(i32, i64), String>>,
-    /// Offsets the group committed last, by partition.
-    pub committed: Mutex<BTreeMap<i32, i64>>,
-}
+use crate::tally::{ACKS1, Ack, GROUP, PARTITIONS, TOPIC, Tally, value};
 
 pub struct Workload {
     pub tally: Arc<Tally>,
@@ -47,13 +22,6 @@ pub struct Workload {
     stop_consuming: Arc<AtomicBool>,
     producers: Vec<tokio::task::JoinHandle<()>>,
     consumers: Vec<tokio::task::JoinHandle<()>>,
-}
-
-/// The `acks=1` producer's name (the prefix of its values).
-pub const ACKS1: &str = "acks1";
-
-pub fn value(producer: &str, seq: u64) -> String {
-    format!("{producer}-{seq:012}")
 }
 
 impl Workload {

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 
 use super::STAGED_SUFFIX;
 use crate::files::FileCache;
-use crate::segment::{LOG_SUFFIX, Segment, segment_path};
+use crate::layout::{
+    CLEANER_CHECKPOINT as CHECKPOINT_FILE, INDEX_SUFFIX, KEYS_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX, segment_path,
+};
+use crate::segment::Segment;
 use crate::sync_dir;
-
-const SWAP_SUFFIX: &str = "swap";
-const CHECKPOINT_FILE: &str = "cleaner.checkpoint";
 
 /// What the cleaner remembers of a log between cleanings (`cleaner.checkpoint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +109,7 @@ pub(crate) fn recover_cleaning(dir: &Path, files: &FileCache) -> io::Result<()> 
             let Some((stem, suffix)) = name.split_once('.') else {
                 continue;
             };
-            let replaced = ["log", "index", "timeindex", crate::keys::KEYS_SUFFIX]
+            let replaced = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, KEYS_SUFFIX]
                 .contains(&suffix)
                 && stem.parse::<i64>().is_ok_and(|b| (base..end).contains(&b));
             if replaced {

@@ -12,7 +12,7 @@ use super::{Bounds, Guards, Model, Outcome, World};
 
 /// Explores every world reachable within `bounds`, breadth first, up to `max_states`
 /// (a check that reaches it fails: the bounds are too large to be exhaustive).
-pub(in crate::rules) fn check(guards: Guards, bounds: Bounds, max_states: usize) -> Outcome {
+pub(crate) fn check(guards: Guards, bounds: Bounds, max_states: usize) -> Outcome {
     let model = Model { guards, bounds };
     let start = model.initial();
     // Each world's index by fingerprint; each index's fingerprint and parent.

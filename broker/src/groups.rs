@@ -12,7 +12,13 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 
+/// How far a group's committed offset is behind the high watermark (never negative).
+pub fn lag(committed: i64, high_watermark: i64) -> i64 {
+    (high_watermark - committed).max(0)
+}
+
 /// One partition's offset in an OffsetCommit.
+#[derive(Debug, Clone)]
 pub struct OffsetCommit {
     pub topic: String,
     pub partition: i32,
@@ -190,9 +196,8 @@ impl Broker {
         Ok(results)
     }
 
-    /// A group's committed offsets (of topics that still exist), from the metastore.
     /// Per group this broker coordinates: the lag of each partition it holds a replica
-    /// of (high watermark less committed offset).
+    /// of (see [`lag`]).
     pub async fn group_lags(&self) -> Vec<(String, Vec<(String, i32, i64)>)> {
         let mut out = Vec::new();
         for (group, _, _, _) in self.coordinators.groups().list() {
@@ -202,8 +207,8 @@ impl Broker {
             let lags = committed
                 .into_iter()
                 .filter_map(|c| {
-                    let p = self.partition(&c.topic, c.partition).ok()?;
-                    Some((c.topic, c.partition, (p.high_watermark() - c.offset).max(0)))
+                    let hw = self.local_high_watermark(&c.topic, c.partition)?;
+                    Some((c.topic, c.partition, lag(c.offset, hw)))
                 })
                 .collect();
             out.push((group, lags));
@@ -211,6 +216,13 @@ impl Broker {
         out
     }
 
+    /// A partition's high watermark as this broker's replica knows it, if it holds one.
+    pub(crate) fn local_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        let p = self.partition(topic, partition).ok()?;
+        Some(p.high_watermark())
+    }
+
+    /// A group's committed offsets (of topics that still exist), from the metastore.
     pub async fn committed_offsets(&self, group: &str) -> Result<Vec<Committed>> {
         validate_group_id(group)?;
         let names: HashMap<uuid::Uuid, String> = self

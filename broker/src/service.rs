@@ -14,6 +14,7 @@ mod authorize;
 mod data;
 mod groups;
 mod node;
+mod offsets;
 mod records;
 mod users;
 
@@ -35,6 +36,7 @@ pub use admin::{
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
+pub use offsets::{GroupLag, PartitionLag, ResetScope, ResetTo, reset_offset};
 pub use records::{ReadFrom, RecordsRead};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 

@@ -194,10 +194,6 @@ impl ApiError {
             format!("parameter '{name}': {why}"),
         )
     }
-
-    pub fn not_found(error: ErrorCode, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, error.to_string(), message)
-    }
 }
 
 impl From<Error> for ApiError {
@@ -206,7 +202,7 @@ impl From<Error> for ApiError {
         use ErrorCode::*;
         let status = match code {
             UnknownTopicOrPartition | GroupIdNotFound | UnknownMemberId => StatusCode::NOT_FOUND,
-            TopicAlreadyExists => StatusCode::CONFLICT,
+            TopicAlreadyExists | NonEmptyGroup => StatusCode::CONFLICT,
             InvalidRequest
             | InvalidTopicException
             | InvalidConfig
@@ -215,8 +211,7 @@ impl From<Error> for ApiError {
             | InvalidGroupId
             | PolicyViolation
             | OffsetOutOfRange
-            | InvalidReplicaAssignment
-            | NonEmptyGroup => StatusCode::BAD_REQUEST,
+            | InvalidReplicaAssignment => StatusCode::BAD_REQUEST,
             TopicAuthorizationFailed | GroupAuthorizationFailed | ClusterAuthorizationFailed => {
                 StatusCode::FORBIDDEN
             }

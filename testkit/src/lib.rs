@@ -6,10 +6,14 @@
 //! - [`which`] and [`workspace_bin`]: programs on `PATH` (or in `~/.cargo/bin`) and
 //!   programs of this workspace;
 //! - [`postgres`]: fresh databases on the server `SHALE_TEST_POSTGRES_URL` names;
-//! - [`s3`]: `s3s-fs` servers (a real S3-protocol server) on loopback ports.
+//! - [`s3`]: `s3s-fs` servers (a real S3-protocol server) on loopback ports;
+//! - `faults` (with the `faults` feature): a metastore and an object store that fail,
+//!   stall or run a test's code in the middle of a request, for unit tests.
 //!
 //! Errors are strings meant for a person: they say what is missing and how to start it.
 
+#[cfg(feature = "faults")]
+pub mod faults;
 pub mod postgres;
 pub mod s3;
 

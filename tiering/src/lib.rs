@@ -3,6 +3,8 @@
 //! through a cache ([`reader`]).
 
 pub mod credentials;
+#[cfg(test)]
+mod fixture;
 pub use shale_records::failpoint;
 pub mod layout;
 pub mod reader;

@@ -504,3 +504,6 @@ fn classify(path: &object_store::path::Path, e: object_store::Error) -> ReadErro
         },
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -431,3 +431,6 @@ fn sync_local_objects(root: &Path, key: &SegmentKey) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

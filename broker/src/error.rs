@@ -1,5 +1,5 @@
 //! The broker's error type, and the one place where domain errors become Kafka error
-//! codes (`Error::code`). Both the gRPC adapters and the future Kafka listener use it.
+//! codes (`Error::code`). Every front end (Kafka, gRPC, HTTP) answers with it.
 
 use std::path::PathBuf;
 

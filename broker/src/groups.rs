@@ -12,6 +12,15 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 
+/// One partition's lag in one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPartitionLag {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub lag: i64,
+}
+
 /// How far a group's committed offset is behind the high watermark (never negative).
 pub fn lag(committed: i64, high_watermark: i64) -> i64 {
     (high_watermark - committed).max(0)
@@ -198,20 +207,21 @@ impl Broker {
 
     /// Per group this broker coordinates: the lag of each partition it holds a replica
     /// of (see [`lag`]).
-    pub async fn group_lags(&self) -> Vec<(String, Vec<(String, i32, i64)>)> {
+    pub async fn group_lags(&self) -> Vec<GroupPartitionLag> {
         let mut out = Vec::new();
-        for (group, _, _, _) in self.coordinators.groups().list() {
+        for GroupSummary { group, .. } in self.coordinators.groups().list() {
             let Ok(committed) = self.committed_offsets(&group).await else {
                 continue;
             };
-            let lags = committed
-                .into_iter()
-                .filter_map(|c| {
-                    let hw = self.local_high_watermark(&c.topic, c.partition)?;
-                    Some((c.topic, c.partition, lag(c.offset, hw)))
+            out.extend(committed.into_iter().filter_map(|c| {
+                let hw = self.local_high_watermark(&c.topic, c.partition)?;
+                Some(GroupPartitionLag {
+                    group: group.clone(),
+                    lag: lag(c.offset, hw),
+                    topic: c.topic,
+                    partition: c.partition,
                 })
-                .collect();
-            out.push((group, lags));
+            }));
         }
         out
     }
@@ -262,15 +272,15 @@ impl Broker {
             };
             out.insert(group, listing);
         }
-        for (group, state, members, protocol_type) in self.coordinators.groups().list() {
+        for g in self.coordinators.groups().list() {
             let listing = GroupListing {
-                group: group.clone(),
-                state: state.name(),
-                members,
+                group: g.group.clone(),
+                state: g.state.name(),
+                members: g.members,
                 coordinator: self.config.broker_id,
-                protocol_type,
+                protocol_type: g.protocol_type,
             };
-            out.insert(group, listing);
+            out.insert(g.group, listing);
         }
         Ok(out.into_values().collect())
     }

@@ -309,15 +309,15 @@ async fn render_groups(out: &mut String, broker: &Broker) {
         out,
         "# HELP {name} Records between a group's committed offset and the high watermark.\n# TYPE {name} gauge"
     );
-    for (group, lags) in broker.group_lags().await {
-        for (topic, partition, lag) in lags {
-            let _ = writeln!(
-                out,
-                "{name}{{group=\"{}\",topic=\"{}\",partition=\"{partition}\"}} {lag}",
-                escape(&group),
-                escape(&topic)
-            );
-        }
+    for l in broker.group_lags().await {
+        let _ = writeln!(
+            out,
+            "{name}{{group=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+            escape(&l.group),
+            escape(&l.topic),
+            l.partition,
+            l.lag
+        );
     }
 }
 

@@ -1,12 +1,12 @@
-//! `Service`: the one seam every front end calls (gRPC today; the Kafka wire protocol
-//! and HTTP next). A front end decodes a request, calls one method here with a
+//! `Service`: the one seam every front end calls (the Kafka wire protocol, gRPC and
+//! HTTP). A front end decodes a request, calls one method here with a
 //! [`RequestContext`], and encodes the answer; everything in between — which broker
 //! answers, waiting for a rebalance, turning a request-level failure into an error
 //! per partition, refreshing metadata once — happens here, once, for all of them.
 //!
 //! Every call runs in a `tracing` span naming the listener, the API, the client id and
-//! the peer, and its latency goes to the metrics by listener and API. The context is
-//! also where authorization will be checked.
+//! the peer, and its latency goes to the metrics by listener and API. Every operation
+//! is authorized for the context's principal (`authorize.rs`).
 
 mod acls;
 mod admin;
@@ -36,6 +36,7 @@ pub use admin::{
 pub use data::{DeleteRecordsQuery, EpochQuery};
 pub use data::{FetchAnswer, FetchRequest, OffsetAndTimestamp, OffsetQuery, ProduceRequest};
 pub use groups::{CoordinatorType, MemberRef, SyncRequest};
+pub use node::Traffic;
 pub use offsets::{GroupLag, PartitionLag, ResetScope, ResetTo, reset_offset};
 pub use records::{ReadFrom, RecordsRead};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};

@@ -37,7 +37,7 @@ use tokio::sync::{Notify, watch};
 use crate::partitioner::partition_for_key;
 use crate::{Client, Error, Result};
 
-use accumulator::{Accumulator, OpenBatch, PartitionQueue, Shared_, close_open};
+use accumulator::{Accumulator, OpenBatch, PartitionQueue, SenderState, close_open};
 pub use config::{Acks, Partitioner, Partitioning, ProducerConfig};
 use delivery::outcome_pair;
 pub use delivery::{DeliveryFuture, ProducerRecord, RecordMetadata};
@@ -48,7 +48,7 @@ pub struct Producer {
     topic: Arc<str>,
     partitions: i32,
     config: ProducerConfig,
-    shared: Arc<Shared_>,
+    shared: Arc<SenderState>,
     sender: Mutex<Option<tokio::task::JoinHandle<()>>>,
     started: std::sync::atomic::AtomicBool,
 }
@@ -93,7 +93,7 @@ impl Producer {
             topic: topic.into(),
             partitions,
             config,
-            shared: Arc::new(Shared_ {
+            shared: Arc::new(SenderState {
                 state: Mutex::new(accumulator),
                 wake: Notify::new(),
                 space: Notify::new(),

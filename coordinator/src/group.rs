@@ -104,6 +104,15 @@ pub struct MemberDescription {
     pub assignment: Bytes,
 }
 
+/// A group as the coordinator lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    pub group: String,
+    pub state: GroupState,
+    pub members: usize,
+    pub protocol_type: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct GroupDescription {
     pub state: GroupState,
@@ -421,21 +430,19 @@ impl Coordinator {
         })
     }
 
-    /// Groups held in memory: id, state, member count, protocol type.
-    pub fn list(&self) -> Vec<(String, GroupState, usize, String)> {
+    /// The groups held in memory, by id.
+    pub fn list(&self) -> Vec<GroupSummary> {
         let mut out: Vec<_> = self
             .groups()
             .iter()
-            .map(|(id, g)| {
-                (
-                    id.clone(),
-                    g.state,
-                    g.members.len(),
-                    g.protocol_type.clone(),
-                )
+            .map(|(id, g)| GroupSummary {
+                group: id.clone(),
+                state: g.state,
+                members: g.members.len(),
+                protocol_type: g.protocol_type.clone(),
             })
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by(|a, b| a.group.cmp(&b.group));
         out
     }
 

@@ -47,15 +47,15 @@ impl Rates {
                 _ = tick.tick() => {}
             }
             let now = read();
-            let rate = |i: usize| now[i].saturating_sub(last[i]) as f64 / SAMPLE_SECS as f64;
+            let rate = |now: u64, last: u64| now.saturating_sub(last) as f64 / SAMPLE_SECS as f64;
             let sample = Sample {
                 time_ms: SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64),
-                produce_bytes_per_sec: rate(0),
-                fetch_bytes_per_sec: rate(1),
-                produce_requests_per_sec: rate(2),
-                fetch_requests_per_sec: rate(3),
+                produce_bytes_per_sec: rate(now.produced_bytes, last.produced_bytes),
+                fetch_bytes_per_sec: rate(now.fetched_bytes, last.fetched_bytes),
+                produce_requests_per_sec: rate(now.produce_requests, last.produce_requests),
+                fetch_requests_per_sec: rate(now.fetch_requests, last.fetch_requests),
             };
             last = now;
             let mut s = self.samples.lock().unwrap_or_else(|e| e.into_inner());

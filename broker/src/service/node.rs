@@ -31,6 +31,15 @@ fn refused_replica_fetch(
     }
 }
 
+/// A broker's traffic since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub produced_bytes: u64,
+    pub fetched_bytes: u64,
+    pub produce_requests: u64,
+    pub fetch_requests: u64,
+}
+
 impl Service {
     /// Leader side of a follower's replica fetch stream: answers each request in
     /// turn (a request with nothing new is held up to its `max_wait_ms`, waking on
@@ -64,17 +73,16 @@ impl Service {
         crate::metrics::render(&self.broker).await
     }
 
-    /// The broker's traffic counters since it started: produced bytes, fetched bytes,
-    /// produce requests, fetch requests.
-    pub fn traffic(&self) -> [u64; 4] {
+    /// The broker's traffic counters since it started.
+    pub fn traffic(&self) -> Traffic {
         use std::sync::atomic::Ordering::Relaxed;
         let s = &self.broker.stats.requests;
-        [
-            s.produced_bytes.load(Relaxed),
-            s.fetched_bytes.load(Relaxed),
-            s.produce_requests.load(Relaxed),
-            s.fetch_requests.load(Relaxed),
-        ]
+        Traffic {
+            produced_bytes: s.produced_bytes.load(Relaxed),
+            fetched_bytes: s.fetched_bytes.load(Relaxed),
+            produce_requests: s.produce_requests.load(Relaxed),
+            fetch_requests: s.fetch_requests.load(Relaxed),
+        }
     }
 
     /// Ready to serve, or why not.

@@ -79,7 +79,9 @@ pub(super) struct Accumulator {
     pub(super) retries: RetryLog,
 }
 
-pub(super) struct Shared_ {
+/// What `send` and the sender task share: the accumulator and the signals between
+/// them.
+pub(super) struct SenderState {
     pub(super) state: Mutex<Accumulator>,
     /// Wakes the sender (a batch filled, a flush, close).
     pub(super) wake: Notify,
@@ -89,7 +91,7 @@ pub(super) struct Shared_ {
     pub(super) lowest_incomplete: watch::Sender<u64>,
 }
 
-impl Shared_ {
+impl SenderState {
     pub(super) fn state(&self) -> MutexGuard<'_, Accumulator> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

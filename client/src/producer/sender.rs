@@ -10,7 +10,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use shale_proto::v1::{PartitionProduceData, ProduceRequest};
 use shale_records::ErrorCode;
 
-use super::accumulator::{Accumulator, Batch, PartitionQueue, Shared_, close_open};
+use super::accumulator::{Accumulator, Batch, PartitionQueue, SenderState, close_open};
 use super::config::ProducerConfig;
 use super::delivery::Outcome;
 use super::idempotence::{stamp, wrap_seq};
@@ -68,7 +68,7 @@ pub(super) struct Sender {
     pub(super) topic: Arc<str>,
     pub(super) config: ProducerConfig,
     pub(super) idempotent: bool,
-    pub(super) shared: Arc<Shared_>,
+    pub(super) shared: Arc<SenderState>,
     pub(super) in_flight: FuturesUnordered<BoxFuture<'static, Vec<Attempt>>>,
 }
 

@@ -17,7 +17,7 @@ fn mib_per_sec(bytes: u64, elapsed: Duration) -> f64 {
 
 /// Sequential 1 MiB writes of `bytes` to a new file in `dir`, no fsync (the broker's
 /// default flush policy: the page cache).
-pub fn disk_write(dir: &Path, bytes: u64) -> std::io::Result<f64> {
+pub(crate) fn disk_write(dir: &Path, bytes: u64) -> std::io::Result<f64> {
     let path = dir.join("baseline-write.tmp");
     let buf = vec![0x5au8; CHUNK];
     let start = Instant::now();
@@ -35,7 +35,7 @@ pub fn disk_write(dir: &Path, bytes: u64) -> std::io::Result<f64> {
 }
 
 /// Sequential 1 MiB reads of `files` (the page cache, when warm).
-pub fn file_read(files: &[PathBuf]) -> std::io::Result<f64> {
+pub(crate) fn file_read(files: &[PathBuf]) -> std::io::Result<f64> {
     let mut buf = vec![0u8; CHUNK];
     let mut total = 0u64;
     let start = Instant::now();
@@ -53,7 +53,7 @@ pub fn file_read(files: &[PathBuf]) -> std::io::Result<f64> {
 }
 
 /// Every `.log` segment file under `dir`.
-pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn segment_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -73,7 +73,7 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// `bytes` copied through a loopback TCP connection in 1 MiB writes.
-pub async fn loopback_copy(bytes: u64) -> std::io::Result<f64> {
+pub(crate) async fn loopback_copy(bytes: u64) -> std::io::Result<f64> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let reader = tokio::spawn(async move {
@@ -104,7 +104,7 @@ pub async fn loopback_copy(bytes: u64) -> std::io::Result<f64> {
 }
 
 /// Round trips of a 64-byte message over loopback TCP, in microseconds.
-pub async fn tcp_round_trips(count: usize) -> std::io::Result<Histogram<u64>> {
+pub(crate) async fn tcp_round_trips(count: usize) -> std::io::Result<Histogram<u64>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
@@ -133,7 +133,7 @@ pub async fn tcp_round_trips(count: usize) -> std::io::Result<Histogram<u64>> {
 
 /// Ranged GETs of `chunk` bytes covering every object in `keys`, `parallelism` at a
 /// time (what the read path does, without the broker). Returns (MiB/s, GETs).
-pub async fn ranged_gets(
+pub(crate) async fn ranged_gets(
     store: Arc<dyn object_store::ObjectStore>,
     objects: Vec<(object_store::path::Path, u64)>,
     chunk: u64,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use shale_client::Client;
 
-pub use shale_testkit::free_port;
+pub(crate) use shale_testkit::free_port;
 
 /// `shale-broker` next to this binary (`cargo build --bins` puts them together).
 fn broker_bin() -> anyhow::Result<PathBuf> {
@@ -24,7 +24,7 @@ fn broker_bin() -> anyhow::Result<PathBuf> {
 }
 
 /// A broker process with its own data directory.
-pub struct BrokerProcess {
+pub(crate) struct BrokerProcess {
     pub dir: tempfile::TempDir,
     pub port: u16,
     args: Vec<String>,
@@ -34,7 +34,7 @@ pub struct BrokerProcess {
 impl BrokerProcess {
     /// Starts a broker on the embedded default (SQLite, file object store) unless `args`
     /// say otherwise; `config` is written to a TOML file passed with `--config`.
-    pub async fn start(config: &str, args: &[String], base: &Path) -> anyhow::Result<Self> {
+    pub(crate) async fn start(config: &str, args: &[String], base: &Path) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir_in(base)?;
         let cfg = dir.path().join("shale.toml");
         std::fs::write(&cfg, config)?;
@@ -50,20 +50,20 @@ impl BrokerProcess {
         Ok(b)
     }
 
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
     /// Starts the process and waits until it answers; returns how long that took.
-    pub async fn spawn(&mut self) -> anyhow::Result<Duration> {
+    pub(crate) async fn spawn(&mut self) -> anyhow::Result<Duration> {
         let log = std::fs::File::create(self.dir.path().join("broker.log"))?;
         let start = Instant::now();
         let child = Command::new(broker_bin()?)
@@ -107,11 +107,11 @@ impl BrokerProcess {
         log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
     }
 
-    pub fn stats(&self) -> ProcessStats {
+    pub(crate) fn stats(&self) -> ProcessStats {
         ProcessStats::of(self.pid())
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -132,13 +132,13 @@ impl Drop for BrokerProcess {
 
 /// Peak resident memory and CPU time of a process, from `/proc`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
 }
 
 impl ProcessStats {
-    pub fn of(pid: u32) -> Self {
+    pub(crate) fn of(pid: u32) -> Self {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let peak_kib: f64 = status
             .lines()
@@ -165,7 +165,7 @@ impl ProcessStats {
     }
 
     /// Several processes together (a cluster): summed.
-    pub fn sum(all: &[ProcessStats]) -> Self {
+    pub(crate) fn sum(all: &[ProcessStats]) -> Self {
         ProcessStats {
             peak_rss_mib: all.iter().map(|s| s.peak_rss_mib).sum(),
             cpu_seconds: all.iter().map(|s| s.cpu_seconds).sum(),
@@ -184,17 +184,17 @@ fn clock_ticks_per_second() -> f64 {
 
 /// An `s3s-fs` server on a loopback port (for the replay scenario), logging every
 /// request it receives.
-pub struct S3Process {
+pub(crate) struct S3Process {
     server: shale_testkit::s3::S3Server,
     _root: tempfile::TempDir,
 }
 
-pub const S3_BUCKET: &str = "bench";
-pub const S3_KEY: &str = "shale-bench";
-pub const S3_SECRET: &str = "shale-bench-secret";
+pub(crate) const S3_BUCKET: &str = "bench";
+pub(crate) const S3_KEY: &str = "shale-bench";
+pub(crate) const S3_SECRET: &str = "shale-bench-secret";
 
 impl S3Process {
-    pub async fn start(base: &Path) -> anyhow::Result<Self> {
+    pub(crate) async fn start(base: &Path) -> anyhow::Result<Self> {
         let root = tempfile::tempdir_in(base)?;
         let log = root.path().with_extension("s3s-fs.log");
         let server = shale_testkit::s3::S3Server::start(
@@ -211,26 +211,26 @@ impl S3Process {
         })
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         self.server.endpoint()
     }
 
     /// Where the bucket's objects lie on disk.
-    pub fn bucket_dir(&self) -> PathBuf {
+    pub(crate) fn bucket_dir(&self) -> PathBuf {
         self.server.objects_dir("")
     }
 
     /// `[object_store]` settings for a broker using this server.
-    pub fn broker_config(&self) -> String {
+    pub(crate) fn broker_config(&self) -> String {
         self.server.broker_config("")
     }
 
-    pub fn stats(&self) -> ProcessStats {
+    pub(crate) fn stats(&self) -> ProcessStats {
         self.server.pid().map(ProcessStats::of).unwrap_or_default()
     }
 
     /// Every request the server has received so far, by kind, from its own log.
-    pub fn requests(&self) -> anyhow::Result<S3Requests> {
+    pub(crate) fn requests(&self) -> anyhow::Result<S3Requests> {
         let log = self.server.log().context("the server keeps no log")?;
         let text = std::fs::read_to_string(log)?;
         Ok(S3Requests::parse(&text, S3_BUCKET))
@@ -248,7 +248,7 @@ impl Drop for S3Process {
 
 /// Requests an S3 server received, by kind.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct S3Requests {
+pub(crate) struct S3Requests {
     /// GET and HEAD of an object.
     pub get: u64,
     /// Single-request uploads.
@@ -265,7 +265,7 @@ pub struct S3Requests {
 impl S3Requests {
     /// Counts the requests in `s3s-fs`'s log (`s3s::service` debug lines: `req:
     /// Request { method: GET, uri: /bucket/key?query, ...`).
-    pub fn parse(log: &str, bucket: &str) -> Self {
+    pub(crate) fn parse(log: &str, bucket: &str) -> Self {
         let mut out = Self::default();
         for line in log.lines() {
             let Some(rest) = line.split_once("req: Request { method: ").map(|(_, r)| r) else {
@@ -302,7 +302,7 @@ impl S3Requests {
 
     /// Every request of an upload: single PUTs, parts, multipart creations and
     /// completions.
-    pub fn writes(&self) -> u64 {
+    pub(crate) fn writes(&self) -> u64 {
         self.put + self.parts + self.multipart
     }
 }

@@ -8,10 +8,10 @@ use serde::Serialize;
 use crate::harness::ProcessStats;
 
 /// Version of the JSON layout; raised on any incompatible change.
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Run {
+pub(crate) struct Run {
     pub schema: u32,
     /// `git rev-parse HEAD` of the working directory, or "unknown".
     pub commit: String,
@@ -23,14 +23,14 @@ pub struct Run {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     pub cpus: usize,
     pub memory_gib: f64,
 }
 
 /// One measured case of a scenario.
 #[derive(Debug, Clone, Serialize)]
-pub struct CaseResult {
+pub(crate) struct CaseResult {
     pub scenario: String,
     /// The case's parameters, e.g. `{"acks": "1", "record_bytes": "1024"}`.
     pub params: BTreeMap<String, String>,
@@ -45,7 +45,7 @@ pub struct CaseResult {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Ratio {
+pub(crate) struct Ratio {
     /// e.g. "mib_per_sec / min(disk_write_mib_per_sec, loopback_tcp_mib_per_sec)".
     pub definition: String,
     pub value: f64,
@@ -55,7 +55,7 @@ pub struct Ratio {
 }
 
 impl Ratio {
-    pub fn new(definition: &str, value: f64, target: Option<f64>) -> Self {
+    pub(crate) fn new(definition: &str, value: f64, target: Option<f64>) -> Self {
         Ratio {
             definition: definition.to_string(),
             value,
@@ -65,14 +65,14 @@ impl Ratio {
     }
 }
 
-pub fn params(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
+pub(crate) fn params(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect()
 }
 
-pub fn numbers(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+pub(crate) fn numbers(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), round(*v)))
@@ -95,7 +95,7 @@ fn fmt_map<V: std::fmt::Display>(m: &BTreeMap<String, V>) -> String {
 }
 
 /// The run as a markdown table.
-pub fn markdown(run: &Run) -> String {
+pub(crate) fn markdown(run: &Run) -> String {
     let mut out = format!(
         "Run of {} at commit {} ({} CPUs, {:.0} GiB{}).\n\n\
          | scenario | case | result | baseline (same run) | ratio | target | broker RSS MiB / CPU s |\n\
@@ -133,7 +133,7 @@ pub fn markdown(run: &Run) -> String {
     out
 }
 
-pub fn machine() -> Machine {
+pub(crate) fn machine() -> Machine {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -152,7 +152,7 @@ pub fn machine() -> Machine {
     }
 }
 
-pub fn commit() -> String {
+pub(crate) fn commit() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()

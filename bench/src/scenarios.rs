@@ -21,20 +21,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[cfg(not(feature = "kafka"))]
 use crate::report;
 
-pub use compaction::compaction;
-pub use isolation::isolation;
+pub(crate) use compaction::compaction;
+pub(crate) use isolation::isolation;
 #[cfg(feature = "kafka")]
-pub use kafka::{kafka, kafka_isolation, replay_worker};
+pub(crate) use kafka::{kafka, kafka_isolation, replay_worker};
 #[cfg(feature = "kafka")]
-pub use kafka_tls::kafka_tls as kafka_security;
-pub use latency::e2e;
-pub use lookup::lookup_by_key;
-pub use recovery::recovery;
-pub use replay::replay;
-pub use throughput::{consume, partitions, produce};
+pub(crate) use kafka_tls::kafka_tls as kafka_security;
+pub(crate) use latency::e2e;
+pub(crate) use lookup::lookup_by_key;
+pub(crate) use recovery::recovery;
+pub(crate) use replay::replay;
+pub(crate) use throughput::{consume, partitions, produce};
 
 /// What every scenario gets.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub quick: bool,
     /// Where brokers keep their data (the disk under test).
     pub base: PathBuf,
@@ -53,24 +53,24 @@ pub struct Ctx {
 }
 
 /// Says on stderr which scenario and case runs now (a full run takes a while).
-pub fn running(scenario: &str, case: impl std::fmt::Display) {
+pub(crate) fn running(scenario: &str, case: impl std::fmt::Display) {
     eprintln!("shale-bench: {scenario}: {case}");
 }
 
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenarios.
 #[cfg(not(feature = "kafka"))]
-pub async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+pub(crate) async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     kafka(ctx).await
 }
 
 #[cfg(not(feature = "kafka"))]
-pub async fn kafka_security(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+pub(crate) async fn kafka_security(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     kafka(ctx).await
 }
 
 /// Without the `kafka` feature there is no librdkafka to drive the Kafka scenario.
 #[cfg(not(feature = "kafka"))]
-pub async fn kafka(_: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+pub(crate) async fn kafka(_: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     anyhow::bail!(
         "shale-bench was built without the `kafka` feature: build it with \
          `cargo build --release -p shale-bench --features kafka` (needs librdkafka-dev \

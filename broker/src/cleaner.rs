@@ -14,14 +14,14 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 
 /// Holds a stream of I/O under `rate` bytes a second (0: no limit) by sleeping.
-pub struct Throttle {
+pub(crate) struct Throttle {
     rate: u64,
     start: Instant,
     bytes: u64,
 }
 
 impl Throttle {
-    pub fn new(rate: u64) -> Self {
+    pub(crate) fn new(rate: u64) -> Self {
         Self {
             rate,
             start: Instant::now(),
@@ -30,7 +30,7 @@ impl Throttle {
     }
 
     /// Accounts for `n` bytes, sleeping until the running rate is back under the limit.
-    pub fn add(&mut self, n: u64) {
+    pub(crate) fn add(&mut self, n: u64) {
         let wait = self.wait(n, self.start.elapsed());
         if !wait.is_zero() {
             std::thread::sleep(wait);

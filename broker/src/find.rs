@@ -251,12 +251,12 @@ impl Broker {
                     let wanted = r.offset >= piece.from && r.offset <= piece.to;
                     if wanted && in_time && r.key.as_deref() == Some(&q.key[..]) {
                         if report.records.len() >= q.limit
-                            || report.record_bytes >= crate::partition::MAX_BYTES_PER_READ
+                            || report.record_bytes >= crate::read_limits::MAX_BYTES_PER_READ
                         {
                             report.truncated = true;
                             return Ok(());
                         }
-                        report.record_bytes += crate::partition::record_bytes(&r);
+                        report.record_bytes += crate::read_limits::record_bytes(&r);
                         report.records.push(FoundRecord {
                             partition: p.index,
                             record: r,

@@ -7,33 +7,34 @@
 //! protocol: the gRPC, Kafka and HTTP front ends and the `shale-broker` binary are
 //! crates of their own.
 
-pub mod background;
+mod background;
 pub mod broker;
-pub mod cleaner;
-pub mod clock;
-pub mod cluster;
-pub mod controller;
+mod cleaner;
+mod clock;
+mod cluster;
+mod controller;
 mod datadir;
-pub mod delete_records;
+mod delete_records;
 pub mod error;
 pub mod fetch;
 mod fetchers;
 pub mod find;
 pub mod groups;
 mod key_filters;
-pub mod metrics;
-pub mod partition;
+mod metrics;
+mod partition;
 pub mod produce;
-pub mod quota;
+mod quota;
+mod read_limits;
 mod reconcile;
 mod registry;
-pub mod remote_io;
+mod remote_io;
 pub mod replication;
 pub mod service;
-pub mod stats;
+mod stats;
 #[cfg(test)]
 mod testing;
 mod tier;
 pub mod tiering;
-pub mod topics;
-pub mod transport;
+mod topics;
+mod transport;

@@ -39,20 +39,19 @@ mod leader;
 mod read;
 mod remote;
 
-pub use follower::FollowerPosition;
+pub(crate) use follower::FollowerPosition;
 use leader::FollowerProgress;
-pub use leader::{FollowerFetch, LeaderRead};
-pub(crate) use read::record_bytes;
-pub use read::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, PartitionOffsets};
-pub use remote::RemoteState;
+pub(crate) use leader::{FollowerFetch, LeaderRead};
+pub(crate) use read::PartitionOffsets;
+pub(crate) use remote::RemoteState;
 
 use shale_log::layout::PARTITION_METADATA as METADATA_FILE;
-pub use shale_log::layout::partition_dir;
+pub(crate) use shale_log::layout::partition_dir;
 
 /// Reads the topic id a partition directory belongs to: `Ok(None)` if it has no
 /// metadata file; an error if the file cannot be read (EMFILE, EIO, …) or names no id,
 /// so that no caller takes a failed read for another topic's directory.
-pub fn read_topic_id(dir: &Path) -> std::io::Result<Option<Uuid>> {
+pub(crate) fn read_topic_id(dir: &Path) -> std::io::Result<Option<Uuid>> {
     let path = dir.join(METADATA_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,

@@ -67,14 +67,14 @@ impl Meter {
 }
 
 /// Fetch quotas of every client id seen by this broker.
-pub struct FetchQuotas {
+pub(crate) struct FetchQuotas {
     /// Bytes per second per client id; 0: no quota.
     limit: u64,
     meters: Mutex<HashMap<String, Meter>>,
 }
 
 impl FetchQuotas {
-    pub fn new(consumer_byte_rate: u64) -> Self {
+    pub(crate) fn new(consumer_byte_rate: u64) -> Self {
         Self {
             limit: consumer_byte_rate,
             meters: Mutex::new(HashMap::new()),
@@ -83,7 +83,7 @@ impl FetchQuotas {
 
     /// Records a fetch response of `bytes` to `client_id` and returns how long the
     /// client is to be throttled (zero when it is within its quota, or there is none).
-    pub fn record(&self, client_id: &str, bytes: u64) -> Duration {
+    pub(crate) fn record(&self, client_id: &str, bytes: u64) -> Duration {
         if self.limit == 0 {
             return Duration::ZERO;
         }

@@ -17,13 +17,13 @@ use std::future::Future;
 
 use crate::error::{Error, Result};
 
-pub struct RemoteIo {
+pub(crate) struct RemoteIo {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl RemoteIo {
     /// A runtime of `threads` workers at nice value `nice` (0: the broker's own).
-    pub fn new(threads: usize, nice: i32) -> std::io::Result<Self> {
+    pub(crate) fn new(threads: usize, nice: i32) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("shale-remote-io")
@@ -35,7 +35,7 @@ impl RemoteIo {
         })
     }
 
-    pub fn handle(&self) -> &tokio::runtime::Handle {
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         self.runtime
             .as_ref()
             .expect("the runtime lives until drop")
@@ -43,7 +43,7 @@ impl RemoteIo {
     }
 
     /// Runs `work` on the remote-I/O runtime and waits for it.
-    pub async fn run<T: Send + 'static>(
+    pub(crate) async fn run<T: Send + 'static>(
         &self,
         work: impl Future<Output = T> + Send + 'static,
     ) -> Result<T> {

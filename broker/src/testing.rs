@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-pub use shale_testkit::faults::{FaultyMetastore, HookedStore, StoreOp};
+pub(crate) use shale_testkit::faults::{FaultyMetastore, HookedStore, StoreOp};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
@@ -17,7 +17,7 @@ use shale_config::{BrokerConfig, Overrides};
 /// An in-process broker (id 0) in `dir`, on SQLite and a local-file object store,
 /// each wrapped for fault injection, with no background tasks (tests drive the
 /// passes themselves).
-pub struct TestBroker {
+pub(crate) struct TestBroker {
     pub broker: Arc<Broker>,
     pub metastore: Arc<FaultyMetastore>,
     pub store: Arc<HookedStore>,
@@ -25,7 +25,7 @@ pub struct TestBroker {
 }
 
 impl TestBroker {
-    pub async fn start(dir: &Path, toml: &str) -> Self {
+    pub(crate) async fn start(dir: &Path, toml: &str) -> Self {
         let config_path = dir.join("shale.toml");
         std::fs::write(&config_path, toml).unwrap();
         let data_dir = dir.join("data");
@@ -74,7 +74,7 @@ impl Drop for TestBroker {
 }
 
 /// A record batch of `n` records of `len` bytes each.
-pub fn batch(n: usize, len: usize) -> Bytes {
+pub(crate) fn batch(n: usize, len: usize) -> Bytes {
     let mut b = shale_records::record::BatchBuilder::new(crate::clock::now_ms());
     for _ in 0..n {
         b.push(shale_records::record::Record::new(

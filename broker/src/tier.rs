@@ -21,7 +21,7 @@ pub(crate) struct Tier {
 /// What remote compaction did since the broker started (metrics), and where each
 /// partition's last run left off.
 #[derive(Debug, Default)]
-pub struct RemoteCompactions {
+pub(crate) struct RemoteCompactions {
     pub runs: AtomicU64,
     /// Bytes of remote segments read (both passes, cache hits included).
     pub bytes_read: AtomicU64,
@@ -49,7 +49,7 @@ pub(crate) struct Progress {
 
 /// One run's figures.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteCompactionStats {
+pub(crate) struct RemoteCompactionStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub records_removed: u64,

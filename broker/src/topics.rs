@@ -13,10 +13,10 @@ use crate::partition::PartitionOffsets;
 use shale_config::topic::TopicConfig;
 
 /// Largest partition count one request may ask for.
-pub const MAX_PARTITIONS: i32 = 100_000;
+pub(crate) const MAX_PARTITIONS: i32 = 100_000;
 
 /// Kafka's rule: 1–249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
-pub fn validate_topic_name(name: &str) -> Result<()> {
+pub(crate) fn validate_topic_name(name: &str) -> Result<()> {
     let invalid = |reason| {
         Err(Error::InvalidTopic {
             name: name.to_string(),

@@ -7,7 +7,7 @@ use shale_proto::v1::{AclBinding, AclBindingFilter};
 use crate::out::{self, OutputFormat};
 
 #[derive(Subcommand)]
-pub enum AclCommand {
+pub(crate) enum AclCommand {
     /// Allow (or deny) principals operations on a resource.
     Add {
         #[command(flatten)]
@@ -49,7 +49,7 @@ pub enum AclCommand {
 
 /// A resource: a topic, a group or the cluster.
 #[derive(Args)]
-pub struct Resource {
+pub(crate) struct Resource {
     /// A topic (with --prefixed: every topic starting with it; `*`: every topic).
     #[arg(long, conflicts_with_all = ["group", "cluster"], required_unless_present_any = ["group", "cluster"])]
     topic: Option<String>,
@@ -65,7 +65,7 @@ pub struct Resource {
 }
 
 #[derive(Args)]
-pub struct OptionalResource {
+pub(crate) struct OptionalResource {
     /// A topic's bindings, and those that apply to it (wildcard, prefixes).
     #[arg(long, conflicts_with_all = ["group", "cluster"])]
     topic: Option<String>,
@@ -89,7 +89,11 @@ impl Resource {
     }
 }
 
-pub async fn run(client: Client, cmd: AclCommand, output: OutputFormat) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: Client,
+    cmd: AclCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     match cmd {
         AclCommand::Add {
             resource,

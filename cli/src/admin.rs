@@ -8,7 +8,7 @@ use shale_records::ErrorCode;
 use crate::out::{self, OutputFormat};
 
 #[derive(Args)]
-pub struct OffsetsArgs {
+pub(crate) struct OffsetsArgs {
     /// The topic.
     topic: String,
     /// `latest`/`-1` (the high watermark), `earliest`/`-2`, milliseconds since the
@@ -21,7 +21,7 @@ pub struct OffsetsArgs {
 }
 
 #[derive(Subcommand)]
-pub enum ClusterCommand {
+pub(crate) enum ClusterCommand {
     /// The controller, and per broker: address, incarnation, alive or not, when its
     /// lease expires, partitions led and held.
     Status,
@@ -43,7 +43,7 @@ pub enum ClusterCommand {
 }
 
 #[derive(Subcommand)]
-pub enum TieringCommand {
+pub(crate) enum TieringCommand {
     /// Per partition: log start, local log start, remote start, highest uploaded
     /// offset, upload lag (segments, bytes), remote segments and bytes.
     Status {
@@ -52,7 +52,7 @@ pub enum TieringCommand {
     },
 }
 
-pub async fn offsets(
+pub(crate) async fn offsets(
     client: Client,
     args: OffsetsArgs,
     output: OutputFormat,
@@ -84,7 +84,7 @@ pub async fn offsets(
     }
 }
 
-pub async fn cluster(
+pub(crate) async fn cluster(
     client: Client,
     cmd: ClusterCommand,
     output: OutputFormat,
@@ -185,7 +185,7 @@ fn error_name(code: i32) -> String {
     ErrorCode::try_from(code).map_or_else(|_| code.to_string(), |c| c.as_str_name().to_string())
 }
 
-pub async fn tiering(
+pub(crate) async fn tiering(
     client: Client,
     cmd: TieringCommand,
     output: OutputFormat,

@@ -13,7 +13,7 @@ use crate::out;
 use crate::produce::Signals;
 
 #[derive(Args)]
-pub struct ConsumeArgs {
+pub(crate) struct ConsumeArgs {
     /// The topic.
     topic: String,
     /// Start at the beginning (the same as `--offset beginning`).
@@ -136,7 +136,7 @@ impl Source {
     }
 }
 
-pub async fn run(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(client: Client, args: ConsumeArgs) -> anyhow::Result<()> {
     let mut source = if let Some(group) = &args.group {
         let mut config = GroupConfig::new(group);
         config.client_id = "shale-cli".into();

@@ -9,7 +9,7 @@ use shale_client::format::Format;
 use crate::out::{self, OutputFormat};
 
 #[derive(Args)]
-pub struct FindArgs {
+pub(crate) struct FindArgs {
     /// The topic.
     topic: String,
     /// The key (UTF-8; with --hex-key, hex digits).
@@ -55,7 +55,11 @@ fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
         .collect()
 }
 
-pub async fn run(client: Client, args: FindArgs, output: OutputFormat) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: Client,
+    args: FindArgs,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     let key = if args.hex_key {
         unhex(&args.key)?
     } else {

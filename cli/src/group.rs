@@ -9,7 +9,7 @@ use shale_client::Client;
 use crate::out::{self, OutputFormat};
 
 #[derive(Subcommand)]
-pub enum GroupCommand {
+pub(crate) enum GroupCommand {
     /// Every group, its state and member count.
     List,
     /// Members, assignment, and per partition the committed offset, log end and lag.
@@ -76,7 +76,11 @@ enum Target {
     Time(i64),
 }
 
-pub async fn run(client: Client, cmd: GroupCommand, output: OutputFormat) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: Client,
+    cmd: GroupCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     match cmd {
         GroupCommand::List => {
             let groups = client.list_groups().await?;

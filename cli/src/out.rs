@@ -6,7 +6,7 @@ use std::io::Write;
 
 /// How commands print what they found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// Tab-separated, as Kafka's command-line tools print.
     Text,
     /// One JSON document.
@@ -14,14 +14,14 @@ pub enum OutputFormat {
 }
 
 /// Writes `bytes` to stdout and flushes it.
-pub fn write(bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write(bytes: &[u8]) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)?;
     out.flush()
 }
 
 /// Prints `text`; a closed stdout ends the process at once, quietly and successfully.
-pub fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     match write(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         other => Ok(other?),
@@ -29,14 +29,14 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 }
 
 /// Prints one JSON document (pretty, with a final newline).
-pub fn json(value: &serde_json::Value) -> anyhow::Result<()> {
+pub(crate) fn json(value: &serde_json::Value) -> anyhow::Result<()> {
     print(&format!("{value:#}\n"))
 }
 
 /// Whether stdout is a pipe whose reader has gone. Commands that may print nothing
 /// for a long time (`consume`) check it, so `shale consume | head -2` ends once `head`
 /// has.
-pub fn stdout_closed() -> bool {
+pub(crate) fn stdout_closed() -> bool {
     use rustix::event::{PollFd, PollFlags, poll};
     let stdout = std::io::stdout();
     let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
@@ -49,12 +49,12 @@ pub fn stdout_closed() -> bool {
 }
 
 /// `ids` as `1,2,3`.
-pub fn ids(ids: &[i32]) -> String {
+pub(crate) fn ids(ids: &[i32]) -> String {
     ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// A duration in milliseconds as people read it: `in 4.2 s`, `12.0 s ago`.
-pub fn relative_ms(ms: i64) -> String {
+pub(crate) fn relative_ms(ms: i64) -> String {
     let s = ms.unsigned_abs() as f64 / 1000.0;
     if ms >= 0 {
         format!("in {s:.1} s")
@@ -65,7 +65,7 @@ pub fn relative_ms(ms: i64) -> String {
 
 /// Where a compacted partition's cleaner stands, for text output: `ratio 0.42, 1200
 /// dirty bytes, cleaned 12.0 s ago` (`None` for a topic that is not compacted).
-pub fn cleaner(ratio: f64, dirty_bytes: i64, last_cleaned_ms: i64) -> Option<String> {
+pub(crate) fn cleaner(ratio: f64, dirty_bytes: i64, last_cleaned_ms: i64) -> Option<String> {
     if dirty_bytes < 0 {
         return None;
     }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::out;
 
 #[derive(Args)]
-pub struct ProduceArgs {
+pub(crate) struct ProduceArgs {
     /// The topic.
     topic: String,
     /// Split each line at the first SEP into key and value (kcat's -K).
@@ -87,7 +87,7 @@ impl ProduceArgs {
 /// A record's line number, size and answer.
 type Pending = (u64, u64, shale_client::Result<DeliveryFuture>);
 
-pub async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> {
     let mut producer = Producer::new(client, &args.topic, args.acks)
         .await?
         .with_batch_size(args.batch_size)
@@ -181,13 +181,13 @@ async fn report(
 }
 
 /// SIGINT or SIGTERM.
-pub struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    pub fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
         Ok(Self {
             int: signal(SignalKind::interrupt())?,
@@ -195,7 +195,7 @@ impl Signals {
         })
     }
 
-    pub async fn recv(&mut self) {
+    pub(crate) async fn recv(&mut self) {
         tokio::select! {
             _ = self.int.recv() => {}
             _ = self.term.recv() => {}

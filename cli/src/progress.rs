@@ -6,7 +6,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-pub struct Progress {
+pub(crate) struct Progress {
     enabled: bool,
     label: &'static str,
     started: Instant,
@@ -17,7 +17,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(label: &'static str) -> Self {
+    pub(crate) fn new(label: &'static str) -> Self {
         Self {
             enabled: std::io::stderr().is_terminal()
                 && std::env::var_os("SHALE_NO_PROGRESS").is_none(),
@@ -30,18 +30,18 @@ impl Progress {
         }
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }
 
-    pub fn add(&mut self, records: u64, bytes: u64) {
+    pub(crate) fn add(&mut self, records: u64, bytes: u64) {
         self.records += records;
         self.bytes += bytes;
         self.draw(false);
     }
 
     /// Records still to come (a bounded consume), if known.
-    pub fn set_left(&mut self, left: Option<u64>) {
+    pub(crate) fn set_left(&mut self, left: Option<u64>) {
         self.left = left;
     }
 
@@ -76,7 +76,7 @@ impl Progress {
     }
 
     /// The last figures, and a newline so later output starts clean.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.enabled && self.drawn.is_some() {
             self.draw(true);
             eprintln!();

@@ -9,7 +9,7 @@ use shale_records::ErrorCode;
 use crate::out::{self, OutputFormat};
 
 #[derive(Subcommand)]
-pub enum TopicCommand {
+pub(crate) enum TopicCommand {
     /// Create a topic; replicas are spread over the live brokers.
     Create {
         /// Topic name: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -89,7 +89,11 @@ fn parse_delete_offset(s: &str) -> Result<i64, String> {
     }
 }
 
-pub async fn run(client: Client, cmd: TopicCommand, output: OutputFormat) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: Client,
+    cmd: TopicCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create {
             name,

@@ -9,7 +9,7 @@ use shale_client::{Client, SCRAM_MECHANISMS};
 use crate::out::{self, OutputFormat};
 
 #[derive(Subcommand)]
-pub enum UserCommand {
+pub(crate) enum UserCommand {
     /// Create a user, or set a user's password (for Kafka's SASL/SCRAM and PLAIN).
     Create {
         /// The user's name.
@@ -43,7 +43,11 @@ pub enum UserCommand {
     },
 }
 
-pub async fn run(client: Client, cmd: UserCommand, output: OutputFormat) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: Client,
+    cmd: UserCommand,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     match cmd {
         UserCommand::Create {
             name,

@@ -76,4 +76,4 @@ impl Interceptor for Credentials {
 }
 
 /// A channel to one broker, adding the credentials to every call.
-pub type Chan = InterceptedService<Channel, Credentials>;
+pub(crate) type Chan = InterceptedService<Channel, Credentials>;

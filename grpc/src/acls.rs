@@ -60,7 +60,7 @@ fn filter(f: &AclBindingFilter) -> Result<AclFilter, Error> {
     })
 }
 
-pub async fn create(
+pub(crate) async fn create(
     service: &Service,
     ctx: &RequestContext,
     r: CreateAclsRequest,
@@ -85,7 +85,7 @@ pub async fn create(
     CreateAclsResponse { results }
 }
 
-pub async fn describe(
+pub(crate) async fn describe(
     service: &Service,
     ctx: &RequestContext,
     r: DescribeAclsRequest,
@@ -103,7 +103,7 @@ pub async fn describe(
     DescribeAclsResponse { error, acls }
 }
 
-pub async fn delete(
+pub(crate) async fn delete(
     service: &Service,
     ctx: &RequestContext,
     r: DeleteAclsRequest,

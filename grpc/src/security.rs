@@ -27,7 +27,7 @@ use tonic::transport::server::Connected;
 const FAILURE_DELAY: Duration = Duration::from_millis(100);
 
 /// The metadata key of the credentials, as HTTP's.
-pub const AUTHORIZATION: &str = "authorization";
+pub(crate) const AUTHORIZATION: &str = "authorization";
 
 /// A listener's security, as the gRPC front end applies it.
 #[derive(Clone, Default)]
@@ -163,7 +163,7 @@ pub(crate) struct CheckCredentials<S> {
 }
 
 impl<S> CheckCredentials<S> {
-    pub fn layer(
+    pub(crate) fn layer(
         service: shale_broker::service::Service,
         listener: Arc<str>,
         required: bool,
@@ -260,7 +260,7 @@ fn parse_basic(value: &str) -> Option<(String, String)> {
 }
 
 /// The metadata value a client sends: `Basic base64(user:password)`.
-pub fn basic_credentials(user: &str, password: &str) -> String {
+pub(crate) fn basic_credentials(user: &str, password: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     format!("Basic {encoded}")
 }

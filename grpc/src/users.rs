@@ -11,7 +11,7 @@ fn mechanism(name: &str) -> i8 {
     ScramMechanism::from_name(name).map_or(0, ScramMechanism::kafka_type)
 }
 
-pub async fn describe(
+pub(crate) async fn describe(
     service: &Service,
     ctx: &RequestContext,
     r: DescribeUserScramCredentialsRequest,
@@ -42,7 +42,7 @@ pub async fn describe(
     DescribeUserScramCredentialsResponse { error, users }
 }
 
-pub async fn alter(
+pub(crate) async fn alter(
     service: &Service,
     ctx: &RequestContext,
     r: AlterUserScramCredentialsRequest,

@@ -370,7 +370,7 @@ async fn tiering(s: Call, Query(q): Query<BTreeMap<String, String>>) -> ApiResul
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 }

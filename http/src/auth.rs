@@ -29,7 +29,7 @@ use shale_security::{Users, user_principal};
 use crate::{ApiError, AppState};
 
 /// How long a console session lasts after its login.
-pub const SESSION_LIFETIME: Duration = Duration::from_secs(8 * 3600);
+pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(8 * 3600);
 /// Sessions kept at most: beyond, the oldest is dropped.
 const MAX_SESSIONS: usize = 10_000;
 /// How long a refused login waits before its answer.
@@ -38,7 +38,7 @@ const FAILURE_DELAY: Duration = Duration::from_millis(100);
 /// The connection a request came on: the client's address, and its certificate's
 /// subject if it showed one.
 #[derive(Debug, Clone)]
-pub struct PeerInfo {
+pub(crate) struct PeerInfo {
     pub addr: SocketAddr,
     pub principal: Option<String>,
 }
@@ -119,7 +119,7 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    pub fn ctx(&self) -> RequestContext {
+    pub(crate) fn ctx(&self) -> RequestContext {
         let mut ctx = RequestContext::new(self.state.listener.clone()).with_peer(self.caller.peer);
         ctx.principal = self.caller.principal.clone();
         ctx

@@ -178,7 +178,11 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, error: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: StatusCode,
+        error: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             status,
             error: error.into(),
@@ -187,7 +191,7 @@ impl ApiError {
     }
 
     /// A parameter that cannot be used (400, naming it).
-    pub fn param(name: &str, why: impl std::fmt::Display) -> Self {
+    pub(crate) fn param(name: &str, why: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest.to_string(),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use shale_broker::service::Service;
 
 /// Seconds between samples.
-pub const SAMPLE_SECS: u64 = 5;
+pub(crate) const SAMPLE_SECS: u64 = 5;
 /// Samples kept: ten minutes.
 const KEPT: usize = 120;
 

@@ -24,7 +24,7 @@ pub(crate) struct EpochCache {
 
 impl EpochCache {
     /// Loads the checkpoint; `None` when it is missing or malformed (rebuild from the log).
-    pub fn load(dir: &Path) -> io::Result<Option<Self>> {
+    pub(crate) fn load(dir: &Path) -> io::Result<Option<Self>> {
         let path = dir.join(CHECKPOINT_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -34,24 +34,24 @@ impl EpochCache {
         Ok(parse(&text).map(|entries| Self { path, entries }))
     }
 
-    pub fn new(dir: &Path, entries: Vec<EpochEntry>) -> Self {
+    pub(crate) fn new(dir: &Path, entries: Vec<EpochEntry>) -> Self {
         Self {
             path: dir.join(CHECKPOINT_FILE),
             entries,
         }
     }
 
-    pub fn entries(&self) -> &[EpochEntry] {
+    pub(crate) fn entries(&self) -> &[EpochEntry] {
         &self.entries
     }
 
-    pub fn latest_epoch(&self) -> i32 {
+    pub(crate) fn latest_epoch(&self) -> i32 {
         self.entries.last().map_or(-1, |e| e.epoch)
     }
 
     /// Records that `epoch` starts at `start_offset` (ignored unless it is newer than
     /// every known epoch). Returns whether anything changed.
-    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
+    pub(crate) fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
         match self.entries.last() {
             Some(last) if last.epoch >= epoch => false,
             Some(last) if last.start_offset == start_offset => {
@@ -71,7 +71,7 @@ impl EpochCache {
     }
 
     /// Forgets epochs starting at or after `end_offset` (the log was truncated there).
-    pub fn truncate_from_end(&mut self, end_offset: i64) -> bool {
+    pub(crate) fn truncate_from_end(&mut self, end_offset: i64) -> bool {
         let keep = self
             .entries
             .partition_point(|e| e.start_offset < end_offset);
@@ -82,7 +82,7 @@ impl EpochCache {
 
     /// The largest epoch <= `epoch` and the offset where it ended (the next epoch's
     /// start, or `log_end_offset` for the latest); `None` if no such epoch is known.
-    pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> Option<(i32, i64)> {
+    pub(crate) fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> Option<(i32, i64)> {
         let i = self.entries.partition_point(|e| e.epoch <= epoch);
         let floor = self.entries.get(i.checked_sub(1)?)?;
         let end = self
@@ -93,7 +93,7 @@ impl EpochCache {
     }
 
     /// Writes the checkpoint durably.
-    pub fn persist(&self) -> io::Result<()> {
+    pub(crate) fn persist(&self) -> io::Result<()> {
         let mut text = format!("0\n{}\n", self.entries.len());
         for e in &self.entries {
             text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));

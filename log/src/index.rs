@@ -88,7 +88,7 @@ pub(crate) struct IndexFile<E> {
 
 impl<E: IndexEntry> IndexFile<E> {
     /// Creates (or truncates) an empty index file.
-    pub fn create(path: &Path) -> io::Result<Self> {
+    pub(crate) fn create(path: &Path) -> io::Result<Self> {
         File::create(path)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -101,7 +101,7 @@ impl<E: IndexEntry> IndexFile<E> {
 
     /// Loads an existing index. `Ok(None)` when the file is missing or malformed
     /// (torn size, entries out of order, or `valid` rejects an entry): the caller rebuilds.
-    pub fn load(path: &Path, valid: impl Fn(&E) -> bool) -> io::Result<Option<Self>> {
+    pub(crate) fn load(path: &Path, valid: impl Fn(&E) -> bool) -> io::Result<Option<Self>> {
         let raw = match std::fs::read(path) {
             Ok(raw) => raw,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -125,7 +125,7 @@ impl<E: IndexEntry> IndexFile<E> {
     }
 
     /// Adds an entry in memory; [`IndexFile::flush`] writes it out.
-    pub fn push(&mut self, entry: E) {
+    pub(crate) fn push(&mut self, entry: E) {
         if let Some(last) = self.entries.last() {
             debug_assert!(last.may_precede(&entry), "{last:?} then {entry:?}");
         }
@@ -134,7 +134,7 @@ impl<E: IndexEntry> IndexFile<E> {
     }
 
     /// Writes entries pushed since the last flush (to the page cache; `sync` makes them durable).
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         if !self.pending.is_empty() {
             OpenOptions::new()
                 .append(true)
@@ -147,20 +147,20 @@ impl<E: IndexEntry> IndexFile<E> {
     }
 
     #[cfg(test)]
-    pub fn entries(&self) -> &[E] {
+    pub(crate) fn entries(&self) -> &[E] {
         &self.entries
     }
 
-    pub fn first(&self) -> Option<&E> {
+    pub(crate) fn first(&self) -> Option<&E> {
         self.entries.first()
     }
 
-    pub fn last(&self) -> Option<&E> {
+    pub(crate) fn last(&self) -> Option<&E> {
         self.entries.last()
     }
 
     /// Fsyncs what [`IndexFile::flush`] wrote.
-    pub fn sync(&mut self) -> io::Result<()> {
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
         if self.unsynced {
             File::open(&self.path)?.sync_data()?;
             self.unsynced = false;
@@ -170,7 +170,7 @@ impl<E: IndexEntry> IndexFile<E> {
 
     /// The last entry for which `is_at_or_before` holds, given entries sorted so that it
     /// holds for a prefix.
-    pub fn floor(&self, is_at_or_before: impl Fn(&E) -> bool) -> Option<E> {
+    pub(crate) fn floor(&self, is_at_or_before: impl Fn(&E) -> bool) -> Option<E> {
         let n = self.entries.partition_point(is_at_or_before);
         n.checked_sub(1).map(|i| self.entries[i])
     }

@@ -57,7 +57,7 @@ impl Segment {
     /// The time retention ages this segment by: its largest record timestamp, or, for
     /// records without one (-1, Kafka's NO_TIMESTAMP), when its file was last written
     /// (`None` while empty or unreadable: nothing to age).
-    pub fn retention_time(&self) -> Option<i64> {
+    pub(crate) fn retention_time(&self) -> Option<i64> {
         if self.max_timestamp >= 0 {
             return Some(self.max_timestamp);
         }
@@ -75,7 +75,7 @@ impl Segment {
     }
 
     /// Creates a new, empty segment.
-    pub fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
+    pub(crate) fn create(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
         // A filter left by an earlier segment at this base describes other bytes.
         crate::keys::remove_key_filter(dir, base_offset)?;
         Self::create_with(dir, base_offset, files, "")
@@ -83,7 +83,11 @@ impl Segment {
 
     /// Creates the files of a segment a cleaning writes, under staged names
     /// (`{base}.log.cleaned`, …): written, sealed and renamed into place by the cleaner.
-    pub fn create_staged(dir: &Path, base_offset: i64, files: &Arc<FileCache>) -> io::Result<Self> {
+    pub(crate) fn create_staged(
+        dir: &Path,
+        base_offset: i64,
+        files: &Arc<FileCache>,
+    ) -> io::Result<Self> {
         let staged = format!(".{}", STAGED_SUFFIX);
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             // Leftovers of a cleaning that failed before its swap.
@@ -97,7 +101,7 @@ impl Segment {
     }
 
     /// The staged files' paths: log, offset index, time index.
-    pub fn staged_paths(dir: &Path, base_offset: i64) -> [(PathBuf, PathBuf); 3] {
+    pub(crate) fn staged_paths(dir: &Path, base_offset: i64) -> [(PathBuf, PathBuf); 3] {
         let staged = format!(".{}", STAGED_SUFFIX);
         [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|suffix| {
             (
@@ -142,7 +146,7 @@ impl Segment {
 
     /// Forgets the cached handle of this segment's log file (its files are renamed
     /// or deleted by the caller).
-    pub fn forget_file(&self) {
+    pub(crate) fn forget_file(&self) {
         self.files.forget(&self.path);
     }
 
@@ -150,7 +154,7 @@ impl Segment {
     /// segment's base offset) and `None` for the active one, which is always scanned
     /// and CRC-checked. A sealed segment is scanned only if an index file is missing or
     /// malformed.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         base_offset: i64,
         next_offset: Option<i64>,
@@ -299,22 +303,22 @@ impl Segment {
         self.next_offset = h.last_offset() + 1;
     }
 
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.size
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.size == 0
     }
 
     /// The log file's handle (opened through the broker's file cache if needed).
-    pub fn file(&self) -> io::Result<Arc<File>> {
+    pub(crate) fn file(&self) -> io::Result<Arc<File>> {
         self.files.open(&self.path)
     }
 
     /// Appends validated batches that already carry their final offsets.
     /// `batches` are back to back; `headers` describes each, in order.
-    pub fn append(
+    pub(crate) fn append(
         &mut self,
         batches: &[u8],
         headers: &[BatchHeader],
@@ -345,7 +349,7 @@ impl Segment {
 
     /// Seals the segment: records its max timestamp in the time index and fsyncs all
     /// three files, so a sealed segment never needs recovery.
-    pub fn seal(&mut self) -> io::Result<()> {
+    pub(crate) fn seal(&mut self) -> io::Result<()> {
         if self.max_timestamp > self.time_indexed_max && self.next_offset > self.base_offset {
             let rel = (self.next_offset - 1 - self.base_offset) as u32;
             self.time_index.push(TimeEntry {
@@ -358,7 +362,7 @@ impl Segment {
     }
 
     /// Writes pending index entries and fsyncs the log and both indexes.
-    pub fn sync(&mut self) -> io::Result<()> {
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
         self.index.flush()?;
         self.time_index.flush()?;
         self.file()?.sync_data()?;
@@ -367,13 +371,13 @@ impl Segment {
     }
 
     /// File position from which to scan for `offset`: the last indexed batch at or before it.
-    pub fn lookup_position(&self, offset: i64) -> u64 {
+    pub(crate) fn lookup_position(&self, offset: i64) -> u64 {
         self.lookup_entry(offset).0
     }
 
     /// The last indexed batch at or before `offset`: its position and base offset
     /// (0 and the segment's base when none is).
-    pub fn lookup_entry(&self, offset: i64) -> (u64, i64) {
+    pub(crate) fn lookup_entry(&self, offset: i64) -> (u64, i64) {
         let rel = offset
             .saturating_sub(self.base_offset)
             .clamp(0, i64::from(u32::MAX)) as u32;
@@ -388,7 +392,7 @@ impl Segment {
     }
 
     /// File position from which to scan for the first batch whose timestamps reach `ts`.
-    pub fn lookup_time_position(&self, ts: i64) -> u64 {
+    pub(crate) fn lookup_time_position(&self, ts: i64) -> u64 {
         match self.time_index.floor(|e| e.timestamp < ts) {
             Some(e) => self.lookup_position(self.base_offset + i64::from(e.relative_offset)),
             None => 0,
@@ -396,18 +400,18 @@ impl Segment {
     }
 
     #[cfg(test)]
-    pub fn replace_file_for_test(&mut self, file: File) {
+    pub(crate) fn replace_file_for_test(&mut self, file: File) {
         self.files.replace_for_test(&self.path, file);
     }
 
     #[cfg(test)]
-    pub fn time_index_entries_for_test(&self) -> Vec<TimeEntry> {
+    pub(crate) fn time_index_entries_for_test(&self) -> Vec<TimeEntry> {
         self.time_index.entries().to_vec()
     }
 
     /// Empties the segment in place: no batch, no index entry (a log reset to the
     /// segment's own base offset).
-    pub fn clear(&mut self) -> io::Result<()> {
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
         crate::keys::remove_key_filter(&self.dir, self.base_offset)?;
         let file = self.file()?;
         file.set_len(0)?;
@@ -428,7 +432,7 @@ impl Segment {
     }
 
     /// Deletes the segment's files.
-    pub fn delete(self) -> io::Result<()> {
+    pub(crate) fn delete(self) -> io::Result<()> {
         self.files.forget(&self.path);
         for suffix in [KEYS_SUFFIX, LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             match std::fs::remove_file(segment_path(&self.dir, self.base_offset, suffix)) {
@@ -457,7 +461,7 @@ pub(crate) const SCAN_CHUNK: usize = 256 * 1024;
 pub(crate) const SEEK_CHUNK: usize = 16 * 1024;
 
 impl<'a> ChunkReader<'a> {
-    pub fn new(file: &'a File, end: u64, chunk: usize) -> Self {
+    pub(crate) fn new(file: &'a File, end: u64, chunk: usize) -> Self {
         Self {
             file,
             end,
@@ -490,7 +494,7 @@ impl<'a> ChunkReader<'a> {
 
     /// The batch header at `pos`: `None` at the clean end of the data, an error for a
     /// torn or corrupt batch (checking the CRC, which reads the whole batch, if asked).
-    pub fn next_batch(
+    pub(crate) fn next_batch(
         &mut self,
         pos: u64,
         check_crc: bool,
@@ -527,7 +531,11 @@ impl<'a> ChunkReader<'a> {
     }
 
     /// Scans from `pos` to the first batch whose last offset is >= `target`.
-    pub fn seek_offset(&mut self, mut pos: u64, target: i64) -> io::Result<Option<StoredBatch>> {
+    pub(crate) fn seek_offset(
+        &mut self,
+        mut pos: u64,
+        target: i64,
+    ) -> io::Result<Option<StoredBatch>> {
         while let Some(batch) = self.next_batch(pos, false) {
             let header = batch.map_err(io::Error::other)?;
             if header.last_offset() >= target {
@@ -542,7 +550,11 @@ impl<'a> ChunkReader<'a> {
     }
 
     /// Scans from `pos` to the first batch whose max timestamp is >= `ts`.
-    pub fn seek_timestamp(&mut self, mut pos: u64, ts: i64) -> io::Result<Option<StoredBatch>> {
+    pub(crate) fn seek_timestamp(
+        &mut self,
+        mut pos: u64,
+        ts: i64,
+    ) -> io::Result<Option<StoredBatch>> {
         while let Some(batch) = self.next_batch(pos, false) {
             let header = batch.map_err(io::Error::other)?;
             if header.max_timestamp >= ts {
@@ -557,7 +569,7 @@ impl<'a> ChunkReader<'a> {
     }
 
     /// Reads `[pos, pos + len)`.
-    pub fn read(&mut self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+    pub(crate) fn read(&mut self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
         // Read into the vector's spare capacity: no zeroing of what the read overwrites.
         let mut out = Vec::with_capacity(len);
         while out.len() < len {

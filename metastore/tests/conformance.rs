@@ -21,7 +21,7 @@ struct Fixture {
 
 mod tempfile_dir {
     /// A scratch directory removed on drop (kept tiny to avoid a dev-dependency).
-    pub struct Dir(pub std::path::PathBuf);
+    pub(crate) struct Dir(pub std::path::PathBuf);
     impl Drop for Dir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);

@@ -9,11 +9,11 @@ use bytes::Bytes;
 use shale_metastore::{Metastore, NewTopic};
 use shale_records::batch::set_base_offset;
 use shale_records::record::{BatchBuilder, Record};
-pub use shale_testkit::faults::{HookedStore, StoreOp};
+pub(crate) use shale_testkit::faults::{HookedStore, StoreOp};
 
 use crate::uploader::{PartitionRef, SealedSegment, Uploader, UploaderConfig};
 
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub dir: tempfile::TempDir,
     pub metastore: Arc<dyn Metastore>,
     pub store: Arc<HookedStore>,
@@ -21,7 +21,7 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/metastore.db", dir.path().display());
         let metastore = shale_metastore::open(&url).await.unwrap();
@@ -54,14 +54,14 @@ impl Fixture {
         }
     }
 
-    pub fn uploader(&self, config: UploaderConfig) -> Uploader {
+    pub(crate) fn uploader(&self, config: UploaderConfig) -> Uploader {
         Uploader::new(self.store.clone(), self.metastore.clone(), config)
     }
 
     /// A sealed segment of `batches` batches of 10 records each (values `v{offset}`,
     /// timestamps `1000 + offset`) from `base`, written under the fixture's directory
     /// with an empty offset index (readers then scan from the segment's start).
-    pub fn segment(&self, base: i64, batches: i64) -> SealedSegment {
+    pub(crate) fn segment(&self, base: i64, batches: i64) -> SealedSegment {
         let mut log = Vec::new();
         for b in 0..batches {
             let first = base + 10 * b;
@@ -98,7 +98,7 @@ impl Fixture {
 }
 
 /// The values of every record in `batches`.
-pub fn values(batches: &Bytes) -> Vec<String> {
+pub(crate) fn values(batches: &Bytes) -> Vec<String> {
     let mut out = Vec::new();
     for item in shale_records::batch::BatchIter::new(batches) {
         let (_, range) = item.unwrap();

@@ -14,7 +14,7 @@ use super::targets::single_broker;
 use super::{Ctx, MIB, configs};
 use crate::report::{CaseResult, Ratio, numbers, params};
 
-pub async fn compaction(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn compaction(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     if ctx.bootstrap.is_some() {
         anyhow::bail!(
             "the compaction scenario configures its own broker's cleaner: run it without --bootstrap"

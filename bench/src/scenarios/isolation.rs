@@ -42,7 +42,7 @@ impl Driver {
     }
 }
 
-pub async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     isolation_with(ctx, Driver::Grpc).await
 }
 

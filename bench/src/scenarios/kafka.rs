@@ -198,7 +198,7 @@ pub(super) fn consume(
 
 /// Produce and consume MiB/s (acks=1, 1 KiB records, 8 partitions), end-to-end
 /// latency at fixed rates, and produce MiB/s at 1 and 1,000 partitions.
-pub async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let target = KafkaTarget::new(ctx).await?;
     let bytes = ctx.size(256, 16);
     let mut out = Vec::new();
@@ -357,13 +357,13 @@ pub(super) async fn latency_of(
 }
 
 /// Replay isolation through librdkafka (the `isolation` scenario's Kafka variant).
-pub async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     super::isolation::isolation_with(ctx, super::isolation::Driver::Kafka).await
 }
 
 /// The replay process of the Kafka variant: reads `SHALE_BENCH_REPLAY_RECORDS` records
 /// of `SHALE_BENCH_REPLAY_TOPIC` (4 partitions) from offset 0 through librdkafka.
-pub fn replay_worker(bootstrap: &str) -> anyhow::Result<()> {
+pub(crate) fn replay_worker(bootstrap: &str) -> anyhow::Result<()> {
     let topic = std::env::var("SHALE_BENCH_REPLAY_TOPIC")?;
     let records: u64 = std::env::var("SHALE_BENCH_REPLAY_RECORDS")?.parse()?;
     let mut config = ClientConfig::new();

@@ -34,7 +34,7 @@ fn certificates(dir: &std::path::Path) -> anyhow::Result<()> {
 
 /// Produce and consume MiB/s (acks=1, 1 KiB records, 8 partitions) through each
 /// security protocol, with the ratio to plaintext's.
-pub async fn kafka_tls(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn kafka_tls(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let certs = tempfile::tempdir_in(&ctx.base)?;
     certificates(certs.path())?;
     let d = certs.path().display();

@@ -13,7 +13,7 @@ use crate::baseline;
 use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// End-to-end latency (produce → consumer) at fixed fractions of the maximum rate.
-pub async fn e2e(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn e2e(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
     let topic = ctx.topic("e2e");

@@ -48,7 +48,7 @@ async fn lookup(client: &Client, s3: &S3Process, i: u64) -> anyhow::Result<Looku
     })
 }
 
-pub async fn lookup_by_key(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn lookup_by_key(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(2048, 32);
     let segment: u64 = if ctx.quick { 1 << 20 } else { 16 << 20 };
     let (s3, mut broker) = tiered_broker(ctx, "", &[]).await?;

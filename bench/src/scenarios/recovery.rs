@@ -8,7 +8,7 @@ use crate::harness::BrokerProcess;
 use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// Restart time after SIGKILL with a small and a ten times larger local log.
-pub async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let small = ctx.size(1024, 32);
     let segment = if ctx.quick { 4 << 20 } else { 128 << 20 };
     let mut out = Vec::new();

@@ -119,7 +119,7 @@ pub(super) async fn ranged_get_baseline(s3: &S3Process) -> anyhow::Result<f64> {
 }
 
 /// Historical replay of a mostly-remote topic from a real `s3s-fs`.
-pub async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn replay(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(512, 24);
     let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
     let (s3, mut broker) = tiered_broker(ctx, "", &[]).await?;

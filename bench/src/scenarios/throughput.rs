@@ -12,7 +12,7 @@ use crate::harness::{BrokerProcess, ProcessStats};
 use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// Produce throughput by record size, partition count and acks.
-pub async fn produce(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn produce(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(256, 16);
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
@@ -160,7 +160,7 @@ async fn produce_case(
 }
 
 /// Consume throughput from local segments with a warm page cache.
-pub async fn consume(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn consume(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(512, 16);
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
@@ -198,7 +198,7 @@ pub async fn consume(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
 }
 
 /// Produce throughput as the partition count grows (records spread round-robin).
-pub async fn partitions(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+pub(crate) async fn partitions(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(128, 8);
     let counts: &[i32] = if ctx.quick {
         &[1, 10, 100]

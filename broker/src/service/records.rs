@@ -8,7 +8,8 @@ use shale_records::record::{Record, decode_records};
 use super::{RequestContext, Service};
 use crate::error::{Error, Result};
 use crate::find::{FindQuery, FindReport};
-use crate::partition::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, PartitionOffsets, record_bytes};
+use crate::partition::PartitionOffsets;
+use crate::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, record_bytes};
 use shale_security::acl::{Operation, ResourceType};
 
 /// Where a read of records starts.

@@ -47,7 +47,7 @@ impl ProducerContext for Reports {
 }
 
 /// Sends `rate` records a second until `stop`, then flushes.
-pub fn produce(bootstrap: &str, rate: u64, tally: Arc<Tally>, stop: Arc<AtomicBool>) {
+pub(crate) fn produce(bootstrap: &str, rate: u64, tally: Arc<Tally>, stop: Arc<AtomicBool>) {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", bootstrap)

@@ -15,20 +15,24 @@ use super::wire::Conn;
 use super::{Broker, free_port, write_config};
 
 impl Conn {
-    pub async fn handshake(&mut self, version: i16, mechanism: &str) -> SaslHandshakeResponse {
+    pub(crate) async fn handshake(
+        &mut self,
+        version: i16,
+        mechanism: &str,
+    ) -> SaslHandshakeResponse {
         let mut r = SaslHandshakeRequest::default();
         r.mechanism = StrBytes::from_string(mechanism.into());
         self.call(ApiKey::SaslHandshake, version, &r).await
     }
 
-    pub async fn authenticate(&mut self, token: &[u8]) -> SaslAuthenticateResponse {
+    pub(crate) async fn authenticate(&mut self, token: &[u8]) -> SaslAuthenticateResponse {
         let mut r = SaslAuthenticateRequest::default();
         r.auth_bytes = Bytes::copy_from_slice(token);
         self.call(ApiKey::SaslAuthenticate, 2, &r).await
     }
 
     /// SCRAM through SaslHandshake v1 and SaslAuthenticate: the last answer.
-    pub async fn scram(
+    pub(crate) async fn scram(
         &mut self,
         mechanism: &str,
         user: &str,
@@ -54,7 +58,11 @@ impl Conn {
         done
     }
 
-    pub async fn plain_v1(&mut self, user: &str, password: &str) -> SaslAuthenticateResponse {
+    pub(crate) async fn plain_v1(
+        &mut self,
+        user: &str,
+        password: &str,
+    ) -> SaslAuthenticateResponse {
         assert_eq!(self.handshake(1, "PLAIN").await.error_code, 0);
         self.authenticate(format!("\0{user}\0{password}").as_bytes())
             .await
@@ -62,14 +70,14 @@ impl Conn {
 }
 
 /// The client's side of SCRAM (RFC 5802).
-pub struct ScramClient {
+pub(crate) struct ScramClient {
     mechanism: &'static str,
     first: String,
     bare: String,
 }
 
 impl ScramClient {
-    pub fn new(mechanism: &str, user: &str) -> Self {
+    pub(crate) fn new(mechanism: &str, user: &str) -> Self {
         let bare = format!("n={user},r=clientnonce{}", free_port());
         Self {
             mechanism: if mechanism == "SCRAM-SHA-256" {
@@ -83,7 +91,7 @@ impl ScramClient {
     }
 
     /// The final message and the server's final message it should get back.
-    pub fn last(&self, password: &str, server_first: &str) -> (String, String) {
+    pub(crate) fn last(&self, password: &str, server_first: &str) -> (String, String) {
         let (hmac, digest, pbkdf2) = match self.mechanism {
             "SCRAM-SHA-256" => (
                 ring::hmac::HMAC_SHA256,
@@ -137,7 +145,7 @@ impl ScramClient {
 
 /// A broker whose `kafka` listener has these extra keys; returns it, the Kafka
 /// address and the directory its TLS files go in.
-pub async fn broker_with(
+pub(crate) async fn broker_with(
     listener_keys: &str,
     files: impl FnOnce(&Path),
 ) -> (Broker, String, tempfile::TempDir) {
@@ -154,7 +162,7 @@ pub async fn broker_with(
     (broker, addr, dir)
 }
 
-pub fn add_user(broker: &Broker, user: &str, password: &str, mechanisms: &[&str]) {
+pub(crate) fn add_user(broker: &Broker, user: &str, password: &str, mechanisms: &[&str]) {
     let mut args = vec!["user", "create", user, "--password-file", "-"];
     for m in mechanisms {
         args.extend(["--mechanism", m]);
@@ -162,13 +170,13 @@ pub fn add_user(broker: &Broker, user: &str, password: &str, mechanisms: &[&str]
     broker.cli_ok(&args, Some(password.as_bytes()));
 }
 
-pub fn metadata() -> MetadataRequest {
+pub(crate) fn metadata() -> MetadataRequest {
     let mut r = MetadataRequest::default();
     r.topics = None;
     r
 }
 
-pub fn produce(topic: &str, value: &str) -> ProduceRequest {
+pub(crate) fn produce(topic: &str, value: &str) -> ProduceRequest {
     let mut b = BatchBuilder::new(1_700_000_000_000);
     b.push(Record::new(None, Some(value.as_bytes()), 1_700_000_000_000));
     let mut p = produce_request::PartitionProduceData::default();
@@ -184,7 +192,7 @@ pub fn produce(topic: &str, value: &str) -> ProduceRequest {
 }
 
 /// Produces one record to partition 0 on an authenticated connection: its offset.
-pub async fn produce_one(c: &mut Conn, topic: &str, value: &str) -> i64 {
+pub(crate) async fn produce_one(c: &mut Conn, topic: &str, value: &str) -> i64 {
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &produce(topic, value)).await;
     let p = &r.responses[0].partition_responses[0];
     assert_eq!(p.error_code, 0, "produce: {:?}", p.error_message);
@@ -192,7 +200,7 @@ pub async fn produce_one(c: &mut Conn, topic: &str, value: &str) -> i64 {
 }
 
 /// The end offset of partition 0, through the gRPC listener.
-pub async fn end_offset(broker: &Broker, topic: &str) -> i64 {
+pub(crate) async fn end_offset(broker: &Broker, topic: &str) -> i64 {
     let out = broker.cli_ok(&["offsets", topic], None);
     out.trim().rsplit(':').next().unwrap().parse().unwrap()
 }

@@ -2,19 +2,19 @@
 //! signs.
 
 /// A certificate and its key, PEM.
-pub struct Pem {
+pub(crate) struct Pem {
     pub cert: String,
     pub key: String,
 }
 
 /// A CA and what it signs.
-pub struct Ca {
+pub(crate) struct Ca {
     issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
     pub pem: Pem,
 }
 
 impl Ca {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
@@ -31,7 +31,7 @@ impl Ca {
     }
 
     /// A leaf certificate: a server's for localhost, or a client's named `cn`.
-    pub fn sign(&self, cn: &str, server: bool) -> Pem {
+    pub(crate) fn sign(&self, cn: &str, server: bool) -> Pem {
         let names = if server {
             vec!["localhost".to_string(), "127.0.0.1".to_string()]
         } else {

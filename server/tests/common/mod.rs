@@ -3,9 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
-pub mod auth;
-pub mod certs;
-pub mod wire;
+pub(crate) mod auth;
+pub(crate) mod certs;
+pub(crate) mod wire;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use shale_client::Client;
 
-pub fn broker_bin() -> PathBuf {
+pub(crate) fn broker_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shale-broker"))
 }
 
 /// The `shale` CLI, built beside the broker by `cargo build --workspace --bins`
 /// (the test command does that first).
-pub fn cli_bin() -> PathBuf {
+pub(crate) fn cli_bin() -> PathBuf {
     let path = broker_bin().with_file_name("shale");
     assert!(
         path.exists(),
@@ -31,9 +31,9 @@ pub fn cli_bin() -> PathBuf {
     path
 }
 
-pub use shale_testkit::free_port;
+pub(crate) use shale_testkit::free_port;
 
-pub struct Broker {
+pub(crate) struct Broker {
     pub dir: tempfile::TempDir,
     pub port: u16,
     extra_args: Vec<String>,
@@ -46,12 +46,12 @@ pub struct Broker {
 impl Broker {
     /// Starts a broker on the embedded default (SQLite, file object store) in a fresh
     /// data directory and waits until it answers.
-    pub async fn start(extra_args: &[&str]) -> Self {
+    pub(crate) async fn start(extra_args: &[&str]) -> Self {
         Self::start_with_env(extra_args, &[]).await
     }
 
     /// Like [`Broker::start`], with extra environment variables (`SHALE_*`).
-    pub async fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut b = Broker {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
@@ -69,7 +69,11 @@ impl Broker {
 
     /// A broker whose data lives under `dir` (e.g. a tmpfs), started under an
     /// open-files limit (soft and hard, so the broker cannot raise it).
-    pub async fn start_limited(dir: tempfile::TempDir, extra_args: &[&str], fd_limit: u64) -> Self {
+    pub(crate) async fn start_limited(
+        dir: tempfile::TempDir,
+        extra_args: &[&str],
+        fd_limit: u64,
+    ) -> Self {
         let mut b = Broker {
             dir,
             port: free_port(),
@@ -82,15 +86,15 @@ impl Broker {
         b
     }
 
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
-    pub fn log_path(&self) -> PathBuf {
+    pub(crate) fn log_path(&self) -> PathBuf {
         self.dir.path().join("broker.log")
     }
 
@@ -175,16 +179,16 @@ impl Broker {
         }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().expect("broker is running").id()
     }
 
     /// Waits for the broker to exit by itself (e.g. at a failpoint).
-    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
         let deadline = Instant::now() + timeout;
         let child = self.child.as_mut().expect("broker is running");
         loop {
@@ -202,7 +206,7 @@ impl Broker {
     }
 
     /// Environment for the next start.
-    pub fn set_envs(&mut self, envs: &[(&str, &str)]) {
+    pub(crate) fn set_envs(&mut self, envs: &[(&str, &str)]) {
         self.envs = envs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -210,18 +214,18 @@ impl Broker {
     }
 
     /// Whether the process is still running.
-    pub fn is_alive(&mut self) -> bool {
+    pub(crate) fn is_alive(&mut self) -> bool {
         self.child
             .as_mut()
             .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
-    pub async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         Client::connect(&self.address()).await.unwrap()
     }
 
     /// SIGKILL: no flush, no goodbye.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
             child.wait().unwrap();
@@ -229,17 +233,17 @@ impl Broker {
     }
 
     /// SIGSTOP: the process freezes (no heartbeat, no answers) until [`Broker::resume`].
-    pub fn pause(&self) {
+    pub(crate) fn pause(&self) {
         signal(self.pid(), "-STOP");
     }
 
     /// SIGCONT.
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         signal(self.pid(), "-CONT");
     }
 
     /// SIGTERM and wait for a clean exit.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let ok = Command::new("kill")
                 .arg("-TERM")
@@ -256,23 +260,23 @@ impl Broker {
         }
     }
 
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         self.stop();
         self.spawn().await;
     }
 
-    pub async fn start_again(&mut self) {
+    pub(crate) async fn start_again(&mut self) {
         assert!(self.child.is_none(), "broker still running");
         self.spawn().await;
     }
 
     /// Runs the CLI against this broker.
-    pub fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    pub(crate) fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         run_cli(&self.address(), args, stdin)
     }
 
     /// Runs the CLI and requires success, returning stdout.
-    pub fn cli_ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+    pub(crate) fn cli_ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
         let out = self.cli(args, stdin);
         assert!(
             out.status.success(),
@@ -299,7 +303,7 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok.success(), "kill {sig} {pid} failed");
 }
 
-pub fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+pub(crate) fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(cli_bin())
         .arg("--bootstrap")
         .arg(address)
@@ -323,7 +327,7 @@ pub fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 /// Writes a broker config file into `dir` and returns its path.
-pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+pub(crate) fn write_config(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("shale.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -332,7 +336,7 @@ pub fn write_config(dir: &Path, text: &str) -> PathBuf {
 /// A real S3-protocol server (`s3s-fs`, see `shale_testkit::s3`) on a loopback port,
 /// storing under a temp dir. Each server has its own credentials, so a broker whose
 /// server is down can never reach another test's server that happens to reuse the port.
-pub struct S3Server {
+pub(crate) struct S3Server {
     server: shale_testkit::s3::S3Server,
     _root: tempfile::TempDir,
 }
@@ -351,7 +355,7 @@ impl std::ops::DerefMut for S3Server {
 }
 
 impl S3Server {
-    pub fn start(bucket: &str) -> Self {
+    pub(crate) fn start(bucket: &str) -> Self {
         let root = tempfile::tempdir().unwrap();
         let unique = root
             .path()
@@ -374,31 +378,31 @@ impl S3Server {
     }
 
     /// Start again on the same port and data.
-    pub fn start_again(&mut self) {
+    pub(crate) fn start_again(&mut self) {
         self.server.start_again().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// A broker config file's text pointing at this server (plus `extra` TOML), with
     /// short timeouts and one retry, so outages show quickly.
-    pub fn broker_config(&self, extra: &str) -> String {
+    pub(crate) fn broker_config(&self, extra: &str) -> String {
         self.server.broker_config(&format!(
             "max_retries = 1\nrequest_timeout_ms = 3000\n{extra}"
         ))
     }
 
     /// Keys (relative to `prefix` in the bucket) of every stored segment object.
-    pub fn segment_objects(&self, prefix: &str) -> Vec<String> {
+    pub(crate) fn segment_objects(&self, prefix: &str) -> Vec<String> {
         segment_objects_in(&self.objects_dir(prefix))
     }
 
-    pub fn read_object(&self, prefix: &str, key: &str) -> Vec<u8> {
+    pub(crate) fn read_object(&self, prefix: &str, key: &str) -> Vec<u8> {
         std::fs::read(self.objects_dir(prefix).join(key)).unwrap()
     }
 }
 
 /// Keys (relative to `base`) of every segment object stored as a file below `base`
 /// (an `s3s-fs` bucket prefix, or a `file://` object store).
-pub fn segment_objects_in(base: &Path) -> Vec<String> {
+pub(crate) fn segment_objects_in(base: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![base.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -430,27 +434,27 @@ pub fn segment_objects_in(base: &Path) -> Vec<String> {
 
 /// A fresh PostgreSQL database for one test, dropped afterwards, on the server
 /// `SHALE_TEST_POSTGRES_URL` names (see `shale_testkit::postgres`).
-pub struct PgDatabase(shale_testkit::postgres::Database);
+pub(crate) struct PgDatabase(shale_testkit::postgres::Database);
 
 impl PgDatabase {
-    pub fn create() -> Self {
+    pub(crate) fn create() -> Self {
         PgDatabase(
             shale_testkit::postgres::Database::create("shale_it").unwrap_or_else(|e| panic!("{e}")),
         )
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.0.url()
     }
 
     /// Runs a query in this database; rows as `|`-separated lines.
-    pub fn query(&self, sql: &str) -> Vec<String> {
+    pub(crate) fn query(&self, sql: &str) -> Vec<String> {
         self.0.query(sql).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 /// A plain HTTP/1.1 GET on loopback (the metrics page).
-pub async fn http_get(port: u16, path: &str) -> String {
+pub(crate) async fn http_get(port: u16, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -466,7 +470,12 @@ pub async fn http_get(port: u16, path: &str) -> String {
 }
 
 /// One HTTP/1.1 request (the connection closed after it): the status code and the body.
-pub async fn http(port: u16, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
+pub(crate) async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -513,7 +522,7 @@ pub async fn http(port: u16, method: &str, path: &str, body: Option<&[u8]>) -> (
 
 /// A group member running in its own task, as in an application: it polls, commits
 /// after each poll (manual commits), and reports records and its assignment.
-pub struct Member {
+pub(crate) struct Member {
     pub state: tokio::sync::watch::Receiver<(i32, Vec<(String, i32)>)>,
     pub records: tokio::sync::mpsc::UnboundedReceiver<shale_client::ConsumedRecord>,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -521,7 +530,7 @@ pub struct Member {
 }
 
 impl Member {
-    pub fn start(c: &Client, topic: &str, config: shale_client::GroupConfig) -> Self {
+    pub(crate) fn start(c: &Client, topic: &str, config: shale_client::GroupConfig) -> Self {
         let mut consumer = shale_client::GroupConsumer::new(c.clone(), &[topic], config);
         let (state_tx, state) = tokio::sync::watch::channel((-1, Vec::new()));
         let (records_tx, records) = tokio::sync::mpsc::unbounded_channel();
@@ -549,11 +558,11 @@ impl Member {
         }
     }
 
-    pub fn assignment(&self) -> Vec<(String, i32)> {
+    pub(crate) fn assignment(&self) -> Vec<(String, i32)> {
         self.state.borrow().1.clone()
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(());
         self.task.await.unwrap();
     }
@@ -561,7 +570,10 @@ impl Member {
 
 /// Waits until every member reports the same generation and `done` holds of their
 /// assignments; returns how long it took.
-pub async fn settle(members: &[Member], done: impl Fn(&[Vec<(String, i32)>]) -> bool) -> Duration {
+pub(crate) async fn settle(
+    members: &[Member],
+    done: impl Fn(&[Vec<(String, i32)>]) -> bool,
+) -> Duration {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
     loop {

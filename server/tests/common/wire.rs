@@ -10,20 +10,20 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-pub struct Conn {
+pub(crate) struct Conn {
     stream: Pin<Box<dyn Stream>>,
     next_id: i32,
 }
 
 impl Conn {
-    pub async fn connect(addr: &str) -> Self {
+    pub(crate) async fn connect(addr: &str) -> Self {
         Self::over(TcpStream::connect(addr).await.unwrap())
     }
 
-    pub fn over(s: impl Stream + 'static) -> Self {
+    pub(crate) fn over(s: impl Stream + 'static) -> Self {
         Self {
             stream: Box::pin(s),
             next_id: 1,
@@ -31,7 +31,7 @@ impl Conn {
     }
 
     /// Sends a request; returns its correlation id.
-    pub async fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, body: &M) -> i32 {
+    pub(crate) async fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, body: &M) -> i32 {
         let id = self.next_id;
         self.next_id += 1;
         let mut header = RequestHeader::default();
@@ -49,7 +49,7 @@ impl Conn {
     }
 
     /// Sends one frame. A connection the broker closed shows on the next read.
-    pub async fn send_raw(&mut self, frame: &[u8]) {
+    pub(crate) async fn send_raw(&mut self, frame: &[u8]) {
         let mut out = BytesMut::new();
         out.put_i32(frame.len() as i32);
         out.put_slice(frame);
@@ -57,13 +57,13 @@ impl Conn {
     }
 
     /// Sends bytes as they are (no length in front).
-    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) async fn send_bytes(&mut self, bytes: &[u8]) {
         let _ = self.stream.write_all(bytes).await;
     }
 
     /// The next response frame (without its length), or `None` once the broker
     /// closed the connection.
-    pub async fn recv(&mut self) -> Option<Bytes> {
+    pub(crate) async fn recv(&mut self) -> Option<Bytes> {
         let read = async {
             let mut len = [0u8; 4];
             self.stream.read_exact(&mut len).await.ok()?;
@@ -77,7 +77,7 @@ impl Conn {
     }
 
     /// A response's correlation id and body, decoded in `version`.
-    pub async fn response<M: Decodable>(&mut self, api: ApiKey, version: i16) -> (i32, M) {
+    pub(crate) async fn response<M: Decodable>(&mut self, api: ApiKey, version: i16) -> (i32, M) {
         self.try_response(api, version)
             .await
             .expect("connection closed")
@@ -95,7 +95,7 @@ impl Conn {
 
     /// Sends a request and reads its answer, or `None` if the broker closed the
     /// connection instead.
-    pub async fn try_call<Req: Encodable, Resp: Decodable>(
+    pub(crate) async fn try_call<Req: Encodable, Resp: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,
@@ -107,7 +107,7 @@ impl Conn {
         Some(resp)
     }
 
-    pub async fn call<Req: Encodable, Resp: Decodable>(
+    pub(crate) async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,
@@ -119,7 +119,7 @@ impl Conn {
     }
 
     /// Whether the broker closed the connection (rather than answer).
-    pub async fn closed(&mut self) -> bool {
+    pub(crate) async fn closed(&mut self) -> bool {
         self.recv().await.is_none()
     }
 }

@@ -43,7 +43,7 @@ pub struct Broker {
     /// Its incarnation and lease (see `cluster.rs`).
     pub(crate) membership: shale_cluster::membership::Membership,
     /// What the controller remembers between passes.
-    pub(crate) controller: shale_cluster::elections::ControllerState,
+    pub(crate) controller: shale_cluster::controller::Controller,
     /// Its replica fetchers, and how they reach the leaders.
     pub(crate) followers: crate::fetchers::Followers,
     /// Every task the broker spawns (background passes, fetchers, uploads): shutdown
@@ -176,6 +176,8 @@ impl Broker {
             shale_coordinator::Coordinator::new(config.groups.clone()),
             shale_coordinator::ProducerIds::new(metastore.clone()),
         );
+        let controller =
+            shale_cluster::controller::Controller::new(metastore.clone(), config.broker_id);
         let broker = Arc::new(Self {
             config,
             metastore,
@@ -189,7 +191,7 @@ impl Broker {
             stats: crate::stats::Stats::default(),
             registry: crate::registry::Registry::new(shared),
             membership: shale_cluster::membership::Membership::new(data_dir_lock, cluster_id),
-            controller: shale_cluster::elections::ControllerState::default(),
+            controller,
             followers: crate::fetchers::Followers::new(replica_connector),
             coordinators,
             security,

@@ -52,72 +52,39 @@ impl Broker {
         self.membership.epoch()
     }
 
-    /// Renews this broker's lease. Whether the lease lapsed is judged when the answer
-    /// arrives, not when the renewal was sent: a slow renewal can land after the lease
-    /// ran out in the metastore and the controller moved leaderships. After a lapse the
+    /// Renews this broker's lease (see `Membership::renew`); after a lapse the
     /// metadata is read again before the lease counts as valid.
     pub(crate) async fn renew_lease(&self) -> Result<()> {
-        let lease_ms = self.config.cluster.lease_ms;
-        let sent = Instant::now();
-        let renewed = self
-            .metastore
-            .renew_broker_lease(
+        let renewal = self
+            .membership
+            .renew(
+                self.metastore.as_ref(),
                 self.config.broker_id,
-                self.broker_epoch(),
                 &self.config.advertised_address(),
-                lease_ms as i64,
+                self.config.cluster.lease_ms,
             )
             .await;
-        if let Err(shale_metastore::Error::BrokerEpochFenced { broker_id, .. }) = &renewed {
-            self.membership.drop_lease();
-            tracing::error!(
-                broker = broker_id,
-                "another process registered with this broker id: this one stops"
-            );
-            self.membership.mark_replaced();
+        if self.membership.replaced() {
             self.cancel.cancel();
         }
-        renewed?;
-        if !self.lease_valid() {
+        let renewal = renewal?;
+        if renewal.lapsed {
             tracing::info!(
                 broker = self.config.broker_id,
                 "lease (re)acquired, reloading metadata"
             );
             self.reconcile().await?;
         }
-        self.membership
-            .trust_lease_until(sent + Duration::from_millis(lease_ms * 3 / 4));
+        self.membership.trust(renewal);
         Ok(())
     }
 
     /// Gives up the lease (graceful shutdown), so leadership moves at once.
     pub(crate) async fn release_lease(&self) {
-        self.membership.drop_lease();
-        let id = self.config.broker_id;
-        match self
-            .metastore
-            .renew_broker_lease(
-                id,
-                self.broker_epoch(),
-                &self.config.advertised_address(),
-                0,
-            )
-            .await
-        {
-            Ok(()) => {}
-            Err(shale_metastore::Error::BrokerEpochFenced { .. }) => {
-                // Another process registered with this id: this one's stop is not the
-                // clean stop of the newest incarnation.
-                self.membership.mark_replaced();
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot release the broker lease"),
-        }
-        if let Ok(Some(c)) = self.metastore.controller().await
-            && c.broker_id == id
-            && let Err(e) = self.metastore.try_acquire_controller(id, 0).await
-        {
-            tracing::warn!(error = %e, "cannot release the controller lease");
-        }
+        let address = self.config.advertised_address();
+        (self.membership)
+            .release(self.metastore.as_ref(), self.config.broker_id, &address)
+            .await;
     }
 
     /// Start-up fence (see the module docs): registers a new incarnation (its lease
@@ -227,14 +194,7 @@ impl Broker {
 
     /// Live brokers (lease not expired) and their incarnations.
     pub(crate) async fn live_incarnations(&self) -> Result<HashMap<i32, i64>> {
-        Ok(self
-            .metastore
-            .list_brokers()
-            .await?
-            .into_iter()
-            .filter(BrokerLease::is_alive)
-            .map(|b| (b.broker_id, b.broker_epoch))
-            .collect())
+        Ok(shale_cluster::controller::live_incarnations(self.metastore.as_ref()).await?)
     }
 
     /// Live brokers (lease not expired), by id.
@@ -316,3 +276,6 @@ impl Broker {
         Ok((controller, brokers))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,97 +1,50 @@
-//! The controller: leader elections, ISR and ELR changes after deaths, preferred
-//! leader elections and leader rebalancing.
-//!
-//! One broker holds the controller lease (a compare-and-set row with an epoch). Each
-//! `controller_interval_ms` it looks for partitions whose leader's lease expired (or
-//! that have none) and elects the first live ISR member in replica order, bumping the
-//! leader epoch and dropping dead brokers from the ISR; with no live ISR member it
-//! elects a live out-of-sync replica only if `unclean.leader.election.enable`, and
-//! otherwise leaves the partition offline (leader -1) until an ISR member returns.
-//! A dead broker also leaves the ISR of partitions whose leader lives. Every change is
-//! a compare-and-set on the partition's version.
-//!
+//! The controller's glue (the controller itself is `shale_cluster::controller`): its
+//! passes with this broker's view of the topics' rules, and Kafka's ElectLeaders by
+//! topic name.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use shale_metastore::{PartitionState, StateGuard};
+use shale_cluster::controller::{ControllerSettings, ElectionError};
+use shale_cluster::elections::TopicRules;
 
 use crate::broker::Broker;
 use crate::error::{Error, Result};
-use shale_cluster::elections::{TopicRules, elect};
+
+impl From<ElectionError> for Error {
+    fn from(e: ElectionError) -> Self {
+        match e {
+            ElectionError::NotNeeded(b) => Error::ElectionNotNeeded(b),
+            ElectionError::PreferredLeaderNotAvailable(b) => Error::PreferredLeaderNotAvailable(b),
+            ElectionError::EligibleLeadersNotAvailable(r) => Error::EligibleLeadersNotAvailable(r),
+            ElectionError::Metastore(e) => e.into(),
+        }
+    }
+}
 
 impl Broker {
-    /// One controller round: take or renew the controller lease, then elect leaders
-    /// where needed. Does nothing on brokers that are not the controller.
+    /// One controller round (see `shale_cluster::controller`). Does nothing on brokers
+    /// that are not the controller.
     pub(crate) async fn controller_pass(&self) -> Result<()> {
-        let id = self.config.broker_id;
-        let lease_ms = self.config.cluster.lease_ms as i64;
-        let Some(lease) = self.metastore.try_acquire_controller(id, lease_ms).await? else {
-            return Ok(());
-        };
-        if self.controller.took_epoch(lease.epoch) {
-            tracing::info!(broker = id, epoch = lease.epoch, "became the controller");
-        }
-        let live = self.live_incarnations().await?;
         let cluster = &self.config.cluster;
-        if cluster.auto_leader_rebalance_enable
-            && self.controller.rebalance_due(Duration::from_millis(
-                cluster.leader_imbalance_check_interval_ms,
-            ))
-            && let Err(e) = self.rebalance_leaders().await
-        {
-            tracing::warn!(error = %e, "leader rebalance failed");
-        }
-        // Elections follow deaths and partition changes: with neither since a pass
-        // that decided everything, there is nothing to do (with many partitions, a
-        // full pass is the costliest thing an idle broker does).
+        let settings = ControllerSettings {
+            lease_ms: cluster.lease_ms,
+            auto_leader_rebalance: cluster.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms: cluster.leader_imbalance_check_interval_ms,
+        };
+        let rules = || {
+            self.topics_snapshot()
+                .iter()
+                .map(|t| {
+                    let rules = TopicRules {
+                        min_isr: t.config.min_insync_replicas.max(1) as usize,
+                        unclean: t.config.unclean_leader_election_enable,
+                    };
+                    (t.meta.id, rules)
+                })
+                .collect::<HashMap<uuid::Uuid, TopicRules>>()
+        };
         let digest = self.registry.states_digest();
-        if self.controller.may_skip(&live, digest) {
-            return Ok(());
-        }
-        let mut settled = true;
-        let rules: HashMap<uuid::Uuid, TopicRules> = self
-            .topics_snapshot()
-            .iter()
-            .map(|t| {
-                let rules = TopicRules {
-                    min_isr: t.config.min_insync_replicas.max(1) as usize,
-                    unclean: t.config.unclean_leader_election_enable,
-                };
-                (t.meta.id, rules)
-            })
-            .collect();
-        for state in self.metastore.list_partition_states().await? {
-            let topic_rules = rules.get(&state.topic_id).copied().unwrap_or(TopicRules {
-                min_isr: 1,
-                unclean: false,
-            });
-            let Some(next) = elect(&state, &live, topic_rules) else {
-                continue;
-            };
-            // Taking the lead from a broker requires its lease to have expired, and the
-            // new leader must still be the live incarnation this pass saw: one that
-            // restarted since may have lost what made it eligible.
-            let moved = next.leader != state.leader;
-            let guard = StateGuard {
-                expired: (moved && state.leader >= 0).then_some(state.leader),
-                alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
-            };
-            match self.metastore.update_partition_state(&next, guard).await {
-                Ok(stored) => tracing::info!(
-                    topic_id = %stored.topic_id, partition = stored.partition,
-                    old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
-                    isr = ?stored.isr, elr = ?stored.elr, "controller changed the partition's leader or ISR"
-                ),
-                Err(e) => {
-                    settled = false;
-                    tracing::info!(topic_id = %state.topic_id, partition = state.partition,
-                        error = %e, "leader change not written")
-                }
-            }
-        }
-        self.controller.passed(settled, live, digest);
-        Ok(())
+        Ok(self.controller.pass(settings, digest, rules).await?)
     }
 
     /// Kafka's ElectLeaders. `topic` `None` means every topic; `partitions` `None`
@@ -128,6 +81,13 @@ impl Broker {
                 .collect(),
         };
         let live = self.live_incarnations().await?;
+        let snapshot = self.topics_snapshot();
+        let min_isr = |id: &uuid::Uuid| {
+            snapshot
+                .iter()
+                .find(|t| t.meta.id == *id)
+                .map_or(1, |t| t.config.min_insync_replicas.max(1) as usize)
+        };
         let mut out = Vec::new();
         for state in self.metastore.list_partition_states().await? {
             let Some(name) = topics.get(&state.topic_id) else {
@@ -136,11 +96,9 @@ impl Broker {
             if partitions.is_some_and(|ps| !ps.contains(&state.partition)) {
                 continue;
             }
-            let result = if unclean {
-                self.elect_unclean(&state, &live).await
-            } else {
-                self.elect_preferred(&state, &live).await
-            };
+            let min_isr = min_isr(&state.topic_id);
+            let result =
+                (self.controller.elect(&state, &live, unclean, min_isr).await).map_err(Error::from);
             out.push((name.clone(), state.partition, result));
         }
         if let (Some(name), Some(wanted)) = (topic, partitions) {
@@ -157,105 +115,4 @@ impl Broker {
         out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         Ok(out)
     }
-
-    async fn elect_preferred(
-        &self,
-        state: &PartitionState,
-        live: &HashMap<i32, i64>,
-    ) -> Result<i32> {
-        let preferred = state.replicas.first().copied().unwrap_or(-1);
-        if state.leader == preferred {
-            return Err(Error::ElectionNotNeeded(preferred));
-        }
-        let Some(&epoch) = live
-            .get(&preferred)
-            .filter(|_| state.isr.contains(&preferred))
-        else {
-            return Err(Error::PreferredLeaderNotAvailable(preferred));
-        };
-        let next = PartitionState {
-            leader: preferred,
-            leader_epoch: state.leader_epoch + 1,
-            ..state.clone()
-        };
-        let guard = StateGuard {
-            expired: None,
-            alive: Some((preferred, epoch)),
-        };
-        let stored = self.metastore.update_partition_state(&next, guard).await?;
-        tracing::info!(topic_id = %stored.topic_id, partition = stored.partition,
-            old_leader = state.leader, leader = stored.leader, epoch = stored.leader_epoch,
-            "preferred leader elected");
-        Ok(stored.leader)
-    }
-
-    async fn elect_unclean(&self, state: &PartitionState, live: &HashMap<i32, i64>) -> Result<i32> {
-        if state.leader >= 0 {
-            return Err(Error::ElectionNotNeeded(state.leader));
-        }
-        let min_isr = self
-            .topics_snapshot()
-            .iter()
-            .find(|t| t.meta.id == state.topic_id)
-            .map_or(1, |t| t.config.min_insync_replicas.max(1) as usize);
-        let rules = TopicRules {
-            min_isr,
-            unclean: true,
-        };
-        let next = elect(state, live, rules)
-            .filter(|n| n.leader >= 0)
-            .ok_or_else(|| Error::EligibleLeadersNotAvailable(state.replicas.clone()))?;
-        let guard = StateGuard {
-            expired: None,
-            alive: Some((next.leader, live[&next.leader])),
-        };
-        let stored = self.metastore.update_partition_state(&next, guard).await?;
-        tracing::warn!(topic_id = %stored.topic_id, partition = stored.partition,
-            leader = stored.leader, epoch = stored.leader_epoch, isr = ?stored.isr,
-            "unclean leader election asked for: records only the lost replicas held are lost");
-        Ok(stored.leader)
-    }
-
-    /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, a
-    /// broker leading fewer than 90 % of the partitions it is the preferred replica of
-    /// gets them back where it is alive and in sync (Kafka's 10 % imbalance rule).
-    async fn rebalance_leaders(&self) -> Result<()> {
-        let states = self.metastore.list_partition_states().await?;
-        let mut preferred: HashMap<i32, (usize, usize)> = HashMap::new();
-        for s in &states {
-            if let Some(&p) = s.replicas.first() {
-                let entry = preferred.entry(p).or_default();
-                entry.0 += 1;
-                if s.leader != p {
-                    entry.1 += 1;
-                }
-            }
-        }
-        let imbalanced: Vec<i32> = preferred
-            .into_iter()
-            .filter(|(_, (total, off))| *off * 10 > *total)
-            .map(|(b, _)| b)
-            .collect();
-        if imbalanced.is_empty() {
-            return Ok(());
-        }
-        let live = self.live_incarnations().await?;
-        for s in &states {
-            let Some(p) = s.replicas.first() else {
-                continue;
-            };
-            // Only from a live leader: a dead one's partitions are the elections' job.
-            if imbalanced.contains(p) && s.leader != *p && live.contains_key(&s.leader) {
-                match self.elect_preferred(s, &live).await {
-                    Ok(_) | Err(Error::PreferredLeaderNotAvailable(_)) => {}
-                    Err(e) => tracing::info!(topic_id = %s.topic_id, partition = s.partition,
-                        error = %e, "preferred leader not elected"),
-                }
-            }
-        }
-        Ok(())
-    }
 }
-
-#[cfg(test)]
-mod tests;

@@ -55,12 +55,23 @@ pub struct Broker {
     pub security: shale_security::Security,
     pub(crate) cancel: CancellationToken,
 }
+/// Creates the data directory and checks that this process can write there, so that
+/// an unwritable one is reported as such (not as the metastore failing to open).
 fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
-        what: "create",
-        path: config.data_dir.clone(),
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+        what: "create the data directory",
+        path: dir.clone(),
         source,
-    })
+    })?;
+    let probe = dir.join(shale_log::layout::WRITE_PROBE);
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|source| StartError::DataDir {
+            what: "write to the data directory",
+            path: dir.clone(),
+            source,
+        })
 }
 
 impl Broker {

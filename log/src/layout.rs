@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// Locked for the process's lifetime.
 pub const DATA_DIR_LOCK: &str = ".lock";
+/// Written and removed at start, to check that the data directory is writable.
+pub const WRITE_PROBE: &str = ".write-probe";
 /// Written at the end of a clean shutdown, removed at start.
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
 /// The remote read cache's directory, unless `tiering.cache_dir` names another.

@@ -260,6 +260,20 @@ fn run_broker_to_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
     )
 }
 
+/// A data directory the broker cannot write to is named as such at start, not reported
+/// as the metastore failing to open (`/proc` is not writable even by root).
+#[test]
+fn an_unwritable_data_directory_is_named_at_start() {
+    let listen = format!("127.0.0.1:{}", common::free_port());
+    let (status, err) = run_broker_to_exit(&["--data-dir", "/proc", "--listen", &listen]);
+    assert!(!status.success());
+    assert!(
+        err.contains("cannot write to the data directory /proc"),
+        "{err}"
+    );
+    assert!(!err.contains("unable to open database file"), "{err}");
+}
+
 /// One process per data directory, and a data directory only with its own cluster
 /// and broker id: a second broker on the same directory, or one pointed at another
 /// cluster's metastore, refuses to start (the latter would otherwise delete every

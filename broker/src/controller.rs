@@ -43,7 +43,7 @@ impl Broker {
                 })
                 .collect::<HashMap<uuid::Uuid, TopicRules>>()
         };
-        let digest = self.registry.states_digest();
+        let digest = || self.registry.states_digest();
         Ok(self.controller.pass(settings, digest, rules).await?)
     }
 

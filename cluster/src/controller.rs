@@ -75,12 +75,13 @@ impl Controller {
 
     /// One controller round: take or renew the controller lease, then elect leaders
     /// where needed. Does nothing on brokers that are not the controller. `digest`
-    /// changes whenever a partition's state did; `rules` gives each topic's election
-    /// rules, asked for only when the round does not skip.
+    /// reads a value that changes whenever a partition's state did (read just before
+    /// deciding whether the round may skip); `rules` gives each topic's election rules,
+    /// asked for only when the round does not skip.
     pub async fn pass(
         &self,
         settings: ControllerSettings,
-        digest: u64,
+        digest: impl FnOnce() -> u64,
         rules: impl FnOnce() -> HashMap<uuid::Uuid, TopicRules>,
     ) -> shale_metastore::Result<()> {
         let id = self.broker_id;
@@ -103,6 +104,7 @@ impl Controller {
         // Elections follow deaths and partition changes: with neither since a pass
         // that decided everything, there is nothing to do (with many partitions, a
         // full pass is the costliest thing an idle broker does).
+        let digest = digest();
         if self.state.may_skip(&live, digest) {
             return Ok(());
         }

@@ -99,17 +99,25 @@ pub(super) fn resolve_listeners(
             // gRPC carries a user and password with each call, and HTTP a session
             // cookie from a login, checked against the users' SCRAM credentials: there
             // are no mechanisms and no re-authentication.
+            // Nor a bound on requests in flight on one connection: HTTP/2 multiplexes.
             for (field, set) in [
                 ("sasl_mechanisms", s.sasl_mechanisms.is_some()),
                 (
                     "connections_max_reauth_ms",
                     s.connections_max_reauth_ms.is_some(),
                 ),
+                ("max_inflight_requests", s.max_inflight_requests.is_some()),
             ] {
                 if set {
                     return Err(invalid(key(field), "applies to kafka listeners only"));
                 }
             }
+        }
+        if protocol == Protocol::Http && s.max_connections.is_some() {
+            return Err(invalid(
+                key("max_connections"),
+                "applies to kafka and grpc listeners only (put a reverse proxy before an http one)",
+            ));
         }
         let security = ListenerSecurity::resolve(SecurityKeys {
             security_protocol: s.security_protocol,

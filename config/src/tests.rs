@@ -151,6 +151,15 @@ fn listener_errors_name_the_key() {
             "cluster.inter_broker_listener",
         ),
         ("[listeners.grpc]\nbogus = 1\n", "bogus"),
+        // Keys a listener would not enforce.
+        (
+            "[listeners.http]\nmax_connections = 5\n",
+            "listeners.http.max_connections",
+        ),
+        (
+            "[listeners.grpc]\nmax_inflight_requests = 5\n",
+            "listeners.grpc.max_inflight_requests",
+        ),
     ] {
         let e = with_file(text).unwrap_err().to_string();
         assert!(e.contains(key), "{text}: {e}");

@@ -9,6 +9,7 @@ mod acls;
 mod admin;
 mod data;
 mod groups;
+mod limits;
 mod replication;
 mod security;
 mod users;
@@ -27,19 +28,23 @@ use tonic::Status;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+pub use limits::Limits;
 pub use replication::GrpcReplicaConnector;
 pub use security::Security;
 
-/// Largest gRPC message accepted or sent (a produce request of many batches, a large fetch).
+/// Largest gRPC message sent (a large fetch), and accepted between brokers (replication).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Serves the gRPC services on `listener` (the listener named `name` in the
-/// configuration, with its `security`) until `shutdown` resolves, then lets in-flight
-/// requests finish.
+/// configuration, with its `limits` and `security`) until `shutdown` resolves, then
+/// lets in-flight requests finish. The client services decode requests up to
+/// `limits.max_request_bytes`; replication, between brokers, up to
+/// [`MAX_MESSAGE_BYTES`].
 pub async fn serve(
     service: Service,
     name: &str,
     listener: tokio::net::TcpListener,
+    limits: Limits,
     security: Security,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
@@ -50,12 +55,14 @@ pub async fn serve(
         security: security.clone(),
     };
     let data = DataServer::new(front.clone())
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(limits.max_request_bytes)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let admin = AdminServer::new(front.clone())
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(limits.max_request_bytes)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let groups = GroupsServer::new(front.clone());
+    let groups = GroupsServer::new(front.clone())
+        .max_decoding_message_size(limits.max_request_bytes)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let replication = ReplicationServer::new(front.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -77,12 +84,14 @@ pub async fn serve(
     match security.tls {
         None => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = limits::limit_connections(incoming, limits.max_connections, name);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         Some(tls) => {
-            let incoming = security::tls_incoming(listener, tls, name);
+            let incoming = security::tls_incoming(listener, tls, name.clone());
+            let incoming = limits::limit_connections(incoming, limits.max_connections, name);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await

@@ -43,8 +43,8 @@ fn assignment_by_topic(bytes: &[u8]) -> Vec<(String, Vec<i32>)> {
 }
 
 pub(crate) async fn describe(s: Call, Path(group): Path<String>) -> ApiResult<Json<Value>> {
-    let d = s.service.describe_group(&s.ctx(), &group).await?;
     let lag = s.service.group_lag(&s.ctx(), &group).await?;
+    let d = &lag.group;
     let members: Vec<Value> = d
         .members
         .iter()

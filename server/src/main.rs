@@ -109,7 +109,12 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             Protocol::Grpc => {
                 let security = shale_grpc::Security::load(&l.security)
                     .with_context(|| format!("listener '{}'", l.name))?;
-                grpc.push((l.name.clone(), security, socket))
+                grpc.push((
+                    l.name.clone(),
+                    shale_grpc::Limits::from(l),
+                    security,
+                    socket,
+                ))
             }
             Protocol::Kafka => {
                 let security = shale_kafka::Security::load(&l.security)
@@ -188,15 +193,17 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
             cancel.cancel();
         });
     }
-    let served = futures::future::join_all(grpc.into_iter().map(|(name, security, socket)| {
-        let (service, cancel) = (service.clone(), cancel.clone());
-        async move {
-            shale_grpc::serve(service, &name, socket, security, cancel.cancelled_owned())
-                .await
-                .with_context(|| format!("gRPC listener '{name}' failed"))
-        }
-    }))
-    .await;
+    let served =
+        futures::future::join_all(grpc.into_iter().map(|(name, limits, security, socket)| {
+            let (service, cancel) = (service.clone(), cancel.clone());
+            async move {
+                let stopping = cancel.cancelled_owned();
+                shale_grpc::serve(service, &name, socket, limits, security, stopping)
+                    .await
+                    .with_context(|| format!("gRPC listener '{name}' failed"))
+            }
+        }))
+        .await;
     cancel.cancel();
     broker.shutdown(shutdown_timeout).await;
     tracing::info!("stopped");

@@ -516,3 +516,45 @@ async fn fetch_long_polls_until_data_arrives_or_max_wait() {
         4
     );
 }
+
+/// A gRPC listener enforces its `max_request_bytes` (a larger message is refused and
+/// nothing is written) and its `max_connections` (one more is closed at once while the
+/// first keeps working).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_listeners_enforce_their_request_size_and_connection_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let config = common::write_config(
+        dir.path(),
+        &format!(
+            "[listeners.grpc]\n[listeners.limited]\nprotocol = \"grpc\"\n\
+             listen = \"127.0.0.1:{port}\"\nmax_request_bytes = 1000\nmax_connections = 1\n"
+        ),
+    );
+    let broker = Broker::start(&["--config", config.to_str().unwrap()]).await;
+    let admin = broker.client().await;
+    admin
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+
+    let limited = Client::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+    let small = limited.produce_raw("t", 0, 1, batch(2, 10)).await.unwrap();
+    assert_eq!(small.error_code, ErrorCode::None as i32, "{small:?}");
+    let large = limited.produce_raw("t", 0, 1, batch(5, 10_000)).await;
+    assert!(
+        large.is_err(),
+        "a 50 kB request passed a 1000-byte limit: {large:?}"
+    );
+    assert_eq!(admin.list_offset("t", 0, -1).await.unwrap(), Some(2));
+
+    // The second connection is closed; the first still answers.
+    let second = match Client::connect(&format!("127.0.0.1:{port}")).await {
+        Ok(c) => c.list_topics().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    assert!(second.is_err(), "a second connection was served");
+    assert!(limited.list_topics().await.is_ok());
+    // The default listener is not limited.
+    assert!(admin.produce_raw("t", 0, 1, batch(5, 10_000)).await.is_ok());
+}

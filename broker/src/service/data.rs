@@ -190,12 +190,10 @@ impl Service {
             let r = match transactional_id {
                 Some(_) => Err(Error::TransactionsUnsupported),
                 None => match self.may_write_idempotently(ctx) {
-                    Ok(()) => Ok(self
-                        .broker
-                        .coordinators
-                        .producer_ids()
+                    Ok(()) => (self.broker.coordinators.producer_ids())
                         .init_producer_id()
-                        .await?),
+                        .await
+                        .map_err(Error::from),
                     Err(e) => Err(e),
                 },
             };

@@ -11,7 +11,7 @@ use shale_records::consumer_protocol;
 
 use super::{MemberRef, OffsetQuery, RequestContext, Service};
 use crate::error::{Error, Result};
-use crate::groups::{GroupError, OffsetCommit, lag};
+use crate::groups::{GroupDescription, GroupError, OffsetCommit, lag};
 use shale_security::acl::{Operation, ResourceType};
 
 /// One partition of a group: where it is committed, the end of its log, and who
@@ -30,9 +30,11 @@ pub struct PartitionLag {
     pub member_id: Option<String>,
 }
 
-/// Every partition a group commits to or has assigned, with its lag.
-#[derive(Debug, Clone, Default)]
+/// A group, and every partition it commits to or has assigned, with its lag.
+#[derive(Debug, Clone)]
 pub struct GroupLag {
+    /// The group's state and members, as the lag was computed with.
+    pub group: GroupDescription,
     /// By topic and partition.
     pub partitions: Vec<PartitionLag>,
     /// The sum of the known lags.
@@ -75,6 +77,8 @@ pub fn reset_offset(
     at_time: Option<i64>,
     clamp: bool,
 ) -> std::result::Result<i64, String> {
+    // Retention can move the start past an end read a moment earlier.
+    let latest = latest.max(earliest);
     let current = || current.ok_or_else(|| "no committed offset to start from".to_string());
     let offset = match to {
         ResetTo::Earliest => earliest,
@@ -102,8 +106,8 @@ fn assigned(bytes: &Bytes) -> Vec<(String, i32)> {
 }
 
 impl Service {
-    /// A group's lag per partition: the partitions it has committed offsets for and
-    /// those assigned to its members. `GROUP_ID_NOT_FOUND` for a group with neither
+    /// A group's state and members, and its lag per partition: the partitions it has
+    /// committed offsets for and those assigned to its members. `GROUP_ID_NOT_FOUND` for a group with neither
     /// members nor offsets.
     pub async fn group_lag(&self, ctx: &RequestContext, group: &str) -> Result<GroupLag> {
         let d = self.describe_group(ctx, group).await?;
@@ -122,7 +126,8 @@ impl Service {
             .map(|c| ((c.topic, c.partition), c.offset))
             .collect();
         let keys: BTreeSet<&(String, i32)> = owner.keys().chain(offsets.keys()).collect();
-        let mut out = GroupLag::default();
+        let mut partitions = Vec::with_capacity(keys.len());
+        let mut total_lag = 0;
         for (topic, partition) in keys {
             let key = (topic.clone(), *partition);
             let high_watermark = self
@@ -134,8 +139,8 @@ impl Service {
                 (Some(c), Some(e)) => Some(lag(c, e)),
                 _ => None,
             };
-            out.total_lag += lag.unwrap_or(0);
-            out.partitions.push(PartitionLag {
+            total_lag += lag.unwrap_or(0);
+            partitions.push(PartitionLag {
                 member_id: owner.get(&key).map(|m| m.to_string()),
                 topic: key.0,
                 partition: key.1,
@@ -144,7 +149,11 @@ impl Service {
                 lag,
             });
         }
-        Ok(out)
+        Ok(GroupLag {
+            partitions,
+            total_lag,
+            group: d,
+        })
     }
 
     /// Plans moving a group's committed offsets (see [`reset_offset`]) and, with

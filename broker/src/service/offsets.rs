@@ -107,8 +107,8 @@ fn assigned(bytes: &Bytes) -> Vec<(String, i32)> {
 
 impl Service {
     /// A group's state and members, and its lag per partition: the partitions it has
-    /// committed offsets for and those assigned to its members. `GROUP_ID_NOT_FOUND` for a group with neither
-    /// members nor offsets.
+    /// committed offsets for and those assigned to its members. `GROUP_ID_NOT_FOUND`
+    /// for a group with neither members nor offsets.
     pub async fn group_lag(&self, ctx: &RequestContext, group: &str) -> Result<GroupLag> {
         let d = self.describe_group(ctx, group).await?;
         let committed = self.fetch_offsets(ctx, group).await?;

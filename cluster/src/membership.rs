@@ -63,12 +63,12 @@ impl Membership {
     }
 
     /// Trusts the lease until `deadline`.
-    pub fn trust_lease_until(&self, deadline: Instant) {
+    fn trust_lease_until(&self, deadline: Instant) {
         *self.deadline() = Some(deadline);
     }
 
     /// Stops trusting the lease (given up, or taken by another process).
-    pub fn drop_lease(&self) {
+    fn drop_lease(&self) {
         *self.deadline() = None;
     }
 
@@ -81,7 +81,7 @@ impl Membership {
     }
 
     /// Another process registered with this broker id.
-    pub fn mark_replaced(&self) {
+    fn mark_replaced(&self) {
         self.replaced.store(true, Ordering::Relaxed);
     }
 

@@ -198,6 +198,23 @@ impl Broker {
                 }),
             );
         }
+        let taking_lead = to_apply
+            .iter()
+            .filter(|(p, s)| {
+                s.leader == me
+                    && s.version > p.role().version
+                    && !(p.is_leader() && p.leader_epoch() == s.leader_epoch)
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        let unread = self.read_remote_logs_before_leading(taking_lead).await;
+        if !unread.is_empty() {
+            tracing::warn!(
+                partitions = unread.len(),
+                "not taking the lead before the remote log is read; the next refresh retries"
+            );
+            to_apply.retain(|(_, s)| !unread.contains(&(s.topic_id, s.partition)));
+        }
         tokio::task::spawn_blocking(move || {
             let now = now_ms();
             for (p, s) in to_apply {

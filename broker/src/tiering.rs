@@ -19,6 +19,7 @@
 //! roll segments at different offsets) it copies the rest of that segment as a
 //! segment of its own, so the remote log has neither a gap nor an overlap.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use shale_metastore::RemoteSegment;
@@ -144,9 +145,32 @@ impl Broker {
         self.read_remote_logs(unloaded, false).await;
     }
 
+    /// Re-reads the remote logs of tiered partitions that this broker is about to lead
+    /// at a new epoch, so that whether it takes the bucket over (see
+    /// `Partition::apply_state`) is decided on the whole remote log: once the new
+    /// epoch is in the metastore no copy made under an older one can finish, so this
+    /// read holds every segment the bucket will keep from before. Returns the
+    /// partitions whose remote log could not be read: they must not take the lead yet.
+    pub(crate) async fn read_remote_logs_before_leading(
+        &self,
+        parts: Vec<Arc<Partition>>,
+    ) -> HashSet<(uuid::Uuid, i32)> {
+        let tiered = parts
+            .into_iter()
+            .filter(|p| p.config().remote_storage_enable)
+            .collect();
+        self.read_remote_logs(tiered, true).await
+    }
+
     /// Reads the remote logs of `parts` from the metastore, one read per topic, and
-    /// installs them (`refresh`: also over loaded ones).
-    async fn read_remote_logs(&self, parts: Vec<Arc<Partition>>, refresh: bool) {
+    /// installs them (`refresh`: also over loaded ones). Returns the partitions whose
+    /// read failed (logged; the next refresh tries again).
+    async fn read_remote_logs(
+        &self,
+        parts: Vec<Arc<Partition>>,
+        refresh: bool,
+    ) -> HashSet<(uuid::Uuid, i32)> {
+        let mut failed = HashSet::new();
         let mut by_topic: std::collections::BTreeMap<uuid::Uuid, Vec<Arc<Partition>>> =
             Default::default();
         for p in parts {
@@ -157,6 +181,7 @@ impl Broker {
                 Ok(logs) => logs,
                 Err(e) => {
                     tracing::warn!(topic = %parts[0].topic, error = %e, "cannot read remote segments");
+                    failed.extend(parts.iter().map(|p| (p.topic_id, p.index)));
                     continue;
                 }
             };
@@ -182,6 +207,7 @@ impl Broker {
                 }
             }
         }
+        failed
     }
 
     async fn load_remote_index_locked(&self, p: &Partition) -> Result<RemoteState> {

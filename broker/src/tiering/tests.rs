@@ -255,3 +255,65 @@ async fn segments_deleted_by_remote_retention_are_not_copied_again() {
     p.apply_retention(crate::clock::now_ms()).unwrap();
     assert!(p.offsets().local_log_start_offset > copied_end);
 }
+
+/// Finding: a replica taking the lead decided whether to take the bucket over from its
+/// own view of the remote log, which a follower refreshes only now and then. With a
+/// view older than the last copies it saw a remote log ending below its log end, kept
+/// its log and took produce there; its first copy then cut the remote log at its log
+/// end, deleting records the bucket held (committed under the old leader). The remote
+/// log is now read afresh as the replica takes the lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_with_a_stale_remote_view_takes_the_whole_bucket_over() {
+    use shale_metastore::{Metastore, StateGuard};
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = tiered(dir.path(), 40, &[]).await;
+    t.broker.upload_pass().await.unwrap();
+    let copied = finished(&t, &p).await;
+    let (first_end, remote_end) = (copied[0].1, copied.last().unwrap().1);
+    assert!(remote_end > first_end + 10, "{copied:?}");
+    // Another broker leads; this one, following, loses its log above first_end + 1
+    // (as a follower truncating to an unclean leader would) and keeps a view of the
+    // remote log from before the later copies.
+    depose(&p);
+    let role = p.role();
+    let at = crate::partition::FollowerPosition {
+        log_end_offset: p.offsets().log_end_offset,
+        last_epoch: 0,
+        leader: role.leader,
+        leader_epoch: role.leader_epoch,
+        state_version: role.version,
+    };
+    assert!(p.truncate_diverged(&at, 0, first_end + 2).unwrap());
+    let stale = RemoteState {
+        segments: Arc::new(p.remote_state().segments[..1].to_vec()),
+        end_offset: first_end,
+        ..p.remote_state()
+    };
+    p.set_remote_state(stale);
+    // The metastore makes it leader again, at a newer epoch and version than it holds.
+    let stored = t.metastore.list_partition_states().await.unwrap();
+    let mut s = stored
+        .into_iter()
+        .find(|s| s.topic_id == p.topic_id)
+        .unwrap();
+    for (leader, epoch) in [(7, 1), (0, 2)] {
+        s.leader = leader;
+        s.leader_epoch = epoch;
+        s.isr = vec![leader];
+        s = t
+            .metastore
+            .update_partition_state(&s, StateGuard::default())
+            .await
+            .unwrap();
+    }
+    assert!(s.version > role.version);
+    t.broker.reconcile().await.unwrap();
+    assert!(p.is_leader());
+    assert_eq!(
+        p.offsets().log_end_offset,
+        remote_end + 1,
+        "the new leader did not take the whole remote log over"
+    );
+    t.broker.upload_pass().await.unwrap();
+    assert_eq!(finished(&t, &p).await, copied, "the remote log changed");
+}

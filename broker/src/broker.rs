@@ -251,7 +251,7 @@ impl Broker {
         let data_dir = broker.config.data_dir.clone();
         tokio::task::spawn_blocking(move || {
             // Segment tails a copy left behind when the broker stopped.
-            let _ = std::fs::remove_dir_all(data_dir.join("tier-tmp"));
+            let _ = std::fs::remove_dir_all(data_dir.join(shale_log::layout::TIER_TMP_DIR));
             remove_orphans(&data_dir, &known)
         })
         .await

@@ -70,7 +70,7 @@ pub(crate) fn check_data_dir_identity(
     cluster_id: uuid::Uuid,
     broker_id: i32,
 ) -> Result<(), StartError> {
-    let path = data_dir.join("meta.properties");
+    let path = data_dir.join(shale_log::layout::META_PROPERTIES);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let field = |key: &str| {

@@ -534,7 +534,7 @@ async fn apply_local_retention(p: Arc<Partition>) {
 /// A fresh directory under `{data_dir}/tier-tmp` for a segment tail being copied.
 fn tempfile_dir(data_dir: &std::path::Path) -> Result<std::path::PathBuf> {
     let dir = data_dir
-        .join("tier-tmp")
+        .join(shale_log::layout::TIER_TMP_DIR)
         .join(uuid::Uuid::new_v4().simple().to_string());
     std::fs::create_dir_all(&dir).map_err(Error::Storage)?;
     Ok(dir)

@@ -4,7 +4,9 @@
 //! ```text
 //! {data_dir}/.lock                      one process per data directory
 //! {data_dir}/.clean-shutdown            the incarnation that last stopped cleanly
+//! {data_dir}/meta.properties            the cluster and broker the directory belongs to
 //! {data_dir}/remote-cache/              the remote read cache (unless configured elsewhere)
+//! {data_dir}/tier-tmp/                  segment tails being copied (emptied at start)
 //! {data_dir}/{topic}-{partition}/       one partition
 //!     partition.metadata                the topic id it belongs to
 //!     leader-epoch-checkpoint           the leader epochs and their start offsets
@@ -24,8 +26,12 @@ pub const DATA_DIR_LOCK: &str = ".lock";
 pub const WRITE_PROBE: &str = ".write-probe";
 /// Written at the end of a clean shutdown, removed at start.
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".clean-shutdown";
+/// The cluster id and broker id the data directory belongs to.
+pub const META_PROPERTIES: &str = "meta.properties";
 /// The remote read cache's directory, unless `tiering.cache_dir` names another.
 pub const REMOTE_CACHE_DIR: &str = "remote-cache";
+/// Segment tails cut out for a copy to the object store, removed at start.
+pub const TIER_TMP_DIR: &str = "tier-tmp";
 /// In a partition directory: the topic id it belongs to.
 pub const PARTITION_METADATA: &str = "partition.metadata";
 /// In a partition directory: the leader epoch checkpoint.

@@ -197,6 +197,13 @@ def test_topics(b, stack, shots):
         for f in ("partition_count", "replication_factor", "local_bytes", "remote_bytes"):
             assert num(row[f]) == api[name][f], (name, f, row, api[name])
     assert api["logs"]["remote_bytes"] > api["logs"]["local_bytes"] > 0, api["logs"]
+    # local.retention.bytes=1, and local.retention.ms a day by default, capped by the
+    # total (which the topic test may have lowered); the total has no size bound.
+    t = api["logs"]
+    assert t["local_retention_bytes"] == 1 and t["retention_bytes"] == -1, t
+    assert t["local_retention_ms"] == min(86400000, t["retention_ms"]) > 0, t
+    assert rows["logs"]["local_retention"].endswith(" or 1 B per partition"), rows["logs"]
+    assert rows["logs"]["retention"] not in ("forever", ""), rows["logs"]
     assert b.js("return document.querySelector('tr[data-topic=logs] .bar .remote').style.width") != "0%"
     # The pages link to each other: the topic's link opens its page.
     b.click("tr[data-topic=logs] a")

@@ -73,6 +73,15 @@ function duration(ms) {
   return (s / 86400).toFixed(1) + " d";
 }
 
+// A retention bound: time and size per partition, whichever is reached first.
+function retention(ms, size, field) {
+  const parts = [];
+  if (ms !== undefined && ms >= 0) parts.push(duration(ms));
+  if (size !== undefined && size >= 0) parts.push(bytes(size) + " per partition");
+  return h("td", { "data-field": field, title: "records go when either bound is reached" },
+    parts.length ? parts.join(" or ") : "forever");
+}
+
 function table(headers, rows, attrs) {
   return h("table", attrs || {},
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { class: x.endsWith("#") ? "num" : "" }, x.replace(/#$/, ""))))),
@@ -191,7 +200,9 @@ async function topicsPage(page) {
       h("tr", { "data-topic": t.name },
         h("td", {}, h("a", { href: `#/topic/${encodeURIComponent(t.name)}` }, t.name)),
         num(t.partition_count, "partition_count"), num(t.replication_factor, "replication_factor"),
-        h("td", {}, duration(t.retention_ms)), h("td", {}, duration(t.local_retention_ms)), h("td", {}, t.remote_storage_enable ? "yes" : "no"),
+        retention(t.retention_ms, t.retention_bytes, "retention"),
+        retention(t.local_retention_ms, t.local_retention_bytes, "local_retention"),
+        h("td", {}, t.remote_storage_enable ? "yes" : "no"),
         h("td", { class: "num", "data-field": "local_bytes", "data-value": t.local_bytes }, bytes(t.local_bytes)),
         h("td", { class: "num", "data-field": "remote_bytes", "data-value": t.remote_bytes }, bytes(t.remote_bytes)),
         h("td", {}, sizeBar(t.local_bytes, t.remote_bytes, max))))),

@@ -241,14 +241,20 @@ async fn topic_json(s: &Call, name: &str) -> ApiResult<Value> {
         .into_iter()
         .map(|c| json!({ "name": c.name, "value": c.value, "source": format!("{:?}", c.source).to_lowercase() }))
         .collect();
+    // What applies: compaction alone keeps no time or size bound, and a tiered
+    // topic's local bound is its `local.retention.*` (-2: the total's).
+    let (retention_ms, retention_bytes) = d.config.total_retention();
+    let local_bound = d.config.log_config();
     Ok(json!({
         "name": d.topic.name,
         "id": d.topic.id.to_string(),
         "partition_count": d.topic.partitions,
         "replication_factor": d.topic.replication_factor,
         "created_at_ms": d.topic.created_at_ms,
-        "retention_ms": d.config.retention_ms,
-        "local_retention_ms": d.config.local_retention_ms,
+        "retention_ms": retention_ms,
+        "retention_bytes": retention_bytes,
+        "local_retention_ms": local_bound.retention_ms,
+        "local_retention_bytes": local_bound.retention_bytes,
         "remote_storage_enable": d.config.remote_storage_enable,
         "local_bytes": local,
         "remote_bytes": remote,

@@ -4,7 +4,7 @@
 //!
 //! The world is one partition on a few brokers, with a metastore holding its state and
 //! each broker's lease, and a remote tier. Every interleaving of these steps is explored
-//! (breadth first, each distinct world once):
+//! (depth first, each distinct world once):
 //! - a produce with acks=1 or acks=all at a broker that leads with a valid lease, and
 //!   the acknowledgement of an acks=all produce once the HW passed it;
 //! - a follower's fetch from the broker it follows: the divergence check, truncation,
@@ -38,6 +38,8 @@
 
 use std::collections::HashMap;
 
+use smallvec::{SmallVec, smallvec};
+
 use shale_metastore::{PartitionState, Recovering};
 
 use crate::elections::{TopicRules, elect};
@@ -53,6 +55,10 @@ use crate::rules::{
 };
 
 pub(super) use search::check;
+
+/// The model's lists: a few entries each, kept inline (a world is cloned for every
+/// step explored).
+type Small<T> = SmallVec<[T; 4]>;
 
 /// The protocol's guards against loss; each can be turned off to show it is needed.
 #[derive(Debug, Clone, Copy)]
@@ -122,9 +128,9 @@ pub(super) struct Bounds {
 struct Meta {
     leader: i32,
     epoch: i32,
-    isr: Vec<i32>,
-    elr: Vec<i32>,
-    recovering: Vec<Recovering>,
+    isr: Small<i32>,
+    elr: Small<i32>,
+    recovering: Small<Recovering>,
     version: i64,
 }
 
@@ -139,26 +145,26 @@ struct Node {
     role: Option<Meta>,
     hw: i64,
     /// Leader: each follower's log end and incarnation (-1: not heard from).
-    progress: Vec<(i64, i64)>,
+    progress: Small<(i64, i64)>,
     /// Leader: followers whose ISR addition it wrote.
-    pending: Vec<i32>,
+    pending: Small<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct World {
-    nodes: Vec<Node>,
+    nodes: Small<Node>,
     meta: Meta,
     /// Per broker: whether its lease runs in the metastore, and which incarnation
     /// renewed it last.
-    leases: Vec<(bool, i64)>,
-    remote: Vec<(i32, u8)>,
+    leases: Small<(bool, i64)>,
+    remote: Small<(i32, u8)>,
     /// acks=all produces waiting for the HW: (broker, epoch, offset, value).
-    waiting: Vec<(i32, i32, i64, u8)>,
-    acked: Vec<(i64, u8)>,
+    waiting: Small<(i32, i32, i64, u8)>,
+    acked: Small<(i64, u8)>,
     /// Values at every offset below the highest HW exposed so far.
-    exposed: Vec<u8>,
+    exposed: Small<u8>,
     /// Who wrote in each epoch.
-    writers: Vec<(i32, i32)>,
+    writers: Small<(i32, i32)>,
     produced: u8,
     crashes: u8,
     /// A restart lost data (once per run: one replica losing data is what replication
@@ -179,9 +185,16 @@ pub(super) struct Outcome {
 struct Model {
     guards: Guards,
     bounds: Bounds,
+    /// Whether steps are labelled (for a trace; the search itself needs no labels).
+    labels: bool,
 }
 
 impl Model {
+    /// A step's label, made only when labels are wanted.
+    fn say(&self, label: impl FnOnce() -> String) -> String {
+        if self.labels { label() } else { String::new() }
+    }
+
     fn rules(&self) -> TopicRules {
         TopicRules {
             min_isr: self.bounds.min_isr,
@@ -190,13 +203,13 @@ impl Model {
     }
 
     fn initial(&self) -> World {
-        let ids: Vec<i32> = (0..self.bounds.brokers as i32).collect();
+        let ids: Small<i32> = (0..self.bounds.brokers as i32).collect();
         let meta = Meta {
             leader: 0,
             epoch: 0,
             isr: ids.clone(),
-            elr: Vec::new(),
-            recovering: Vec::new(),
+            elr: Small::new(),
+            recovering: Small::new(),
             version: 0,
         };
         let node = Node {
@@ -205,23 +218,23 @@ impl Model {
             leaving: false,
             log: Log {
                 start: 0,
-                entries: Vec::new(),
-                epochs: Vec::new(),
+                entries: Small::new(),
+                epochs: Small::new(),
             },
             role: None,
             hw: 0,
-            progress: vec![(-1, -1); self.bounds.brokers],
-            pending: Vec::new(),
+            progress: smallvec![(-1, -1); self.bounds.brokers],
+            pending: Small::new(),
         };
         let mut w = World {
-            nodes: vec![node; self.bounds.brokers],
+            nodes: smallvec![node; self.bounds.brokers],
             meta,
-            leases: vec![(true, 1); self.bounds.brokers],
-            remote: Vec::new(),
-            waiting: Vec::new(),
-            acked: Vec::new(),
-            exposed: Vec::new(),
-            writers: Vec::new(),
+            leases: smallvec![(true, 1); self.bounds.brokers],
+            remote: Small::new(),
+            waiting: Small::new(),
+            acked: Small::new(),
+            exposed: Small::new(),
+            writers: Small::new(),
             produced: 0,
             crashes: 0,
             lost: false,
@@ -241,9 +254,9 @@ impl Model {
             replicas: (0..self.bounds.brokers as i32).collect(),
             leader: m.leader,
             leader_epoch: m.epoch,
-            isr: m.isr.clone(),
-            elr: m.elr.clone(),
-            recovering: m.recovering.clone(),
+            isr: m.isr.to_vec(),
+            elr: m.elr.to_vec(),
+            recovering: m.recovering.to_vec(),
             version: m.version,
         }
     }
@@ -252,9 +265,9 @@ impl Model {
         Meta {
             leader: s.leader,
             epoch: s.leader_epoch,
-            isr: s.isr.clone(),
-            elr: s.elr.clone(),
-            recovering: s.recovering.clone(),
+            isr: Small::from_slice(&s.isr),
+            elr: Small::from_slice(&s.elr),
+            recovering: Small::from_slice(&s.recovering),
             version: s.version,
         }
     }
@@ -289,7 +302,7 @@ impl Model {
         } else {
             0
         };
-        let mut members: Vec<i32> = role.isr.clone();
+        let mut members: Small<i32> = role.isr.clone();
         if self.guards.maximal_isr {
             members.extend(n.pending.iter().copied());
         }
@@ -331,7 +344,7 @@ impl Model {
                 n.hw = n.hw.max(start);
             }
             n.log.start_epoch(meta.epoch);
-            n.progress = vec![(-1, -1); self.bounds.brokers];
+            n.progress = smallvec![(-1, -1); self.bounds.brokers];
         }
         n.role = Some(meta);
         self.advance_hw(w, b);

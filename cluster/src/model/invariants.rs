@@ -11,20 +11,25 @@ impl Model {
     /// 1 a lone member may hold acknowledged records (as docs/durability.md says): those that
     /// no other member of the ISR or ELR, no recovering replica and not the bucket
     /// holds are given up with it (a replica out of sync is not elected for what it
-    /// may hold). What is acknowledged or exposed from then on is checked as before;
+    /// may hold, nor a recovering one for more than the log it left the ISR with). What is acknowledged or exposed from then on is checked as before;
     /// with min.insync.replicas 2 or more nothing is given up.
     pub(super) fn give_up_lost(&self, w: &mut World, b: usize, log: &Log) {
         if self.bounds.min_isr > 1 {
             return;
         }
         let (nodes, meta, remote) = (&w.nodes, &w.meta, &w.remote);
-        let members: Vec<usize> = (0..nodes.len())
-            .filter(|&i| {
+        // Each other member, with the end of the log the election knows of it: a
+        // recovering replica is elected for the log it left with, not for what it has
+        // fetched since.
+        let members: Vec<(usize, i64)> = (0..nodes.len())
+            .filter(|&i| i != b)
+            .filter_map(|i| {
                 let id = i as i32;
-                i != b
-                    && (meta.isr.contains(&id)
-                        || meta.elr.contains(&id)
-                        || meta.recovering.iter().any(|r| r.broker == id))
+                if meta.isr.contains(&id) || meta.elr.contains(&id) {
+                    return Some((i, i64::MAX));
+                }
+                let r = meta.recovering.iter().find(|r| r.broker == id)?;
+                Some((i, r.log_end))
             })
             .collect();
         let held = |o: i64, v: u8| {
@@ -32,9 +37,9 @@ impl Model {
                 || remote.get(o as usize).map(|e| e.1) == Some(v)
                 || members
                     .iter()
-                    .any(|&i| nodes[i].log.at(o).map(|e| e.1) == Some(v))
+                    .any(|&(i, end)| o < end && nodes[i].log.at(o).map(|e| e.1) == Some(v))
         };
-        w.acked.retain(|&(o, v)| held(o, v));
+        w.acked.retain(|&mut (o, v)| held(o, v));
         if let Some(first) = (0..w.exposed.len()).find(|&o| !held(o as i64, w.exposed[o])) {
             w.exposed.truncate(first);
         }

@@ -1,6 +1,7 @@
 //! The model's local log, kept as `shale_log` keeps its batches and epochs, and how
 //! the broker's rules see the model's remote log against it.
 
+use super::Small;
 use crate::rules::{RemoteRange, remote_divergence, takeover_start};
 
 /// A local log: entries (leader epoch, value) from `start`, and the epoch cache (each
@@ -8,8 +9,8 @@ use crate::rules::{RemoteRange, remote_divergence, takeover_start};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Log {
     pub(super) start: i64,
-    pub(super) entries: Vec<(i32, u8)>,
-    pub(super) epochs: Vec<(i32, i64)>,
+    pub(super) entries: Small<(i32, u8)>,
+    pub(super) epochs: Small<(i32, i64)>,
 }
 
 impl Log {

@@ -32,7 +32,7 @@ impl Model {
                     self.advance_hw(&mut next, b);
                     let acks = if all { "all" } else { "1" };
                     out.push((
-                        format!("{b} takes acks={acks} value {value} at {offset}"),
+                        self.say(|| format!("{b} takes acks={acks} value {value} at {offset}")),
                         next,
                     ));
                 }
@@ -48,7 +48,10 @@ impl Model {
                     let mut next = w.clone();
                     next.waiting.remove(i);
                     next.acked.push((offset, value));
-                    out.push((format!("{b} acknowledges value {value} at {offset}"), next));
+                    out.push((
+                        self.say(|| format!("{b} acknowledges value {value} at {offset}")),
+                        next,
+                    ));
                 }
             }
             // Learn the metastore's state (a restarting broker serves nothing before it
@@ -62,7 +65,10 @@ impl Model {
             {
                 let mut next = w.clone();
                 self.apply_meta(&mut next, b);
-                out.push((format!("{b} applies state v{}", w.meta.version), next));
+                out.push((
+                    self.say(|| format!("{b} applies state v{}", w.meta.version)),
+                    next,
+                ));
             }
             // Fetch from the leader it follows.
             if let Some(next) = self.fetch(w, b) {
@@ -77,19 +83,20 @@ impl Model {
                     if !lags {
                         continue;
                     }
-                    let isr: Vec<i32> = role.isr.iter().copied().filter(|&m| m != f).collect();
+                    let isr: Small<i32> = role.isr.iter().copied().filter(|&m| m != f).collect();
                     let elr =
-                        elr_after_isr_change(&role.elr, &role.isr, &isr, None, self.bounds.min_isr);
+                        elr_after_isr_change(&role.elr, &role.isr, &isr, None, self.bounds.min_isr)
+                            .into();
                     let mut next = w.clone();
                     next.shrinks += 1;
                     let meta = Meta {
-                        recovering: still_recovering(&role.recovering, &isr),
+                        recovering: still_recovering(&role.recovering, &isr).into(),
                         isr,
                         elr,
                         ..role.clone()
                     };
                     if Self::write_meta(&mut next, meta, role.version) {
-                        out.push((format!("{b} drops {f} from the ISR"), next));
+                        out.push((self.say(|| format!("{b} drops {f} from the ISR")), next));
                     }
                 }
             }
@@ -103,7 +110,10 @@ impl Model {
             {
                 let mut next = w.clone();
                 next.remote.truncate(from as usize);
-                out.push((format!("{b} cuts the remote log at {from}"), next));
+                out.push((
+                    self.say(|| format!("{b} cuts the remote log at {from}")),
+                    next,
+                ));
             } else if self.bounds.tiering && self.acting_leader(w, b) {
                 let end = w.remote.len() as i64;
                 if end < node.hw && node.log.start <= end {
@@ -112,14 +122,17 @@ impl Model {
                         let e = node.log.at(o).unwrap();
                         next.remote.push(e);
                     }
-                    out.push((format!("{b} uploads up to {}", node.hw), next));
+                    out.push((self.say(|| format!("{b} uploads up to {}", node.hw)), next));
                 }
                 if node.log.start < end && end <= node.log.leo() {
                     let mut next = w.clone();
                     let log = &mut next.nodes[b].log;
                     log.entries.drain(..(end - log.start) as usize);
                     log.start = end;
-                    out.push((format!("{b} trims its local log to {end}"), next));
+                    out.push((
+                        self.say(|| format!("{b} trims its local log to {end}")),
+                        next,
+                    ));
                 }
             }
             // Crash.
@@ -128,7 +141,7 @@ impl Model {
                 next.crashes += 1;
                 next.nodes[b].up = false;
                 next.waiting.retain(|x| x.0 != b as i32);
-                out.push((format!("{b} crashes"), next));
+                out.push((self.say(|| format!("{b} crashes")), next));
             }
             // Restart: the log as it was, or a prefix of it (an unflushed tail lost), or
             // nothing (a new disk).
@@ -139,13 +152,13 @@ impl Model {
                         let mut log = node.log.clone();
                         log.entries.truncate((keep - log.start) as usize);
                         log.truncate_from_end(keep);
-                        logs.push((format!("losing its tail from {keep}"), log));
+                        logs.push((self.say(|| format!("losing its tail from {keep}")), log));
                     }
                     if node.log.leo() > 0 {
                         let empty = Log {
                             start: 0,
-                            entries: Vec::new(),
-                            epochs: Vec::new(),
+                            entries: Small::new(),
+                            epochs: Small::new(),
                         };
                         logs.push(("on an empty disk".to_string(), empty));
                     }
@@ -163,9 +176,9 @@ impl Model {
                     m.hw = log.start;
                     m.log = log;
                     m.role = None;
-                    m.progress = vec![(-1, -1); n];
+                    m.progress = smallvec![(-1, -1); n];
                     m.pending.clear();
-                    out.push((format!("{b} restarts {how}"), next));
+                    out.push((self.say(|| format!("{b} restarts {how}")), next));
                 }
             }
             // Leave the ISRs after a restart (unclean stops only: SIGKILL or power).
@@ -181,15 +194,17 @@ impl Model {
                 let mut next = w.clone();
                 next.nodes[b].leaving = false;
                 match decided {
-                    None => out.push((format!("{b} has no ISR to leave"), next)),
+                    None => out.push((self.say(|| format!("{b} has no ISR to leave")), next)),
                     Some(s) => {
                         let version = w.meta.version;
                         if Self::write_meta(&mut next, Self::meta_of(&s), version) {
                             out.push((
-                                format!(
-                                    "{b} leaves: isr {:?} elr {:?} leader {}",
-                                    s.isr, s.elr, s.leader
-                                ),
+                                self.say(|| {
+                                    format!(
+                                        "{b} leaves: isr {:?} elr {:?} leader {}",
+                                        s.isr, s.elr, s.leader
+                                    )
+                                }),
                                 next,
                             ));
                         }
@@ -201,14 +216,14 @@ impl Model {
                 let mut next = w.clone();
                 next.leases[b].0 = false;
                 next.pauses += u8::from(node.up);
-                out.push((format!("{b}'s lease expires"), next));
+                out.push((self.say(|| format!("{b}'s lease expires")), next));
             }
             // Renewal by a running broker (after a lapse it reloads the metadata).
             if node.up && !node.leaving && w.leases[b] != (true, node.incarnation) {
                 let mut next = w.clone();
                 next.leases[b] = (true, node.incarnation);
                 self.apply_meta(&mut next, b);
-                out.push((format!("{b} renews its lease"), next));
+                out.push((self.say(|| format!("{b} renews its lease")), next));
             }
         }
         // The controller's pass.
@@ -222,10 +237,12 @@ impl Model {
                 let mut next = w.clone();
                 if Self::write_meta(&mut next, Self::meta_of(&s), state.version) {
                     out.push((
-                        format!(
-                            "controller: leader {} epoch {} isr {:?} elr {:?}",
-                            s.leader, s.leader_epoch, s.isr, s.elr
-                        ),
+                        self.say(|| {
+                            format!(
+                                "controller: leader {} epoch {} isr {:?} elr {:?}",
+                                s.leader, s.leader_epoch, s.isr, s.elr
+                            )
+                        }),
                         next,
                     ));
                 }
@@ -283,7 +300,7 @@ impl Model {
                 let target = truncation_point(end, m.log.epoch_end_offset(epoch));
                 m.log.truncate_to(target);
                 m.hw = m.hw.min(m.log.leo());
-                return Some((format!("{f} truncates to {target}"), next));
+                return Some((self.say(|| format!("{f} truncates to {target}")), next));
             }
             FetchCheck::OutOfRange => {
                 if fetch_offset > leader.log.start {
@@ -293,7 +310,10 @@ impl Model {
                 let m = &mut next.nodes[f];
                 m.log.reset_to(start);
                 m.hw = start;
-                return Some((format!("{f} restarts its log at {start}"), next));
+                return Some((
+                    self.say(|| format!("{f} restarts its log at {start}")),
+                    next,
+                ));
             }
             FetchCheck::Serve => {}
         }
@@ -318,7 +338,7 @@ impl Model {
         self.advance_hw(&mut next, l);
         let lrole = lrole.clone();
         let in_isr = lrole.isr.contains(&(f as i32));
-        let mut label = format!("{f} fetches from {l} at {fetch_offset}");
+        let mut label = self.say(|| format!("{f} fetches from {l} at {fetch_offset}"));
         let isr_change = if went_back && in_isr {
             Some(
                 lrole
@@ -326,7 +346,7 @@ impl Model {
                     .iter()
                     .copied()
                     .filter(|&b| b != f as i32)
-                    .collect::<Vec<_>>(),
+                    .collect::<Small<_>>(),
             )
         } else if caught_up && !in_isr {
             let mut isr = lrole.isr.clone();
@@ -343,10 +363,12 @@ impl Model {
             && self.acting_leader(w, l)
         {
             let lost = went_back.then_some(f as i32);
-            let elr = elr_after_isr_change(&lrole.elr, &lrole.isr, &isr, lost, self.bounds.min_isr);
-            label += &format!(", ISR {isr:?} written");
+            let elr: Small<i32> =
+                elr_after_isr_change(&lrole.elr, &lrole.isr, &isr, lost, self.bounds.min_isr)
+                    .into();
+            label += &self.say(|| format!(", ISR {isr:?} written"));
             let meta = Meta {
-                recovering: still_recovering(&lrole.recovering, &isr),
+                recovering: still_recovering(&lrole.recovering, &isr).into(),
                 isr,
                 elr,
                 ..lrole.clone()

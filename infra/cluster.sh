@@ -20,6 +20,7 @@ ACCESS_KEY=shale-cluster
 SECRET_KEY=shale-cluster-secret
 DB=shale_cluster
 BOOTSTRAP=127.0.0.1:9093,127.0.0.1:9193,127.0.0.1:9293
+BIN=${CARGO_TARGET_DIR:-./target}/release
 KAFKA_BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292
 
 port_of() { echo $((9093 + 100 * ($1 - 1))); }
@@ -39,7 +40,7 @@ start_broker() {
   local log="$DIR/broker-$id.log" from pid
   touch "$log"
   from=$(($(wc -c <"$log") + 1))
-  ./target/release/shale-broker --config "$DIR/shale.toml" --broker-id "$id" \
+  "$BIN/shale-broker" --config "$DIR/shale.toml" --broker-id "$id" \
     --listen "127.0.0.1:$port" --kafka-listen "127.0.0.1:$((port - 1))" --data-dir "$DIR/broker-$id" >>"$log" 2>&1 &
   echo $! >"$DIR/broker-$id.pid"
   pid=$(cat "$DIR/broker-$id.pid")
@@ -98,7 +99,7 @@ secret_access_key = "$SECRET_KEY"
 TOML
   for id in 1 2 3; do start_broker "$id"; done
   echo "cluster up: --bootstrap $BOOTSTRAP (S3 http://127.0.0.1:$S3_PORT, metastore postgres://postgres@127.0.0.1:5432/$DB)"
-  echo "try: ./target/release/shale --bootstrap $BOOTSTRAP topic create demo --partitions 3"
+  echo "try: $BIN/shale --bootstrap $BOOTSTRAP topic create demo --partitions 3"
   echo "Kafka clients: bootstrap.servers=$KAFKA_BOOTSTRAP (e.g. kcat -L -b $KAFKA_BOOTSTRAP)"
 }
 
@@ -111,7 +112,7 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  status) ./target/release/shale --bootstrap "$BOOTSTRAP" cluster status ;;
+  status) "$BIN/shale" --bootstrap "$BOOTSTRAP" cluster status ;;
   kill)
     kill -9 "$(cat "$DIR/broker-${2:?broker id}.pid")"
     rm -f "$DIR/broker-$2.pid"

@@ -147,6 +147,8 @@ impl Partition {
     /// to its end (an unclean election of a replica that lost what the bucket kept),
     /// restarts its log after the remote log: it loses nothing of its own that way,
     /// where cutting the remote log at its log end would lose the bucket's records.
+    /// The refresh re-reads the remote log just before a state making this replica
+    /// leader is applied, so the view decided on is the whole remote log.
     pub(super) fn adopt_remote_log(&self, r: &mut Replica) -> Result<()> {
         let whole = self.whole_remote_state();
         let log_end = r.log.log_end_offset();

@@ -176,17 +176,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Warnings (e.g. retries, a consumer position reset) go to stderr, coloured only on
-    // a terminal; RUST_LOG overrides the level.
+    // Warnings (e.g. retries, a consumer position reset) go to stderr as `shale: warn:
+    // ...`, like the CLI's own messages; RUST_LOG overrides the level.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .with_target(false)
+        .with_ansi(false)
+        .event_format(Plain)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -263,6 +262,27 @@ fn parse_list_time(s: &str) -> anyhow::Result<i64> {
             .map_err(|_| anyhow::anyhow!("'{ms}' is out of range"))?,
         other => parse_rfc3339(other)?,
     })
+}
+
+/// Log lines as `shale: LEVEL: message field=value ...`.
+struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = event.metadata().level().as_str().to_lowercase();
+        write!(writer, "shale: {level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ pub(crate) struct ProduceArgs {
     /// 0, 1 or all.
     #[arg(long, default_value = "1")]
     acks: Acks,
-    /// Print `partition:offset` for each record once acknowledged, in input order.
+    /// Print `partition:offset` for each record once acknowledged, in input order
+    /// (`-1:-1` for a record that was not written, so lines stay aligned).
     #[arg(long)]
     print_offsets: bool,
     /// Largest batch in bytes, before compression (batch.size).
@@ -83,13 +84,20 @@ impl ProduceArgs {
     }
 }
 
-/// A record on its way: its line number and the answer to come.
-/// A record's line number, size and answer.
+/// A record on its way: its line number, size and the answer to come.
 type Pending = (u64, u64, shale_client::Result<DeliveryFuture>);
 
 pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> {
-    let mut producer = Producer::new(client, &args.topic, args.acks)
-        .await?
+    let producer = match Producer::new(client, &args.topic, args.acks).await {
+        Err(e) if e.code() == Some(shale_records::ErrorCode::UnknownTopicOrPartition) => {
+            anyhow::bail!(
+                "{e}: create it with `shale topic create {}` (brokers do not create topics on produce)",
+                args.topic
+            )
+        }
+        r => r?,
+    };
+    let mut producer = producer
         .with_batch_size(args.batch_size)
         .with_compression(args.compression)
         .with_linger(Duration::from_millis(args.linger_ms));
@@ -149,8 +157,8 @@ pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<Exi
 }
 
 /// Awaits each record's answer in input order: prints `partition:offset` of written
-/// ones (with `print_offsets`) and reports failed ones on stderr with their line.
-/// Returns how many were written and how many failed.
+/// ones (with `print_offsets`, and `-1:-1` for failed ones) and reports failed ones on
+/// stderr with their line. Returns how many were written and how many failed.
 async fn report(
     mut pending: mpsc::UnboundedReceiver<Pending>,
     print_offsets: bool,
@@ -172,6 +180,9 @@ async fn report(
             }
             Err(e) => {
                 failed += 1;
+                if print_offsets {
+                    out::print("-1:-1\n")?;
+                }
                 eprintln!("shale: line {line}: {e}");
             }
         }

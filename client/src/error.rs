@@ -10,7 +10,9 @@ pub enum Error {
         address: String,
         source: tonic::transport::Error,
     },
-    #[error("request failed: {0}")]
+    /// A gRPC failure: its code and message (tonic's own Display adds the details and
+    /// metadata, which read as a dump).
+    #[error("request failed ({:?}): {}", .0.code(), .0.message())]
     Rpc(#[from] tonic::Status),
     #[error("{code}: {message}")]
     Broker {

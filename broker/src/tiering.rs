@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use shale_metastore::RemoteSegment;
 use shale_tiering::uploader::{PartitionRef, SealedSegment};
@@ -63,6 +64,10 @@ fn remote_state_of(finished: Vec<RemoteSegment>, copied_end: i64) -> RemoteState
         segments: Arc::new(finished),
     }
 }
+
+/// How long a replica about to lead waits for its partition's tier before leaving the
+/// fresh read of the remote log to the next refresh.
+const TIER_WAIT_BEFORE_LEADING: Duration = Duration::from_millis(500);
 
 fn tiered_partitions(b: &Broker) -> Vec<Arc<Partition>> {
     b.all_partitions()
@@ -151,6 +156,9 @@ impl Broker {
     /// epoch is in the metastore no copy made under an older one can finish, so this
     /// read holds every segment the bucket will keep from before. Returns the
     /// partitions whose remote log could not be read: they must not take the lead yet.
+    /// A partition whose tier is busy (a copy this broker began under an older epoch,
+    /// which can no longer finish) is left to the next refresh after
+    /// [`TIER_WAIT_BEFORE_LEADING`], so that it does not hold up the others.
     pub(crate) async fn read_remote_logs_before_leading(
         &self,
         parts: Vec<Arc<Partition>>,
@@ -159,7 +167,8 @@ impl Broker {
             .into_iter()
             .filter(|p| p.config().remote_storage_enable)
             .collect();
-        self.read_remote_logs(tiered, true).await
+        self.read_remote_logs_waiting(tiered, true, Some(TIER_WAIT_BEFORE_LEADING))
+            .await
     }
 
     /// Reads the remote logs of `parts` from the metastore, one read per topic, and
@@ -169,6 +178,17 @@ impl Broker {
         &self,
         parts: Vec<Arc<Partition>>,
         refresh: bool,
+    ) -> HashSet<(uuid::Uuid, i32)> {
+        self.read_remote_logs_waiting(parts, refresh, None).await
+    }
+
+    /// [`Broker::read_remote_logs`], waiting at most `tier_wait` (if given) for each
+    /// partition's tier lock; a partition not locked in time counts as failed.
+    async fn read_remote_logs_waiting(
+        &self,
+        parts: Vec<Arc<Partition>>,
+        refresh: bool,
+        tier_wait: Option<Duration>,
     ) -> HashSet<(uuid::Uuid, i32)> {
         let mut failed = HashSet::new();
         let mut by_topic: std::collections::BTreeMap<uuid::Uuid, Vec<Arc<Partition>>> =
@@ -186,7 +206,18 @@ impl Broker {
                 }
             };
             for p in parts {
-                let _tier = p.tier_lock.lock().await;
+                let _tier = match tier_wait {
+                    None => p.tier_lock.lock().await,
+                    Some(wait) => match tokio::time::timeout(wait, p.tier_lock.lock()).await {
+                        Ok(guard) => guard,
+                        Err(_elapsed) => {
+                            tracing::info!(topic = %p.topic, partition = p.index,
+                                "the tier is busy (a copy under an older epoch): reading the remote log at the next refresh");
+                            failed.insert((p.topic_id, p.index));
+                            continue;
+                        }
+                    },
+                };
                 let before = p.remote_state();
                 if !refresh && before.loaded {
                     continue;

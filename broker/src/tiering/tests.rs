@@ -261,7 +261,8 @@ async fn segments_deleted_by_remote_retention_are_not_copied_again() {
 /// view older than the last copies it saw a remote log ending below its log end, kept
 /// its log and took produce there; its first copy then cut the remote log at its log
 /// end, deleting records the bucket held (committed under the old leader). The remote
-/// log is now read afresh as the replica takes the lead.
+/// log is now read afresh as the replica takes the lead, and a replica whose tier is
+/// busy waits for the next refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_with_a_stale_remote_view_takes_the_whole_bucket_over() {
     use shale_metastore::{Metastore, StateGuard};
@@ -307,6 +308,16 @@ async fn a_new_leader_with_a_stale_remote_view_takes_the_whole_bucket_over() {
             .unwrap();
     }
     assert!(s.version > role.version);
+    // A busy tier (a copy of its own under an older epoch) holds the lead back, and
+    // only this partition's, for a moment: the next refresh takes it.
+    {
+        let _busy = p.tier_lock.lock().await;
+        t.broker.reconcile().await.unwrap();
+        assert!(
+            !p.is_leader(),
+            "took the lead without reading the remote log"
+        );
+    }
     t.broker.reconcile().await.unwrap();
     assert!(p.is_leader());
     assert_eq!(

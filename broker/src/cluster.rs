@@ -111,12 +111,20 @@ impl Broker {
             )
             .await?;
         self.membership.registered(epoch);
-        tracing::info!(
-            broker = id,
-            broker_epoch = epoch,
-            clean_shutdown = clean,
-            "registered"
-        );
+        if registered.is_none() {
+            tracing::info!(
+                broker = id,
+                broker_epoch = epoch,
+                "registered for the first time"
+            );
+        } else {
+            tracing::info!(
+                broker = id,
+                broker_epoch = epoch,
+                clean_shutdown = clean,
+                "registered"
+            );
+        }
         let deadline = Instant::now() + Duration::from_millis(2 * self.config.cluster.lease_ms);
         loop {
             let led = self

@@ -75,8 +75,12 @@ fn raise_open_files_limit() {
     let after = getrlimit(Resource::Nofile);
     let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
     match result {
-        Ok(()) => tracing::info!(soft = %show(after.current), hard = %show(after.maximum),
-            was = %show(before.current), "open files limit"),
+        // Said only when raised: otherwise it would be the first line before any
+        // start-up error, which reads as if it were related.
+        Ok(()) if after.current != before.current => tracing::info!(soft = %show(after.current),
+            hard = %show(after.maximum), was = %show(before.current), "raised the open files limit"),
+        Ok(()) => tracing::debug!(soft = %show(after.current), hard = %show(after.maximum),
+            "open files limit"),
         Err(e) => tracing::warn!(soft = %show(before.current), hard = %show(before.maximum),
             error = %e, "cannot raise the open files limit"),
     }

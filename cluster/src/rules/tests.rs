@@ -153,7 +153,7 @@ const THREE: Bounds = Bounds {
 };
 
 /// Two brokers, min.insync.replicas 1 (a lone ISR member acknowledges acks=all
-/// records): about 11 million states, explored whole in about 75 s.
+/// records).
 const TWO_MIN_ISR_1: Bounds = Bounds {
     min_isr: 1,
     records: 2,
@@ -169,7 +169,7 @@ const TWO_MIN_ISR_1_TIERED: Bounds = Bounds {
     ..TWO_MIN_ISR_1
 };
 
-const MAX_STATES: usize = 6_000_000;
+const MAX_STATES: usize = 15_000_000;
 
 /// The bound on states: `MAX_STATES`, or `SHALE_MODEL_MAX_STATES` for runs by hand.
 fn max_states() -> usize {
@@ -220,40 +220,10 @@ fn model_check_two_brokers_with_two_records_keep_every_acknowledged_record() {
     assert!(o.states > 10_000, "the model explored almost nothing");
 }
 
-/// With min.insync.replicas 1, one record or no pause: explored whole, about 1.2
-/// million and 840,000 states in 7 s and 5 s.
+/// With min.insync.replicas 1: explored whole, about 11 million states in about a
+/// minute (the longest check in CI).
 #[test]
 fn model_check_two_brokers_with_min_isr_1_keep_every_acknowledged_record() {
-    for (name, bounds) in [
-        (
-            "min ISR 1, one record",
-            Bounds {
-                records: 1,
-                ..TWO_MIN_ISR_1
-            },
-        ),
-        (
-            "min ISR 1, no pause",
-            Bounds {
-                pauses: 0,
-                ..TWO_MIN_ISR_1
-            },
-        ),
-    ] {
-        let o = report(name, bounds, Guards::ALL, std::time::Instant::now());
-        assert!(o.violation.is_none(), "{name}: {:?}", o.violation);
-        assert!(o.states < max_states(), "{name}: not explored whole");
-        assert!(
-            o.states > 10_000,
-            "{name}: the model explored almost nothing"
-        );
-    }
-}
-
-/// The whole min.insync.replicas 1 world: over CI's budget of states.
-#[test]
-#[ignore = "about 11 million states (75 s): run by hand with --ignored and SHALE_MODEL_MAX_STATES=20000000"]
-fn model_check_two_brokers_with_min_isr_1_whole_keep_every_acknowledged_record() {
     let o = report(
         "min ISR 1",
         TWO_MIN_ISR_1,
@@ -261,6 +231,7 @@ fn model_check_two_brokers_with_min_isr_1_whole_keep_every_acknowledged_record()
         std::time::Instant::now(),
     );
     assert!(o.violation.is_none(), "{:?}", o.violation);
+    assert!(o.states < max_states(), "not explored whole");
     assert!(o.states > 10_000, "the model explored almost nothing");
 }
 

@@ -156,6 +156,39 @@ const tests = {
     throw new Error('a wrong password was accepted');
   },
 
+  // 3 brokers (ids 0-2): a partition on brokers 0 and 1 moves to 2 and 1 through the
+  // reassignment admin calls, between two halves of its records; none is lost.
+  async reassign() {
+    const topic = 'kjs-reassign';
+    const admin = kafka.admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic, replicaAssignment: [{ partition: 0, replicas: [0, 1] }] }], waitForLeaders: true });
+    const producer = kafka.producer();
+    await producer.connect();
+    const values = Array.from({ length: 200 }, (_, i) => `m${i}`);
+    await producer.send({ topic, acks: -1, messages: values.slice(0, 100).map(value => ({ value })) });
+    await admin.alterPartitionReassignments({ topics: [{ topic, partitionAssignment: [{ partition: 0, replicas: [2, 1] }] }] });
+    await eventually(async () => {
+      const { topics } = await admin.listPartitionReassignments({});
+      const md = await admin.fetchTopicMetadata({ topics: [topic] });
+      const p = md.topics[0].partitions[0];
+      return topics.length === 0 && JSON.stringify(p.replicas) === '[2,1]' && p.isr.length === 2;
+    }, 'the reassignment to finish');
+    // A bad target is refused with Kafka's error.
+    let refused = null;
+    try {
+      await admin.alterPartitionReassignments({ topics: [{ topic, partitionAssignment: [{ partition: 0, replicas: [2, 2] }] }] });
+    } catch (e) {
+      refused = `${e.type || e.name}`;
+    }
+    assert(refused === 'INVALID_REPLICA_ASSIGNMENT', `a duplicate replica was not refused: ${refused}`);
+    await producer.send({ topic, acks: -1, messages: values.slice(100).map(value => ({ value })) });
+    await producer.disconnect();
+    await admin.disconnect();
+    const got = await consume(topic, values.length);
+    assert(got.map(m => m.value).join() === values.join(), `got ${got.length} records, not in order`);
+  },
+
   async idempotent() {
     const topic = 'kjs-idempotent';
     await create(topic, 2);

@@ -134,6 +134,9 @@ def main():
                 r.check(name, "3 brokers: keyed records", script([python, kp_script, b, "keyed"]))
             r.check("kafkajs", "3 brokers: produce/consume",
                     script(["node", kjs_script, b, "codecs"], env={"NODE_PATH": args.node_path}))
+            r.check("kafkajs", "3 brokers: alterPartitionReassignments moves a partition, "
+                    "listPartitionReassignments shows it until done",
+                    script(["node", kjs_script, b, "reassign"], env={"NODE_PATH": args.node_path}))
         finally:
             three.stop()
     else:

@@ -243,10 +243,16 @@ impl Broker {
             .reconcile()
             .await
             .map_err(StartError::step("cannot load topics"))?;
-        let known: HashMap<String, uuid::Uuid> = broker
+        // The replicas assigned to this broker, by topic name and id.
+        let me = broker.config.broker_id;
+        let known: HashMap<String, (uuid::Uuid, Vec<i32>)> = broker
             .topics_snapshot()
             .into_iter()
-            .map(|t| (t.meta.name.clone(), t.meta.id))
+            .map(|t| {
+                let held = t.states.iter().filter(|s| s.replicas.contains(&me));
+                let held = held.map(|s| s.partition).collect();
+                (t.meta.name.clone(), (t.meta.id, held))
+            })
             .collect();
         let data_dir = broker.config.data_dir.clone();
         tokio::task::spawn_blocking(move || {

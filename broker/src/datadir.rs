@@ -120,10 +120,12 @@ pub(crate) fn check_data_dir_identity(
 }
 
 /// Removes partition directories whose topic (by name and id) no longer exists, e.g.
-/// a topic deleted while this broker was down.
+/// a topic deleted while this broker was down, and those of replicas no longer
+/// assigned to this broker (`known`: each topic's id and the partitions it holds), e.g.
+/// reassigned away while it was down.
 pub(crate) fn remove_orphans(
     data_dir: &Path,
-    known: &HashMap<String, uuid::Uuid>,
+    known: &HashMap<String, (uuid::Uuid, Vec<i32>)>,
 ) -> std::io::Result<()> {
     for entry in std::fs::read_dir(data_dir)? {
         let path = entry?.path();
@@ -143,12 +145,16 @@ pub(crate) fn remove_orphans(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let belongs = name.rsplit_once('-').is_some_and(|(topic, p)| {
-            known.get(topic) == Some(&id)
-                && p.parse::<i32>()
-                    .is_ok_and(|p| partition_dir(data_dir, topic, p) == path)
+            known.get(topic).is_some_and(|(known_id, held)| {
+                *known_id == id
+                    && p.parse::<i32>().is_ok_and(|p| {
+                        held.contains(&p) && partition_dir(data_dir, topic, p) == path
+                    })
+            })
         });
         if !belongs {
-            tracing::info!(dir = %path.display(), "removing partition directory of a deleted topic");
+            tracing::info!(dir = %path.display(),
+                "removing partition directory of a deleted topic or of a replica moved away");
             std::fs::remove_dir_all(&path)?;
         }
     }

@@ -30,6 +30,8 @@ pub enum Error {
     InvalidReplicationFactor(String),
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
+    #[error("no reassignment is in flight for this partition")]
+    NoReassignmentInProgress,
     #[error(transparent)]
     InvalidConfig(#[from] ConfigError),
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
@@ -148,6 +150,7 @@ impl Error {
             InvalidPartitions(_) => ErrorCode::InvalidPartitions,
             InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
             InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment,
+            NoReassignmentInProgress => ErrorCode::NoReassignmentInProgress,
             NotLeader { leader, .. } if *leader < 0 => ErrorCode::LeaderNotAvailable,
             NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
             FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,

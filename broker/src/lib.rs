@@ -26,6 +26,7 @@ mod partition;
 pub mod produce;
 mod quota;
 mod read_limits;
+pub mod reassignments;
 mod reconcile;
 mod registry;
 mod remote_io;

@@ -102,6 +102,9 @@ pub struct Role {
     /// Replicas that left the ISR and ELR at an unclean restart (see
     /// `PartitionState::recovering`).
     pub recovering: Vec<shale_metastore::Recovering>,
+    /// The reassignment in flight (see `PartitionState::adding`).
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
     pub version: i64,
 }
 
@@ -204,6 +207,8 @@ impl Partition {
                     isr: Vec::new(),
                     elr: Vec::new(),
                     recovering: Vec::new(),
+                    adding: Vec::new(),
+                    removing: Vec::new(),
                     version: -1,
                 },
                 followers: HashMap::new(),
@@ -269,6 +274,8 @@ impl Partition {
             isr: state.isr.clone(),
             elr: state.elr.clone(),
             recovering: state.recovering.clone(),
+            adding: state.adding.clone(),
+            removing: state.removing.clone(),
             version: state.version,
         };
         if state.leader == self.broker_id && was_leading_epoch != Some(state.leader_epoch) {
@@ -301,6 +308,19 @@ impl Partition {
             } else {
                 tracing::info!(topic = %self.topic, partition = self.index, epoch = state.leader_epoch,
                     log_end_offset = leo, isr = ?state.isr, "leading partition");
+            }
+        } else if state.leader == self.broker_id {
+            // Leading on at the same epoch: a reassignment may have added replicas
+            // (they start unheard from, outside the ISR) or removed some.
+            let (me, leo) = (self.broker_id, r.log.log_end_offset());
+            r.followers.retain(|b, _| state.replicas.contains(b));
+            for &b in state.replicas.iter().filter(|&&b| b != me) {
+                r.followers.entry(b).or_insert(FollowerProgress {
+                    leo: -1,
+                    caught_up_ms: now_ms,
+                    leader_leo_at_last_fetch: leo,
+                    broker_epoch: -1,
+                });
             }
         } else if state.leader != self.broker_id && was_leading_epoch.is_some() {
             r.followers.clear();

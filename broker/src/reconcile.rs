@@ -89,6 +89,7 @@ impl Broker {
             .map(|(id, p, offset)| ((id, p), offset))
             .collect();
         self.set_brokers(self.metastore.list_brokers().await?);
+        let me = self.config.broker_id;
         let mut current = registry.snapshot();
         let ids: HashMap<&str, uuid::Uuid> =
             wanted.iter().map(|t| (t.name.as_str(), t.id)).collect();
@@ -105,7 +106,6 @@ impl Broker {
             registry.publish(current.clone());
             self.delete_local(removed).await?;
         }
-        let me = self.config.broker_id;
         let digest = all_states.iter().fold(all_states.len() as u64, |h, s| {
             h.wrapping_mul(31).wrapping_add(s.version as u64)
         });
@@ -131,6 +131,17 @@ impl Broker {
                     .for_each(|p| p.set_config(config.clone()));
             }
             partitions.resize(meta.partitions.max(0) as usize, None);
+            // Replicas moved off this broker by a reassignment: their copy goes.
+            for s in states.iter().filter(|s| !s.replicas.contains(&me)) {
+                let slot = partitions.get_mut(s.partition as usize);
+                if let Some(slot) = slot
+                    && let Some(p) = slot.clone()
+                    && self.remove_replica(&p).await
+                {
+                    *slot = None;
+                    registry.failures().remove(&(meta.id, s.partition));
+                }
+            }
             let missing: Vec<i32> = states
                 .iter()
                 .filter(|s| s.replicas.contains(&me))
@@ -234,6 +245,37 @@ impl Broker {
         registry.publish(next);
         self.load_remote_indexes().await;
         Ok(())
+    }
+
+    /// Closes and deletes a replica no longer assigned to this broker, once no copy
+    /// to the object store runs on it; false (kept for the next refresh) while one
+    /// does. Its records are on the replicas that took over: a reassignment finishes
+    /// only when they are in sync.
+    async fn remove_replica(&self, p: &Arc<Partition>) -> bool {
+        let Ok(_tier) = tokio::time::timeout(crate::tiering::TIER_WAIT, p.tier_lock.lock()).await
+        else {
+            return false;
+        };
+        let (p, files) = (p.clone(), self.registry.shared().files.clone());
+        let data_dir = self.config.data_dir.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            if let Err(e) = p.close(now_ms()) {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                    "cannot close a replica before deleting it");
+            }
+            let dir = p.dir();
+            files.forget_dir(&dir);
+            let removed = std::fs::remove_dir_all(&dir)
+                .and_then(|()| std::fs::File::open(&data_dir)?.sync_all());
+            match removed {
+                Ok(()) => tracing::info!(topic = %p.topic, partition = p.index,
+                    "deleted the replica: the partition was reassigned away from this broker"),
+                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                    "cannot delete the files of a replica reassigned away from this broker"),
+            }
+        })
+        .await;
+        removed.is_ok()
     }
 
     /// Deletes the local directories of removed topics (only those still carrying the

@@ -214,6 +214,8 @@ impl Broker {
             isr,
             elr,
             recovering,
+            adding: role.adding.clone(),
+            removing: role.removing.clone(),
             version: role.version,
         };
         match self

@@ -65,9 +65,10 @@ fn remote_state_of(finished: Vec<RemoteSegment>, copied_end: i64) -> RemoteState
     }
 }
 
-/// How long a replica about to lead waits for its partition's tier before leaving the
-/// fresh read of the remote log to the next refresh.
-const TIER_WAIT_BEFORE_LEADING: Duration = Duration::from_millis(500);
+/// How long a refresh waits for a partition's tier (a copy in progress) before leaving
+/// the partition to the next refresh: a replica about to lead, before its fresh read
+/// of the remote log, and a replica no longer assigned here, before it is deleted.
+pub(crate) const TIER_WAIT: Duration = Duration::from_millis(500);
 
 fn tiered_partitions(b: &Broker) -> Vec<Arc<Partition>> {
     b.all_partitions()
@@ -158,7 +159,7 @@ impl Broker {
     /// partitions whose remote log could not be read: they must not take the lead yet.
     /// A partition whose tier is busy (a copy this broker began under an older epoch,
     /// which can no longer finish) is left to the next refresh after
-    /// [`TIER_WAIT_BEFORE_LEADING`], so that it does not hold up the others.
+    /// [`TIER_WAIT`], so that it does not hold up the others.
     pub(crate) async fn read_remote_logs_before_leading(
         &self,
         parts: Vec<Arc<Partition>>,
@@ -167,7 +168,7 @@ impl Broker {
             .into_iter()
             .filter(|p| p.config().remote_storage_enable)
             .collect();
-        self.read_remote_logs_waiting(tiered, true, Some(TIER_WAIT_BEFORE_LEADING))
+        self.read_remote_logs_waiting(tiered, true, Some(TIER_WAIT))
             .await
     }
 

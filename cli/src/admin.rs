@@ -181,7 +181,8 @@ pub(crate) async fn cluster(
     }
 }
 
-fn error_name(code: i32) -> String {
+/// An error code's Kafka name (the number if it has none).
+pub(crate) fn error_name(code: i32) -> String {
     ErrorCode::try_from(code).map_or_else(|_| code.to_string(), |c| c.as_str_name().to_string())
 }
 

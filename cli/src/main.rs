@@ -7,6 +7,7 @@ mod consume;
 mod find;
 mod group;
 mod out;
+mod partition;
 mod produce;
 mod progress;
 mod topic;
@@ -160,6 +161,9 @@ enum Command {
     /// The cluster: brokers and controller; preferred leader election.
     #[command(subcommand)]
     Cluster(admin::ClusterCommand),
+    /// Partition reassignment: move replicas between brokers.
+    #[command(subcommand)]
+    Partition(partition::PartitionCommand),
     /// Tiered storage.
     #[command(subcommand)]
     Tiering(admin::TieringCommand),
@@ -228,6 +232,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Offsets(args) => admin::offsets(client, args, output).await?,
         Command::Group(cmd) => group::run(client, cmd, output).await?,
         Command::Cluster(cmd) => admin::cluster(client, cmd, output).await?,
+        Command::Partition(cmd) => partition::run(client, cmd, output).await?,
         Command::Tiering(cmd) => admin::tiering(client, cmd, output).await?,
         Command::Find(args) => find::run(client, args, output).await?,
         Command::User(cmd) => user::run(client, cmd, output).await?,

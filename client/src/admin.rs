@@ -1,5 +1,5 @@
 //! Admin calls, answered by the bootstrap broker: cluster status, leader elections,
-//! topics and their configs, tiering status.
+//! partition reassignments, topics and their configs, tiering status.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +41,39 @@ impl Client {
             .into_inner();
         check_result(r.error)?;
         Ok(r.results)
+    }
+
+    /// Starts, replaces or cancels partition reassignments (see the
+    /// `AlterPartitionReassignments` RPC): one result per partition.
+    pub async fn alter_partition_reassignments(
+        &self,
+        partitions: Vec<PartitionReassignment>,
+    ) -> Result<Vec<ReassignmentResult>> {
+        let r = self
+            .admin
+            .clone()
+            .alter_partition_reassignments(AlterPartitionReassignmentsRequest { partitions })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.results)
+    }
+
+    /// The reassignments in flight (of `topic`; empty: of every topic).
+    pub async fn list_partition_reassignments(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<OngoingReassignment>> {
+        let r = self
+            .admin
+            .clone()
+            .list_partition_reassignments(ListPartitionReassignmentsRequest {
+                topic: topic.into(),
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.reassignments)
     }
 
     pub async fn create_topic(

@@ -8,7 +8,9 @@
 //! elects a live out-of-sync replica only if `unclean.leader.election.enable`, and
 //! otherwise leaves the partition offline (leader -1) until an ISR member returns.
 //! A dead broker also leaves the ISR of partitions whose leader lives. Every change is
-//! a compare-and-set on the partition's version. The decisions are [`elect`]'s.
+//! a compare-and-set on the partition's version. The decisions are [`elect`]'s. A
+//! partition reassignment whose new replicas have all joined the ISR is finished here
+//! too ([`finish`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use shale_metastore::{BrokerLease, Metastore, PartitionState, StateGuard};
 
 use crate::elections::{ControllerState, TopicRules, elect};
+use crate::reassignment::finish;
 
 /// What the controller does on its own besides elections after deaths.
 #[derive(Debug, Clone, Copy)]
@@ -115,16 +118,32 @@ impl Controller {
                 min_isr: 1,
                 unclean: false,
             });
-            let Some(next) = elect(&state, &live, topic_rules) else {
+            let (next, guard) = if let Some(next) = elect(&state, &live, topic_rules) {
+                // Taking the lead from a broker requires its lease to have expired, and
+                // the new leader must still be the live incarnation this pass saw: one
+                // that restarted since may have lost what made it eligible.
+                let moved = next.leader != state.leader;
+                let guard = StateGuard {
+                    expired: (moved && state.leader >= 0).then_some(state.leader),
+                    alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
+                };
+                (next, guard)
+            } else if let Some(next) = finish(&state, |b| live.contains_key(&b)) {
+                // A reassignment whose new replicas are in sync. A leader that leaves
+                // hands over as in a preferred election: it stays alive, and the new
+                // one must be the incarnation this pass saw.
+                let moved = next.leader != state.leader;
+                let guard = StateGuard {
+                    expired: None,
+                    alive: moved.then(|| (next.leader, live[&next.leader])),
+                };
+                tracing::info!(topic_id = %state.topic_id, partition = state.partition,
+                    replicas = ?next.replicas, removed = ?state.removing, "finishing the partition's reassignment");
+                (next, guard)
+            } else {
+                // Nothing to do. (A reassignment waiting for its new replicas is looked
+                // at again when they join the ISR: a change of the partition's state.)
                 continue;
-            };
-            // Taking the lead from a broker requires its lease to have expired, and the
-            // new leader must still be the live incarnation this pass saw: one that
-            // restarted since may have lost what made it eligible.
-            let moved = next.leader != state.leader;
-            let guard = StateGuard {
-                expired: (moved && state.leader >= 0).then_some(state.leader),
-                alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
             };
             match self.metastore.update_partition_state(&next, guard).await {
                 Ok(stored) => tracing::info!(

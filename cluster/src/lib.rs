@@ -4,12 +4,14 @@
 //! them, and so does the exhaustive model check in `model.rs`, so a rule changed here
 //! is a rule checked. Over the metastore: the controller, which writes the elections'
 //! decisions (`controller`). And this process's standing in the cluster
-//! (`membership`: data-directory claim, incarnation, lease). Reassignment and
-//! balancing will decide here too.
+//! (`membership`: data-directory claim, incarnation, lease). Partition reassignment
+//! (`reassignment`), whose finishing step the controller takes; balancing will decide
+//! here too.
 
 pub mod controller;
 pub mod elections;
 pub mod membership;
 #[cfg(test)]
 mod model;
+pub mod reassignment;
 pub mod rules;

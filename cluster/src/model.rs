@@ -257,6 +257,8 @@ impl Model {
             isr: m.isr.to_vec(),
             elr: m.elr.to_vec(),
             recovering: m.recovering.to_vec(),
+            adding: Vec::new(),
+            removing: Vec::new(),
             version: m.version,
         }
     }

@@ -1,7 +1,7 @@
 //! gRPC `Admin` service: topics, configs, partitions, metadata, cluster and tiering
-//! status, leader election, users, ACLs.
+//! status, leader election, partition reassignment, users, ACLs.
 
-use shale_broker::service::NewTopicRequest;
+use shale_broker::service::{NewTopicRequest, ReassignRequest};
 use shale_metastore::Topic;
 use shale_proto::v1::admin_server::Admin;
 use shale_proto::v1::*;
@@ -311,6 +311,61 @@ impl Admin for Front {
             topics,
             controller_id: m.controller_id,
             cluster_id: m.cluster_id.to_string(),
+        }))
+    }
+
+    async fn alter_partition_reassignments(
+        &self,
+        request: Request<AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<AlterPartitionReassignmentsResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let requests = (request.into_inner().partitions.into_iter())
+            .map(|p| ReassignRequest {
+                topic: p.topic,
+                partition: p.partition,
+                target: (!p.cancel).then_some(p.replicas),
+            })
+            .collect();
+        let result = self.service.alter_reassignments(&ctx, requests).await;
+        let error = error_result(&result);
+        let results = (result.unwrap_or_default().into_iter())
+            .map(|k| {
+                let (error_code, error_message) = error_fields(&k.result);
+                ReassignmentResult {
+                    topic: k.topic,
+                    partition: k.partition,
+                    error_code,
+                    error_message,
+                }
+            })
+            .collect();
+        Ok(Response::new(AlterPartitionReassignmentsResponse {
+            error,
+            results,
+        }))
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        request: Request<ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<ListPartitionReassignmentsResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let r = request.into_inner();
+        let result = self.service.list_reassignments(&ctx, None).await;
+        let error = error_result(&result);
+        let reassignments = (result.unwrap_or_default().into_iter())
+            .filter(|o| r.topic.is_empty() || o.topic == r.topic)
+            .map(|o| OngoingReassignment {
+                topic: o.topic,
+                partition: o.partition,
+                replicas: o.replicas,
+                adding: o.adding,
+                removing: o.removing,
+            })
+            .collect();
+        Ok(Response::new(ListPartitionReassignmentsResponse {
+            error,
+            reassignments,
         }))
     }
 

@@ -226,6 +226,29 @@ fn filled(api: ApiKey) -> RequestKind {
                 .with_permission_type(1),
         ]))
         }
+        ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default()
+                .with_timeout_ms(60_000)
+                .with_topics(vec![
+                    alter_partition_reassignments_request::ReassignableTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            alter_partition_reassignments_request::ReassignablePartition::default()
+                                .with_partition_index(0)
+                                .with_replicas(Some(vec![BrokerId(2), BrokerId(3)])),
+                            alter_partition_reassignments_request::ReassignablePartition::default()
+                                .with_partition_index(1)
+                                .with_replicas(None),
+                        ]),
+                ]),
+        ),
+        ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
+            ListPartitionReassignmentsRequest::default().with_topics(Some(vec![
+                list_partition_reassignments_request::ListPartitionReassignmentsTopics::default()
+                    .with_name(topic())
+                    .with_partition_indexes(vec![0, 1]),
+            ])),
+        ),
         other => empty(other),
     }
 }
@@ -270,6 +293,12 @@ fn empty(api: ApiKey) -> RequestKind {
         ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
         ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
         ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
+        ApiKey::AlterPartitionReassignments => {
+            RequestKind::AlterPartitionReassignments(Default::default())
+        }
+        ApiKey::ListPartitionReassignments => {
+            RequestKind::ListPartitionReassignments(Default::default())
+        }
         other => panic!("{other:?} is not served; add it here"),
     }
 }

@@ -114,6 +114,18 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
                 id,
                 admin::incremental_alter_configs(s, ctx, r).await,
             ),
+            RequestKind::AlterPartitionReassignments(r) => enc(
+                api,
+                v,
+                id,
+                admin::alter_partition_reassignments(s, ctx, r).await,
+            ),
+            RequestKind::ListPartitionReassignments(r) => enc(
+                api,
+                v,
+                id,
+                admin::list_partition_reassignments(s, ctx, r).await,
+            ),
             RequestKind::CreateAcls(r) => enc(api, v, id, acls::create(s, ctx, r).await),
             RequestKind::DescribeAcls(r) => enc(api, v, id, acls::describe(s, ctx, r).await),
             RequestKind::DeleteAcls(r) => enc(api, v, id, acls::delete(s, ctx, r).await),

@@ -82,7 +82,20 @@ pub struct PartitionState {
     /// back with. Consulted only once the ISR and ELR are empty; cleared by the next
     /// election.
     pub recovering: Vec<Recovering>,
+    /// A reassignment in flight (KIP-455): the replicas joining. `replicas` is then
+    /// the target replicas followed by the original ones that leave; the controller
+    /// finishes it once every adding replica is in the ISR. Empty: none in flight.
+    pub adding: Vec<i32>,
+    /// The original replicas that leave when the reassignment in flight finishes.
+    pub removing: Vec<i32>,
     pub version: i64,
+}
+
+impl PartitionState {
+    /// Whether a reassignment is in flight.
+    pub fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
 }
 
 /// A replica that left the ISR or ELR when it restarted after an unclean stop, and the
@@ -106,6 +119,8 @@ impl PartitionState {
             isr: replicas.clone(),
             elr: Vec::new(),
             recovering: Vec::new(),
+            adding: Vec::new(),
+            removing: Vec::new(),
             replicas,
             version: 0,
         }

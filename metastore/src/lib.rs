@@ -198,7 +198,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn controller(&self) -> Result<Option<ControllerLease>>;
     /// Every partition's state, by topic id and partition.
     async fn list_partition_states(&self) -> Result<Vec<PartitionState>>;
-    /// Replaces a partition's leader/epoch/ISR/ELR if its version is still
+    /// Replaces a partition's replicas (and the reassignment in flight), leader,
+    /// epoch, ISR, ELR and recovering replicas if its version is still
     /// `state.version` (compare-and-set); the stored version becomes one higher. The
     /// `guard`'s lease conditions are checked under locks of the brokers' rows, so a
     /// broker renewing its lease at the same moment is ordered before or after, never

@@ -1108,6 +1108,57 @@ async fn acls_are_kept_once_and_deleted_exactly(m: &dyn Metastore) {
     assert_eq!(m.list_acls().await.unwrap(), [c, b]);
 }
 
+/// A reassignment's replica lists are stored with the partition's state, by the same
+/// compare-and-set, and survive a read back.
+async fn reassignments_are_kept_with_the_partition_state(m: &dyn Metastore) {
+    let mut t = new_topic("moving", 1);
+    t.replication_factor = 2;
+    t.assignments = vec![vec![1, 2]];
+    let t = m.create_topic(t).await.unwrap();
+    let p0 = m.list_partition_states().await.unwrap().remove(0);
+    assert!(!p0.reassigning());
+    let moving = PartitionState {
+        replicas: vec![2, 3, 1],
+        adding: vec![3],
+        removing: vec![1],
+        ..p0.clone()
+    };
+    let stored = m
+        .update_partition_state(&moving, StateGuard::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            stored.replicas.clone(),
+            stored.adding.clone(),
+            stored.removing.clone()
+        ),
+        (vec![2, 3, 1], vec![3], vec![1])
+    );
+    assert!(stored.reassigning());
+    let listed = m.list_partition_states().await.unwrap().remove(0);
+    assert_eq!(listed, stored);
+    // A writer that read the state before the reassignment cannot undo it.
+    assert!(matches!(
+        m.update_partition_state(&p0, StateGuard::default()).await,
+        Err(Error::PartitionStateConflict { .. })
+    ));
+    let done = PartitionState {
+        replicas: vec![2, 3],
+        adding: Vec::new(),
+        removing: Vec::new(),
+        isr: vec![2, 3],
+        ..stored
+    };
+    let stored = m
+        .update_partition_state(&done, StateGuard::default())
+        .await
+        .unwrap();
+    assert!(!stored.reassigning());
+    assert_eq!((stored.replicas, stored.isr), (vec![2, 3], vec![2, 3]));
+    assert_eq!(t.partitions, 1);
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -1136,6 +1187,7 @@ macro_rules! metastore_suite {
             case!(log_start_offsets_only_move_up);
             case!(scram_credentials_are_kept_per_user_and_mechanism);
             case!(acls_are_kept_once_and_deleted_exactly);
+            case!(reassignments_are_kept_with_the_partition_state);
         }
     };
 }

@@ -34,6 +34,8 @@ const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 
 struct Cluster {
     /// Broker id `i + 1` at index `i`.
     brokers: Vec<Broker>,
+    /// Every broker's arguments but its id.
+    args: Vec<String>,
     _cfg: tempfile::TempDir,
     _s3: S3Server,
     db: PgDatabase,
@@ -57,27 +59,36 @@ impl Cluster {
             None => db.url(),
         };
         let object_store = format!("s3://{}/cluster", s3.bucket);
-        let mut brokers = Vec::new();
-        for id in 1..=n {
-            let id = id.to_string();
-            let args = [
-                "--config",
-                cfg.to_str().unwrap(),
-                "--broker-id",
-                &id,
-                "--metastore-url",
-                &url,
-                "--object-store-url",
-                &object_store,
-            ];
-            brokers.push(Broker::start(&args).await);
-        }
-        Cluster {
-            brokers,
+        let args = [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metastore-url",
+            &url,
+            "--object-store-url",
+            &object_store,
+        ];
+        let mut cluster = Cluster {
+            brokers: Vec::new(),
+            args: args.iter().map(|a| a.to_string()).collect(),
             _cfg: cfg_dir,
             _s3: s3,
             db,
+        };
+        for _ in 0..n {
+            cluster.add_broker(&[]).await;
         }
+        cluster
+    }
+
+    /// Starts the next broker (id: one more than the last), with `extra` arguments.
+    async fn add_broker(&mut self, extra: &[&str]) -> i32 {
+        let id = self.brokers.len() as i32 + 1;
+        let id_arg = id.to_string();
+        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        args.extend(["--broker-id", &id_arg]);
+        args.extend(extra);
+        self.brokers.push(Broker::start(&args).await);
+        id
     }
 
     fn broker(&mut self, id: i32) -> &mut Broker {
@@ -163,6 +174,9 @@ struct Load {
     acked: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<Mutex<usize>>,
     stop: Arc<AtomicBool>,
+    /// While set, no send starts; `idle` says none is in flight.
+    paused: Arc<AtomicBool>,
+    idle: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -172,10 +186,19 @@ impl Load {
         let failed = Arc::new(Mutex::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut producer = Producer::new(client, TOPIC, Acks::All).await.unwrap();
+        let paused = Arc::new(AtomicBool::new(false));
+        let idle = Arc::new(AtomicBool::new(false));
         let (a, f, s) = (acked.clone(), failed.clone(), stop.clone());
+        let (p, i) = (paused.clone(), idle.clone());
         let task = tokio::spawn(async move {
             let mut seq = 0u64;
             while !s.load(Ordering::Relaxed) {
+                if p.load(Ordering::SeqCst) {
+                    i.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                i.store(false, Ordering::SeqCst);
                 let records = (seq..seq + 30)
                     .map(|i| ProducerRecord {
                         partition: Some((i % PARTITIONS as u64) as i32),
@@ -202,8 +225,22 @@ impl Load {
             acked,
             failed,
             stop,
+            paused,
+            idle,
             task,
         }
+    }
+
+    /// Stops sending, once the send in flight is answered.
+    async fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+        while !self.idle.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     fn count(&self) -> usize {
@@ -1493,4 +1530,174 @@ async fn an_unclean_leader_behind_the_bucket_keeps_the_records_it_takes_next() {
     }
     let read = check(cluster.client().await, &acked).await;
     report("unclean leader behind the bucket", &acked, 0, read);
+}
+
+/// Replicas in assignment order of every partition, as broker `via` reports them.
+async fn replicas(cluster: &Cluster, via: i32) -> Vec<Vec<i32>> {
+    let c = Client::connect(&cluster.brokers[(via - 1) as usize].address())
+        .await
+        .unwrap();
+    let t = c.describe_topic(TOPIC).await.unwrap();
+    t.partitions.into_iter().map(|p| p.replicas).collect()
+}
+
+/// Moves every partition's replica on broker `from` to broker `to` (same place in
+/// the replica list) and waits until every reassignment finished: the target
+/// replicas are the partition's, all in the ISR.
+async fn move_replicas(cluster: &Cluster, from: i32, to: i32) -> Duration {
+    let c = cluster.client().await;
+    let before = replicas(cluster, 1).await;
+    let targets: Vec<Vec<i32>> = before
+        .iter()
+        .map(|r| r.iter().map(|&b| if b == from { to } else { b }).collect())
+        .collect();
+    let plan = targets
+        .iter()
+        .enumerate()
+        .map(|(p, r)| shale_proto::v1::PartitionReassignment {
+            topic: TOPIC.into(),
+            partition: p as i32,
+            replicas: r.clone(),
+            cancel: false,
+        })
+        .collect();
+    let started = Instant::now();
+    let results = c.alter_partition_reassignments(plan).await.unwrap();
+    assert!(
+        results.iter().all(|r| r.error_code == 0),
+        "reassignments refused: {results:?}"
+    );
+    let deadline = started + Duration::from_secs(90);
+    loop {
+        let in_flight = c.list_partition_reassignments(TOPIC).await.unwrap();
+        let now = replicas(cluster, 1).await;
+        let parts = cluster.partitions(1).await;
+        let in_sync = parts
+            .iter()
+            .zip(&targets)
+            .all(|((leader, _, isr), t)| t.contains(leader) && t.iter().all(|b| isr.contains(b)));
+        if in_flight.is_empty() && now == targets && in_sync {
+            return started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reassignment from {from} to {to} never finished: in flight {in_flight:?}, replicas {now:?}, partitions {parts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn metric(port: u16, name: &str) -> u64 {
+    let text = common::http_get(port, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+}
+
+/// Kafka's partition reassignment onto a broker that joins a running cluster. The
+/// partitions are tiered with a small local retention; broker 4 joins, and every
+/// replica on broker 1 moves to it (broker 1 leads some partitions: leadership moves
+/// first). Broker 4 copies only the leaders' local logs: what it received stays
+/// within the local retention plus one segment per partition, a fraction of what
+/// the partitions hold. Broker 1 deletes its copies. Then, under an acks=all producer
+/// and a consumer group, broker 2's replicas move to broker 1 (empty again). Nothing
+/// acknowledged is lost or written twice, and the group reads everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reassigning_onto_a_new_broker_copies_only_the_tail_and_loses_nothing() {
+    const SEGMENT: u64 = 4096;
+    const LOCAL_RETENTION: u64 = 8192;
+    let mut cluster = Cluster::start(3, None).await;
+    cluster
+        .create_topic_with(&[
+            ("segment.bytes", &SEGMENT.to_string()),
+            ("local.retention.bytes", &LOCAL_RETENTION.to_string()),
+        ])
+        .await;
+    let c = cluster.client().await;
+    let load = Load::start(c.clone()).await;
+    load.wait_more(9000).await;
+    load.pause().await;
+    // The history is in the bucket, and the leaders keep only their local tails.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = c.tiering_status(Some(TOPIC)).await.unwrap();
+        let local = |s: &&shale_proto::v1::PartitionTieringStatus| {
+            s.local_log_start_offset > 0 && s.upload_lag_segments == 0
+        };
+        if st.len() == PARTITIONS as usize && st.iter().filter(local).count() == st.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never tiered: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = c.tiering_status(Some(TOPIC)).await.unwrap();
+    let total: u64 = st
+        .iter()
+        .map(|s| (s.remote_bytes + s.upload_lag_bytes) as u64)
+        .sum();
+    let http = common::free_port();
+    let http_listen = format!("127.0.0.1:{http}");
+    let four = cluster.add_broker(&["--http-listen", &http_listen]).await;
+    let took = move_replicas(&cluster, 1, four).await;
+    let copied = metric(http, "shale_replicated_bytes_total").await;
+    let bound = PARTITIONS as u64 * (LOCAL_RETENTION + SEGMENT);
+    eprintln!(
+        "[reassignment] moved {PARTITIONS} partitions from broker 1 to new broker 4 in {took:?}: \
+         it received {copied} bytes (bound {bound}); the bucket holds {total} bytes of them"
+    );
+    assert!(
+        copied <= bound,
+        "broker 4 received {copied} bytes, more than the local tails ({bound})"
+    );
+    assert!(copied > 0, "broker 4 received nothing");
+    // Broker 1 no longer holds a replica, and deleted its copies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let left = |b: &Broker| {
+        std::fs::read_dir(b.data_dir())
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with(&format!("{TOPIC}-"))
+            })
+            .count()
+    };
+    while left(&cluster.brokers[0]) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "broker 1 kept its partition directories"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Under load, with a group reading, broker 2's replicas move to broker 1.
+    let mut group = shale_client::GroupConfig::new("reassign-readers");
+    group.auto_commit_interval = None;
+    group.auto_offset_reset = shale_client::OffsetReset::Earliest;
+    let member = common::Member::start(&c, TOPIC, group);
+    load.resume();
+    load.wait_more(600).await;
+    let took = move_replicas(&cluster, 2, 1).await;
+    load.wait_more(600).await;
+    let (acked, failed) = load.finish().await;
+    eprintln!("[reassignment] moved broker 2's replicas to broker 1 under load in {took:?}");
+    let read = check(c.clone(), &acked).await;
+    report("reassignment", &acked, failed, read);
+    // The group read every acknowledged record.
+    let mut member = member;
+    let mut seen = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.iter().any(|a| !seen.contains(&(a.0, a.1))) {
+        assert!(
+            Instant::now() < deadline,
+            "the group did not read every acknowledged record: {} of {}",
+            seen.len(),
+            acked.len()
+        );
+        if let Ok(Some(r)) =
+            tokio::time::timeout(Duration::from_millis(200), member.records.recv()).await
+        {
+            seen.insert((r.partition, r.offset));
+        }
+    }
+    member.stop().await;
 }

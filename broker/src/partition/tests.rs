@@ -68,6 +68,8 @@ fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> Part
         isr,
         elr: Vec::new(),
         recovering: Vec::new(),
+        adding: Vec::new(),
+        removing: Vec::new(),
         version,
     }
 }

@@ -1,4 +1,5 @@
-//! Metadata, topics and their configs, cluster and tiering status, leader election.
+//! Metadata, topics and their configs, cluster and tiering status, leader election,
+//! partition reassignment.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,7 @@ use super::{Keyed, RequestContext, Service};
 use crate::broker::TopicState;
 use crate::cluster::BrokerStatus;
 use crate::error::{Error, Result};
+use crate::reassignments::{ReassignRequest, Reassignment};
 use crate::tiering::TieringStatus;
 use crate::topics::TopicDescription;
 use shale_config::topic::ConfigSource;
@@ -489,6 +491,37 @@ impl Service {
             let results = self.counted(r)?;
             let (keys, results) = results.into_iter().map(|(t, p, r)| ((t, p), r)).unzip();
             Ok(self.keyed(keys, results))
+        })
+        .await
+    }
+
+    /// Kafka's AlterPartitionReassignments: starts, replaces or (`target` `None`)
+    /// cancels each partition's reassignment.
+    pub async fn alter_reassignments(
+        &self,
+        ctx: &RequestContext,
+        requests: Vec<ReassignRequest>,
+    ) -> Result<Vec<Keyed<()>>> {
+        self.call(ctx, "AlterPartitionReassignments", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
+            let r = self.broker.alter_reassignments(&requests).await;
+            let results = self.counted(r)?;
+            let keys = requests.into_iter().map(|r| (r.topic, r.partition));
+            Ok(self.keyed(keys.collect(), results))
+        })
+        .await
+    }
+
+    /// Kafka's ListPartitionReassignments (`topics` `None`: every partition).
+    pub async fn list_reassignments(
+        &self,
+        ctx: &RequestContext,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<Reassignment>> {
+        self.call(ctx, "ListPartitionReassignments", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
+            let r = self.broker.list_reassignments(topics.as_deref()).await;
+            self.counted(r)
         })
         .await
     }

@@ -91,6 +91,8 @@ fn depose(p: &Partition) {
         isr: vec![7],
         elr: Vec::new(),
         recovering: Vec::new(),
+        adding: Vec::new(),
+        removing: Vec::new(),
         version: role.version + 1,
     };
     p.apply_state(&next, 0).unwrap();

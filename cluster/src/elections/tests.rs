@@ -91,6 +91,8 @@ fn state(leader: i32, isr: &[i32]) -> PartitionState {
         isr: isr.to_vec(),
         elr: Vec::new(),
         recovering: Vec::new(),
+        adding: Vec::new(),
+        removing: Vec::new(),
         version: 9,
     }
 }

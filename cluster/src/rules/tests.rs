@@ -11,6 +11,8 @@ fn state(leader: i32, isr: &[i32], elr: &[i32]) -> PartitionState {
         isr: isr.to_vec(),
         elr: elr.to_vec(),
         recovering: Vec::new(),
+        adding: Vec::new(),
+        removing: Vec::new(),
         version: 7,
     }
 }

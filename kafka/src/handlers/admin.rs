@@ -1,5 +1,6 @@
 //! Topic administration: CreateTopics, DeleteTopics, CreatePartitions,
-//! DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+//! DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, AlterPartitionReassignments,
+//! ListPartitionReassignments.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,9 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::incremental_alter_configs_response as incremental;
 use kafka_protocol::messages::*;
 use shale_broker::error::Error;
-use shale_broker::service::{ConfigEntry, NewTopicRequest, RequestContext, Service};
+use shale_broker::service::{
+    ConfigEntry, NewTopicRequest, ReassignRequest, RequestContext, Service,
+};
 use shale_config::topic::ConfigSource;
 
 use super::{code, message, str};
@@ -302,6 +305,96 @@ pub async fn incremental_alter_configs(
         out.resource_type = res.resource_type;
         out.resource_name = res.resource_name;
         resp.responses.push(out);
+    }
+    resp
+}
+
+pub async fn alter_partition_reassignments(
+    s: &Service,
+    ctx: &RequestContext,
+    r: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    use alter_partition_reassignments_response::{
+        ReassignablePartitionResponse, ReassignableTopicResponse,
+    };
+    let requests: Vec<ReassignRequest> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| ReassignRequest {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                target: p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect()),
+            })
+        })
+        .collect();
+    let mut resp = AlterPartitionReassignmentsResponse::default();
+    let results = match s.alter_reassignments(ctx, requests).await {
+        Ok(results) => results,
+        Err(e) => {
+            resp.error_code = e.code() as i16;
+            resp.error_message = Some(str(&e.to_string()));
+            return resp;
+        }
+    };
+    let mut results = results.into_iter();
+    for t in r.topics {
+        let mut topic = ReassignableTopicResponse::default();
+        for p in &t.partitions {
+            let Some(result) = results.next() else { break };
+            let mut out = ReassignablePartitionResponse::default();
+            out.partition_index = p.partition_index;
+            out.error_code = code(&result.result);
+            out.error_message = message(&result.result);
+            topic.partitions.push(out);
+        }
+        topic.name = t.name;
+        resp.responses.push(topic);
+    }
+    resp
+}
+
+pub async fn list_partition_reassignments(
+    s: &Service,
+    ctx: &RequestContext,
+    r: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    use list_partition_reassignments_response::{
+        OngoingPartitionReassignment, OngoingTopicReassignment,
+    };
+    let topics = r.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let mut resp = ListPartitionReassignmentsResponse::default();
+    let listed = match s.list_reassignments(ctx, topics).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            resp.error_code = e.code() as i16;
+            resp.error_message = Some(str(&e.to_string()));
+            return resp;
+        }
+    };
+    let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect();
+    for r in listed {
+        if resp
+            .topics
+            .last()
+            .is_none_or(|t| t.name.0.as_str() != r.topic)
+        {
+            let mut t = OngoingTopicReassignment::default();
+            t.name = TopicName(str(&r.topic));
+            resp.topics.push(t);
+        }
+        let mut p = OngoingPartitionReassignment::default();
+        p.partition_index = r.partition;
+        p.replicas = ids(r.replicas);
+        p.adding_replicas = ids(r.adding);
+        p.removing_replicas = ids(r.removing);
+        if let Some(t) = resp.topics.last_mut() {
+            t.partitions.push(p);
+        }
     }
     resp
 }

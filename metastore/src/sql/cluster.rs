@@ -7,13 +7,37 @@ use uuid::Uuid;
 use crate::cluster::{decode_ids, decode_recovering, encode_ids, encode_recovering};
 use crate::{BrokerLease, ControllerLease, Error, PartitionState, Result, StateGuard};
 
-type PartitionStateRow = (Uuid, i32, String, i32, i32, String, String, i64, String);
+type PartitionStateRow = (
+    Uuid,
+    i32,
+    String,
+    i32,
+    i32,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+);
 
-pub(super) const PARTITION_STATE_COLUMNS: &str =
-    "topic_id, partition_id, replicas, leader, leader_epoch, isr, elr, version, recovering";
+pub(super) const PARTITION_STATE_COLUMNS: &str = "topic_id, partition_id, replicas, leader, leader_epoch, isr, elr, version, \
+     recovering, adding_replicas, removing_replicas";
 
 fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
-    let (topic_id, partition, replicas, leader, leader_epoch, isr, elr, version, recovering) = row;
+    let (
+        topic_id,
+        partition,
+        replicas,
+        leader,
+        leader_epoch,
+        isr,
+        elr,
+        version,
+        recovering,
+        adding,
+        removing,
+    ) = row;
     Ok(PartitionState {
         topic_id,
         partition,
@@ -23,6 +47,8 @@ fn partition_state(row: PartitionStateRow) -> Result<PartitionState> {
         isr: decode_ids(&isr)?,
         elr: decode_ids(&elr)?,
         recovering: decode_recovering(&recovering)?,
+        adding: decode_ids(&adding)?,
+        removing: decode_ids(&removing)?,
         version,
     })
 }
@@ -199,7 +225,8 @@ macro_rules! cluster_sql {
                 }
                 let updated = sqlx::query(
                     "UPDATE partition_state SET leader = $3, leader_epoch = $4, isr = $5, elr = $6, \
-                       recovering = $8, version = version + 1 \
+                       recovering = $8, replicas = $9, adding_replicas = $10, removing_replicas = $11, \
+                       version = version + 1 \
                      WHERE topic_id = $1 AND partition_id = $2 AND version = $7",
                 )
                 .bind(s.topic_id)
@@ -210,6 +237,9 @@ macro_rules! cluster_sql {
                 .bind(encode_ids(&s.elr))
                 .bind(s.version)
                 .bind(encode_recovering(&s.recovering))
+                .bind(encode_ids(&s.replicas))
+                .bind(encode_ids(&s.adding))
+                .bind(encode_ids(&s.removing))
                 .execute(&mut *tx)
                 .await?;
                 let row: Option<PartitionStateRow> = sqlx::query_as(&format!(

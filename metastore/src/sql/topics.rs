@@ -57,7 +57,7 @@ macro_rules! topics_sql {
                 for (i, replicas) in assignments.iter().enumerate() {
                     let s = PartitionState::initial(topic_id, first + i as i32, replicas.clone());
                     sqlx::query(&format!(
-                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '')"
+                        "INSERT INTO partition_state ({PARTITION_STATE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', '', '')"
                     ))
                     .bind(s.topic_id)
                     .bind(s.partition)

@@ -34,6 +34,8 @@ min_session_timeout_ms = 1000
 [cluster]
 lease_ms = 3000
 heartbeat_interval_ms = 500
+# The suite's topics stay where they were created (the balancer has tests of its own).
+auto_balance_enable = false
 """
 
 

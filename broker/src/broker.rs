@@ -243,15 +243,19 @@ impl Broker {
             .reconcile()
             .await
             .map_err(StartError::step("cannot load topics"))?;
-        // The replicas assigned to this broker, by topic name and id.
+        // The replicas assigned to this broker, by topic name and id (`None`: a topic
+        // without partition states, whose directories are all kept).
         let me = broker.config.broker_id;
-        let known: HashMap<String, (uuid::Uuid, Vec<i32>)> = broker
+        let known: HashMap<String, (uuid::Uuid, Option<Vec<i32>>)> = broker
             .topics_snapshot()
             .into_iter()
             .map(|t| {
                 let held = t.states.iter().filter(|s| s.replicas.contains(&me));
                 let held = held.map(|s| s.partition).collect();
-                (t.meta.name.clone(), (t.meta.id, held))
+                (
+                    t.meta.name.clone(),
+                    (t.meta.id, (!t.states.is_empty()).then_some(held)),
+                )
             })
             .collect();
         let data_dir = broker.config.data_dir.clone();

@@ -40,6 +40,8 @@ pub struct BrokerStatus {
     pub alive: bool,
     pub leader_partitions: i32,
     pub replica_partitions: i32,
+    /// Partitions with a reassignment in flight that adds or removes this broker.
+    pub moving_partitions: i32,
 }
 impl Broker {
     /// Whether this broker may act as leader now (its lease is surely not expired).
@@ -232,7 +234,12 @@ impl Broker {
                  metastore Shale runs one broker, so it must be 1 (use a postgres:// metastore)"
             )));
         }
-        let live = self.live_brokers().await?;
+        // Decommissioned brokers get no new partitions.
+        let live: Vec<i32> = (self.metastore.list_brokers().await?)
+            .into_iter()
+            .filter(|b| b.is_alive() && !b.decommissioned)
+            .map(|b| b.broker_id)
+            .collect();
         if replication_factor < 1 || replication_factor as usize > live.len() {
             return Err(Error::InvalidReplicationFactor(format!(
                 "replication factor {replication_factor} is invalid: it must be between 1 and the \
@@ -277,6 +284,12 @@ impl Broker {
                 replica_partitions: states
                     .iter()
                     .filter(|s| s.replicas.contains(&lease.broker_id))
+                    .count() as i32,
+                moving_partitions: states
+                    .iter()
+                    .filter(|s| {
+                        s.adding.contains(&lease.broker_id) || s.removing.contains(&lease.broker_id)
+                    })
                     .count() as i32,
                 lease,
             })

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use shale_cluster::balancer::BalanceRules;
 use shale_cluster::controller::{ControllerSettings, ElectionError};
 use shale_cluster::elections::TopicRules;
 
@@ -22,6 +23,17 @@ impl From<ElectionError> for Error {
 }
 
 impl Broker {
+    /// The balancer's rules, from `[cluster]`.
+    pub(crate) fn balance_rules(&self) -> BalanceRules {
+        let cluster = &self.config.cluster;
+        BalanceRules {
+            max_in_flight: cluster.auto_balance_max_moves,
+            replace_dead_after_ms: (cluster.dead_broker_replace_after_ms > 0)
+                .then_some(cluster.dead_broker_replace_after_ms as i64),
+            balance: cluster.auto_balance_enable,
+        }
+    }
+
     /// One controller round (see `shale_cluster::controller`). Does nothing on brokers
     /// that are not the controller.
     pub(crate) async fn controller_pass(&self) -> Result<()> {
@@ -30,6 +42,8 @@ impl Broker {
             lease_ms: cluster.lease_ms,
             auto_leader_rebalance: cluster.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms: cluster.leader_imbalance_check_interval_ms,
+            balance: self.balance_rules(),
+            balance_interval_ms: cluster.auto_balance_interval_ms,
         };
         let rules = || {
             self.topics_snapshot()

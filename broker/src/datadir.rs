@@ -125,7 +125,7 @@ pub(crate) fn check_data_dir_identity(
 /// reassigned away while it was down.
 pub(crate) fn remove_orphans(
     data_dir: &Path,
-    known: &HashMap<String, (uuid::Uuid, Vec<i32>)>,
+    known: &HashMap<String, (uuid::Uuid, Option<Vec<i32>>)>,
 ) -> std::io::Result<()> {
     for entry in std::fs::read_dir(data_dir)? {
         let path = entry?.path();
@@ -148,7 +148,8 @@ pub(crate) fn remove_orphans(
             known.get(topic).is_some_and(|(known_id, held)| {
                 *known_id == id
                     && p.parse::<i32>().is_ok_and(|p| {
-                        held.contains(&p) && partition_dir(data_dir, topic, p) == path
+                        held.as_ref().is_none_or(|h| h.contains(&p))
+                            && partition_dir(data_dir, topic, p) == path
                     })
             })
         });

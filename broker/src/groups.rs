@@ -75,6 +75,8 @@ impl Broker {
                 registered_at_ms: 0,
                 remaining_ms: i64::MAX,
                 read_at: std::time::Instant::now(),
+                decommissioned: false,
+                expired_for_ms: 0,
             }];
         }
         self.brokers()

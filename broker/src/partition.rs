@@ -311,10 +311,16 @@ impl Partition {
             }
         } else if state.leader == self.broker_id {
             // Leading on at the same epoch: a reassignment may have added replicas
-            // (they start unheard from, outside the ISR) or removed some.
+            // (they start unheard from, outside the ISR) or removed some. A follower
+            // outside the ISR starts unheard from too: it may have been removed and
+            // added back since this leader last looked, its copy deleted meanwhile in
+            // the same incarnation, so what it fetched before vouches for nothing.
             let (me, leo) = (self.broker_id, r.log.log_end_offset());
             r.followers.retain(|b, _| state.replicas.contains(b));
             for &b in state.replicas.iter().filter(|&&b| b != me) {
+                if !state.isr.contains(&b) {
+                    r.followers.remove(&b);
+                }
                 r.followers.entry(b).or_insert(FollowerProgress {
                     leo: -1,
                     caught_up_ms: now_ms,

@@ -136,7 +136,7 @@ impl Broker {
                 let slot = partitions.get_mut(s.partition as usize);
                 if let Some(slot) = slot
                     && let Some(p) = slot.clone()
-                    && self.remove_replica(&p).await
+                    && self.remove_replica(&p, s).await
                 {
                     *slot = None;
                     registry.failures().remove(&(meta.id, s.partition));
@@ -247,35 +247,42 @@ impl Broker {
         Ok(())
     }
 
-    /// Closes and deletes a replica no longer assigned to this broker, once no copy
-    /// to the object store runs on it; false (kept for the next refresh) while one
-    /// does. Its records are on the replicas that took over: a reassignment finishes
-    /// only when they are in sync.
-    async fn remove_replica(&self, p: &Arc<Partition>) -> bool {
+    /// Closes and deletes a replica no longer assigned to this broker (`state`: the
+    /// partition's, which it applies first, so nothing still holding it acts as
+    /// leader), once no copy to the object store runs on it. False (kept, closed, for
+    /// the next refresh to try again) while one does or if its files could not all be
+    /// deleted. Its records are on the replicas that took over: a reassignment
+    /// finishes only when enough of them are in sync.
+    async fn remove_replica(&self, p: &Arc<Partition>, state: &PartitionState) -> bool {
         let Ok(_tier) = tokio::time::timeout(crate::tiering::TIER_WAIT, p.tier_lock.lock()).await
         else {
             return false;
         };
         let (p, files) = (p.clone(), self.registry.shared().files.clone());
-        let data_dir = self.config.data_dir.clone();
+        let (data_dir, state) = (self.config.data_dir.clone(), state.clone());
         let removed = tokio::task::spawn_blocking(move || {
-            if let Err(e) = p.close(now_ms()) {
+            let now = now_ms();
+            if let Err(e) = p.apply_state(&state, now).and_then(|()| p.close(now)) {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
                     "cannot close a replica before deleting it");
             }
             let dir = p.dir();
             files.forget_dir(&dir);
-            let removed = std::fs::remove_dir_all(&dir)
-                .and_then(|()| std::fs::File::open(&data_dir)?.sync_all());
-            match removed {
+            let removed = match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => std::fs::File::open(&data_dir).and_then(|d| d.sync_all()),
+            };
+            match &removed {
                 Ok(()) => tracing::info!(topic = %p.topic, partition = p.index,
                     "deleted the replica: the partition was reassigned away from this broker"),
                 Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
-                    "cannot delete the files of a replica reassigned away from this broker"),
+                    "cannot delete the files of a replica reassigned away from this broker; \
+                     the next refresh tries again"),
             }
+            removed.is_ok()
         })
         .await;
-        removed.is_ok()
+        removed.unwrap_or(false)
     }
 
     /// Deletes the local directories of removed topics (only those still carrying the

@@ -28,7 +28,7 @@ use crate::broker::Broker;
 
 pub use crate::groups::GroupListing;
 pub use crate::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
-pub use crate::reassignments::{ReassignRequest, Reassignment};
+pub use crate::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 pub use acls::{AclFilter, PatternFilter};
 pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,

@@ -40,6 +40,25 @@ pub(crate) enum ClusterCommand {
         #[arg(long)]
         unclean: bool,
     },
+    /// Moves every replica off a broker (the controller reassigns them to the others,
+    /// copying only local tails) and shows the progress until it holds none and can
+    /// be stopped. New partitions are not placed on it.
+    Decommission {
+        broker_id: i32,
+        /// Return at once instead of waiting until the broker holds no replica.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Undoes a decommission: the broker takes partitions again (the balancer gives
+    /// it its share).
+    Recommission { broker_id: i32 },
+    /// The moves the balancer would start now (decommissions, dead brokers'
+    /// replacements, replica and leader balance).
+    Balance {
+        /// Print the plan only (the controller runs it on its own).
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -105,6 +124,8 @@ pub(crate) async fn cluster(
                         "lease_remaining_ms": b.lease_remaining_ms,
                         "leader_partitions": b.leader_partitions,
                         "replica_partitions": b.replica_partitions,
+                        "moving_partitions": b.moving_partitions,
+                        "decommissioned": b.decommissioned,
                     })).collect::<Vec<_>>(),
                 })),
                 OutputFormat::Text => {
@@ -113,18 +134,63 @@ pub(crate) async fn cluster(
                         id => format!("{id} (epoch {})", s.controller_epoch),
                     };
                     let mut text = format!(
-                        "Controller: {controller}\nBROKER\tADDRESS\tALIVE\tLEASE_EXPIRES\tLEADER_PARTITIONS\tREPLICA_PARTITIONS\tBROKER_EPOCH\n"
+                        "Controller: {controller}\nBROKER\tADDRESS\tALIVE\tLEASE_EXPIRES\tLEADER_PARTITIONS\tREPLICA_PARTITIONS\tBROKER_EPOCH\tMOVING\tDECOMMISSIONED\n"
                     );
                     for b in s.brokers {
                         text.push_str(&format!(
-                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
                             b.broker_id,
                             b.address,
                             b.alive,
                             out::relative_ms(b.lease_remaining_ms),
                             b.leader_partitions,
                             b.replica_partitions,
-                            b.broker_epoch
+                            b.broker_epoch,
+                            b.moving_partitions,
+                            b.decommissioned
+                        ));
+                    }
+                    out::print(&text)
+                }
+            }
+        }
+        ClusterCommand::Decommission { broker_id, no_wait } => {
+            decommission(&client, broker_id, no_wait).await
+        }
+        ClusterCommand::Recommission { broker_id } => {
+            client.decommission_broker(broker_id, true).await?;
+            out::print(&format!("broker {broker_id} is no longer decommissioned\n"))
+        }
+        ClusterCommand::Balance { dry_run } => {
+            if !dry_run {
+                anyhow::bail!(
+                    "the controller balances on its own ([cluster] auto_balance_enable); \
+                     --dry-run prints what it would move now"
+                );
+            }
+            let moves = client.balance_plan().await?;
+            match output {
+                OutputFormat::Json => out::json(&json!(
+                    moves
+                        .iter()
+                        .map(|m| json!({
+                            "topic": m.topic,
+                            "partition": m.partition,
+                            "replicas": m.replicas,
+                            "target": m.target,
+                            "reason": m.reason,
+                        }))
+                        .collect::<Vec<_>>()
+                )),
+                OutputFormat::Text if moves.is_empty() => {
+                    out::print("the cluster is balanced: no move to make\n")
+                }
+                OutputFormat::Text => {
+                    let mut text = String::from("TOPIC\tPARTITION\tREPLICAS\tTARGET\tREASON\n");
+                    for m in &moves {
+                        text.push_str(&format!(
+                            "{}\t{}\t{:?}\t{:?}\t{}\n",
+                            m.topic, m.partition, m.replicas, m.target, m.reason
                         ));
                     }
                     out::print(&text)
@@ -178,6 +244,40 @@ pub(crate) async fn cluster(
             }
             Ok(())
         }
+    }
+}
+
+/// Decommissions a broker and, unless `no_wait`, reports its replicas left every two
+/// seconds until none is.
+async fn decommission(client: &Client, broker_id: i32, no_wait: bool) -> anyhow::Result<()> {
+    client.decommission_broker(broker_id, false).await?;
+    out::print(&format!(
+        "broker {broker_id} is decommissioned: its replicas move to the other brokers\n"
+    ))?;
+    if no_wait {
+        return Ok(());
+    }
+    let mut last = None;
+    loop {
+        let status = client.cluster_status().await?;
+        let Some(b) = status.brokers.iter().find(|b| b.broker_id == broker_id) else {
+            anyhow::bail!("broker {broker_id} is not registered");
+        };
+        if b.replica_partitions == 0 {
+            out::print(&format!(
+                "broker {broker_id} holds no replica: it can be stopped\n"
+            ))?;
+            return Ok(());
+        }
+        let now = (b.replica_partitions, b.moving_partitions);
+        if last != Some(now) {
+            out::print(&format!(
+                "broker {broker_id}: {} replica(s) left, {} moving\n",
+                now.0, now.1
+            ))?;
+            last = Some(now);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     }
 }
 

@@ -76,6 +76,33 @@ impl Client {
         Ok(r.reassignments)
     }
 
+    /// Marks a broker as decommissioned (its replicas move off it), or, with
+    /// `recommission`, no longer.
+    pub async fn decommission_broker(&self, broker_id: i32, recommission: bool) -> Result<()> {
+        let r = self
+            .admin
+            .clone()
+            .decommission_broker(DecommissionBrokerRequest {
+                broker_id,
+                recommission,
+            })
+            .await?
+            .into_inner();
+        check_result(r.error)
+    }
+
+    /// The moves the balancer would start now.
+    pub async fn balance_plan(&self) -> Result<Vec<PlannedMove>> {
+        let r = self
+            .admin
+            .clone()
+            .balance_plan(BalancePlanRequest {})
+            .await?
+            .into_inner();
+        check_result(r.error)?;
+        Ok(r.moves)
+    }
+
     pub async fn create_topic(
         &self,
         name: &str,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use shale_metastore::{BrokerLease, Metastore, PartitionState, StateGuard};
 
+use crate::balancer::{BalanceRules, BrokerView, Why, plan};
 use crate::elections::{ControllerState, TopicRules, elect};
 use crate::reassignment::finish;
 
@@ -30,6 +31,9 @@ pub struct ControllerSettings {
     pub auto_leader_rebalance: bool,
     /// Kafka's `leader.imbalance.check.interval.seconds`, in ms.
     pub leader_imbalance_check_interval_ms: u64,
+    /// The balancer's rules, and how often it plans (see [`crate::balancer`]).
+    pub balance: BalanceRules,
+    pub balance_interval_ms: u64,
 }
 
 /// Why an election asked for did not happen.
@@ -85,7 +89,7 @@ impl Controller {
         &self,
         settings: ControllerSettings,
         digest: impl FnOnce() -> u64,
-        rules: impl FnOnce() -> HashMap<uuid::Uuid, TopicRules>,
+        rules: impl Fn() -> HashMap<uuid::Uuid, TopicRules>,
     ) -> shale_metastore::Result<()> {
         let id = self.broker_id;
         let lease_ms = settings.lease_ms as i64;
@@ -103,6 +107,13 @@ impl Controller {
             && let Err(e) = self.rebalance_leaders().await
         {
             tracing::warn!(error = %e, "leader rebalance failed");
+        }
+        if self
+            .state
+            .balance_due(Duration::from_millis(settings.balance_interval_ms))
+            && let Err(e) = self.balance(settings.balance, &live, &rules()).await
+        {
+            tracing::warn!(error = %e, "balancing failed");
         }
         // Elections follow deaths and partition changes: with neither since a pass
         // that decided everything, there is nothing to do (with many partitions, a
@@ -128,7 +139,9 @@ impl Controller {
                     alive: (moved && next.leader >= 0).then(|| (next.leader, live[&next.leader])),
                 };
                 (next, guard)
-            } else if let Some(next) = finish(&state, |b| live.contains_key(&b)) {
+            } else if let Some(next) =
+                finish(&state, |b| live.contains_key(&b), topic_rules.min_isr)
+            {
                 // A reassignment whose new replicas are in sync. A leader that leaves
                 // hands over as in a preferred election: it stays alive, and the new
                 // one must be the incarnation this pass saw.
@@ -247,6 +260,67 @@ impl Controller {
             leader = stored.leader, epoch = stored.leader_epoch, isr = ?stored.isr,
             "unclean leader election asked for: records only the lost replicas held are lost");
         Ok(stored.leader)
+    }
+
+    /// Starts the balancer's moves as reassignments (see [`crate::balancer`]); a move
+    /// that only reorders a partition's replicas (leader balance) takes effect at once
+    /// and is followed by a preferred election.
+    async fn balance(
+        &self,
+        rules: BalanceRules,
+        live: &HashMap<i32, i64>,
+        topics: &HashMap<uuid::Uuid, TopicRules>,
+    ) -> shale_metastore::Result<()> {
+        let brokers: Vec<BrokerView> = (self.metastore.list_brokers().await?)
+            .iter()
+            .map(|b| BrokerView {
+                id: b.broker_id,
+                alive: b.is_alive(),
+                dead_for_ms: b.dead_for_ms(),
+                decommissioned: b.decommissioned,
+            })
+            .collect();
+        let states = self.metastore.list_partition_states().await?;
+        for m in plan(&states, &brokers, rules) {
+            let Some(state) = states
+                .iter()
+                .find(|s| s.topic_id == m.topic_id && s.partition == m.partition)
+            else {
+                continue;
+            };
+            let min_isr = topics.get(&m.topic_id).map_or(1, |t| t.min_isr);
+            let next = match crate::reassignment::start(state, &m.target, min_isr) {
+                Ok(Some(next)) => next,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(topic_id = %m.topic_id, partition = m.partition, error = %e,
+                        "the balancer planned a move that cannot start");
+                    continue;
+                }
+            };
+            let stored = match self
+                .metastore
+                .update_partition_state(&next, StateGuard::default())
+                .await
+            {
+                Ok(stored) => stored,
+                Err(e) => {
+                    tracing::info!(topic_id = %m.topic_id, partition = m.partition, error = %e,
+                        "the balancer's move was not written");
+                    continue;
+                }
+            };
+            tracing::info!(topic_id = %m.topic_id, partition = m.partition, why = ?m.why,
+                from = ?state.replicas, to = ?m.target, "the balancer moves the partition");
+            if m.why == Why::LeaderBalance && stored.leader != m.target[0] {
+                match self.elect_preferred(&stored, live).await {
+                    Ok(_) | Err(ElectionError::PreferredLeaderNotAvailable(_)) => {}
+                    Err(e) => tracing::info!(topic_id = %m.topic_id, partition = m.partition,
+                        error = %e, "preferred leader not elected"),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, a

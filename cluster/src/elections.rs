@@ -28,6 +28,8 @@ pub struct ControllerState {
     view: Mutex<ControllerView>,
     /// When leader balance was last checked.
     last_rebalance: Mutex<Option<Instant>>,
+    /// When the balancer last planned.
+    last_balance: Mutex<Option<Instant>>,
 }
 
 impl Default for ControllerState {
@@ -36,6 +38,7 @@ impl Default for ControllerState {
             epoch: AtomicI64::new(0),
             view: Mutex::new(ControllerView::default()),
             last_rebalance: Mutex::new(Some(Instant::now())),
+            last_balance: Mutex::new(None),
         }
     }
 }
@@ -50,15 +53,13 @@ impl ControllerState {
     /// Whether a leader-balance check is due, `every` after the last; if so, the
     /// period starts again.
     pub fn rebalance_due(&self, every: Duration) -> bool {
-        let mut last = self
-            .last_rebalance
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let due = last.is_none_or(|t| t.elapsed() >= every);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
+        due(&self.last_rebalance, every)
+    }
+
+    /// Whether the balancer is due, `every` after it last planned; if so, the period
+    /// starts again.
+    pub fn balance_due(&self, every: Duration) -> bool {
+        due(&self.last_balance, every)
     }
 
     /// Whether a pass may be skipped: neither the live brokers nor any partition
@@ -83,6 +84,16 @@ impl ControllerState {
         view.live = live;
         view.digest = digest;
     }
+}
+
+/// Whether `every` has passed since `last`; if so, `last` becomes now.
+fn due(last: &Mutex<Option<Instant>>, every: Duration) -> bool {
+    let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+    let due = last.is_none_or(|t| t.elapsed() >= every);
+    if due {
+        *last = Some(Instant::now());
+    }
+    due
 }
 
 /// How the controller sees one partition's topic.

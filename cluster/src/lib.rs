@@ -5,9 +5,10 @@
 //! is a rule checked. Over the metastore: the controller, which writes the elections'
 //! decisions (`controller`). And this process's standing in the cluster
 //! (`membership`: data-directory claim, incarnation, lease). Partition reassignment
-//! (`reassignment`), whose finishing step the controller takes; balancing will decide
-//! here too.
+//! (`reassignment`), whose finishing step the controller takes, and the balancer's
+//! plan of moves (`balancer`).
 
+pub mod balancer;
 pub mod controller;
 pub mod elections;
 pub mod membership;

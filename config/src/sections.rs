@@ -120,6 +120,19 @@ pub struct ClusterSection {
     /// How often leader balance is checked (`leader.imbalance.check.interval.seconds`).
     /// Default: 300000 ms.
     pub leader_imbalance_check_interval_ms: u64,
+    /// Continuous balancing: the controller moves replicas (copying only local tails)
+    /// until every live broker holds as many as the others, give or take one, and the
+    /// same for preferred leaders. Moves off decommissioned brokers and dead brokers'
+    /// replacements happen either way. Default: true.
+    pub auto_balance_enable: bool,
+    /// Reassignments in flight at once before the controller starts more (those
+    /// started by hand count). Default: 4.
+    pub auto_balance_max_moves: usize,
+    /// How often the controller plans moves. Default: 10000 ms.
+    pub auto_balance_interval_ms: u64,
+    /// Replicas on a broker dead this long are re-created on the others, restoring
+    /// the replication factor (0: never). Default: 900000 ms (15 minutes).
+    pub dead_broker_replace_after_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -141,6 +154,10 @@ impl Default for ClusterSection {
             max_partitions_per_broker: 100_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,
+            auto_balance_enable: true,
+            auto_balance_max_moves: 4,
+            auto_balance_interval_ms: 10_000,
+            dead_broker_replace_after_ms: 900_000,
         }
     }
 }

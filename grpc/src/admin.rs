@@ -369,6 +369,39 @@ impl Admin for Front {
         }))
     }
 
+    async fn decommission_broker(
+        &self,
+        request: Request<DecommissionBrokerRequest>,
+    ) -> Result<Response<DecommissionBrokerResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let r = request.into_inner();
+        let result = (self.service)
+            .decommission_broker(&ctx, r.broker_id, !r.recommission)
+            .await;
+        Ok(Response::new(DecommissionBrokerResponse {
+            error: error_result(&result),
+        }))
+    }
+
+    async fn balance_plan(
+        &self,
+        request: Request<BalancePlanRequest>,
+    ) -> Result<Response<BalancePlanResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let result = self.service.balance_plan(&ctx).await;
+        let error = error_result(&result);
+        let moves = (result.unwrap_or_default().into_iter())
+            .map(|m| PlannedMove {
+                topic: m.topic,
+                partition: m.partition,
+                replicas: m.replicas,
+                target: m.target,
+                reason: m.reason.to_string(),
+            })
+            .collect();
+        Ok(Response::new(BalancePlanResponse { error, moves }))
+    }
+
     async fn elect_leaders(
         &self,
         request: Request<ElectLeadersRequest>,
@@ -474,6 +507,8 @@ impl Admin for Front {
                     broker_epoch: b.lease.broker_epoch,
                     leader_partitions: b.leader_partitions,
                     replica_partitions: b.replica_partitions,
+                    decommissioned: b.lease.decommissioned,
+                    moving_partitions: b.moving_partitions,
                     address: b.lease.address,
                 })
                 .collect(),

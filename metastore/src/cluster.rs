@@ -22,6 +22,12 @@ pub struct BrokerLease {
     pub remaining_ms: i64,
     /// When the row was read, on this process's monotonic clock.
     pub read_at: std::time::Instant,
+    /// How long ago its lease (any incarnation's) had expired when the row was read (0:
+    /// not expired).
+    pub expired_for_ms: i64,
+    /// Being decommissioned: its replicas move to other brokers, and new partitions
+    /// are not placed on it.
+    pub decommissioned: bool,
 }
 
 impl BrokerLease {
@@ -41,6 +47,14 @@ impl BrokerLease {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, a)| a.as_str())
+    }
+
+    /// How long it has been dead: since its lease expired (0 while it is alive).
+    pub fn dead_for_ms(&self) -> i64 {
+        if self.is_alive() {
+            return 0;
+        }
+        self.expired_for_ms + self.read_at.elapsed().as_millis() as i64
     }
 
     /// Milliseconds left on the lease now (<= 0: expired).

@@ -86,6 +86,8 @@ pub enum Error {
     PartitionStateNotFound { topic_id: Uuid, partition: i32 },
     #[error("broker {0} still holds its lease")]
     BrokerStillAlive(i32),
+    #[error("broker {0} has never registered")]
+    BrokerNotFound(i32),
     #[error("broker {broker_id} incarnation {broker_epoch} was replaced by a newer registration")]
     BrokerEpochFenced { broker_id: i32, broker_epoch: i64 },
     #[error("broker {0} has no running lease in the incarnation the change was made for")]
@@ -187,6 +189,9 @@ pub trait Metastore: Send + Sync + 'static {
     ) -> Result<()>;
     /// Every broker that ever registered, by id (dead ones have an expired lease).
     async fn list_brokers(&self) -> Result<Vec<BrokerLease>>;
+    /// Marks a registered broker as being decommissioned, or no longer (`BrokerNotFound`
+    /// for a broker that never registered).
+    async fn set_decommissioned(&self, broker_id: i32, decommissioned: bool) -> Result<()>;
     /// Takes or renews the controller lease for `lease_ms` from now (metastore clock):
     /// succeeds when nobody holds it, the holder is `broker_id`, or the holder's lease
     /// has expired. `lease_ms <= 0` by the holder gives it up.

@@ -274,6 +274,10 @@ macro_rules! sql_metastore {
                 self.list_brokers().await
             }
 
+            async fn set_decommissioned(&self, broker_id: i32, decommissioned: bool) -> Result<()> {
+                self.set_decommissioned(broker_id, decommissioned).await
+            }
+
             async fn try_acquire_controller(
                 &self,
                 broker_id: i32,

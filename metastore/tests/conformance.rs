@@ -1159,6 +1159,38 @@ async fn reassignments_are_kept_with_the_partition_state(m: &dyn Metastore) {
     assert_eq!(t.partitions, 1);
 }
 
+/// A broker's decommissioning is a flag on its row, kept across restarts of it; a
+/// lease ended at shutdown counts as expired from then on.
+async fn decommissioning_is_kept_per_broker(m: &dyn Metastore) {
+    let e = m.register_broker(4, "127.0.0.1:4", &[]).await.unwrap();
+    m.renew_broker_lease(4, e, "127.0.0.1:4", 60_000)
+        .await
+        .unwrap();
+    let b = |list: Vec<shale_metastore::BrokerLease>| list.into_iter().find(|b| b.broker_id == 4);
+    let fresh = b(m.list_brokers().await.unwrap()).unwrap();
+    assert!(!fresh.decommissioned && fresh.is_alive());
+    assert_eq!(fresh.dead_for_ms(), 0);
+    m.set_decommissioned(4, true).await.unwrap();
+    assert!(b(m.list_brokers().await.unwrap()).unwrap().decommissioned);
+    let again = m.register_broker(4, "127.0.0.1:4", &[]).await.unwrap();
+    assert!(b(m.list_brokers().await.unwrap()).unwrap().decommissioned);
+    m.set_decommissioned(4, false).await.unwrap();
+    assert!(!b(m.list_brokers().await.unwrap()).unwrap().decommissioned);
+    assert!(matches!(
+        m.set_decommissioned(77, true).await,
+        Err(Error::BrokerNotFound(77))
+    ));
+    // A graceful shutdown ends the lease now: the broker is dead from then on.
+    m.renew_broker_lease(4, again, "127.0.0.1:4", 0)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let stopped = b(m.list_brokers().await.unwrap()).unwrap();
+    assert!(!stopped.is_alive());
+    let dead_for = stopped.dead_for_ms();
+    assert!((1..60_000).contains(&dead_for), "dead for {dead_for} ms");
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -1188,6 +1220,7 @@ macro_rules! metastore_suite {
             case!(scram_credentials_are_kept_per_user_and_mechanism);
             case!(acls_are_kept_once_and_deleted_exactly);
             case!(reassignments_are_kept_with_the_partition_state);
+            case!(decommissioning_is_kept_per_broker);
         }
     };
 }

@@ -51,7 +51,16 @@ impl Cluster {
     async fn start_with(n: i32, via: Option<&PgProxy>, cluster_extra: &str) -> Self {
         let s3 = S3Server::start("shale-cluster");
         let cfg_dir = tempfile::tempdir().unwrap();
-        let toml = CLUSTER_TOML.replace("[cluster]\n", &format!("[cluster]\n{cluster_extra}"));
+        // Replicas stay where the tests put them, unless a test balances.
+        let balance = if cluster_extra.contains("auto_balance_enable") {
+            ""
+        } else {
+            "auto_balance_enable = false\n"
+        };
+        let toml = CLUSTER_TOML.replace(
+            "[cluster]\n",
+            &format!("[cluster]\n{balance}{cluster_extra}"),
+        );
         let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(&toml));
         let db = PgDatabase::create();
         let url = match via {
@@ -1700,4 +1709,135 @@ async fn reassigning_onto_a_new_broker_copies_only_the_tail_and_loses_nothing() 
         }
     }
     member.stop().await;
+}
+
+/// Replicas per broker (ids 1..=n) over every partition, as broker `via` reports them.
+async fn replica_counts(cluster: &Cluster, via: i32, n: i32) -> Vec<usize> {
+    let all = replicas(cluster, via).await;
+    (1..=n)
+        .map(|b| all.iter().filter(|r| r.contains(&b)).count())
+        .collect()
+}
+
+/// Waits until no reassignment is in flight and `cond` holds of the replica lists.
+async fn wait_for_replicas(
+    cluster: &Cluster,
+    via: i32,
+    what: &str,
+    cond: impl Fn(&[Vec<i32>]) -> bool,
+) {
+    let c = Client::connect(&cluster.brokers[(via - 1) as usize].address())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = replicas(cluster, via).await;
+        let in_flight = c.list_partition_reassignments(TOPIC).await.unwrap();
+        if in_flight.is_empty() && cond(&now) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: replicas {now:?}, in flight {in_flight:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The controller's own moves, under an acks=all producer: a broker that joins gets its
+/// share of replicas (counts within one) and the balancer then stays quiet; a broker
+/// decommissioned with `shale cluster decommission` is emptied (the command waits and
+/// says it can be stopped) and stopped; once recommissioned and back it is the only
+/// broker with room, and when another is killed for good its replicas are re-created
+/// there after the timeout, so every ISR is full again. Nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_balances_drains_and_replaces_brokers_losing_nothing() {
+    let mut cluster = Cluster::start_with(
+        3,
+        None,
+        "auto_balance_enable = true\nauto_balance_interval_ms = 300\n\
+         dead_broker_replace_after_ms = 4000\n",
+    )
+    .await;
+    cluster.create_topic().await;
+    let c = cluster.client().await;
+    let load = Load::start(c.clone()).await;
+    load.wait_more(300).await;
+
+    // Broker 4 joins: the balancer gives it replicas until counts are within one.
+    let four = cluster.add_broker(&[]).await;
+    let started = Instant::now();
+    wait_for_replicas(&cluster, 1, "broker 4's share", |all| {
+        let counts: Vec<usize> = (1..=4)
+            .map(|b| all.iter().filter(|r| r.contains(&b)).count())
+            .collect();
+        counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1
+    })
+    .await;
+    let counts = replica_counts(&cluster, 1, 4).await;
+    eprintln!(
+        "[balance] broker {four} joined; replicas per broker {counts:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(counts[3] >= 2, "broker 4 holds {counts:?}");
+    assert!(
+        c.balance_plan().await.unwrap().is_empty(),
+        "a balanced cluster plans no move"
+    );
+    let before = replicas(&cluster, 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        replicas(&cluster, 1).await,
+        before,
+        "the balancer moved a balanced cluster"
+    );
+    load.wait_more(300).await;
+
+    // Broker 1 is decommissioned through the CLI, which waits until it is empty.
+    let address = cluster.brokers[1].address();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        common::run_cli(&address, &["cluster", "decommission", "1"], None)
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "decommission failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("broker 1 holds no replica: it can be stopped"),
+        "{stdout}"
+    );
+    eprintln!("[balance] broker 1 drained in {:?}", started.elapsed());
+    assert_eq!(replica_counts(&cluster, 2, 4).await[0], 0);
+    cluster.broker(1).stop();
+    load.wait_more(300).await;
+
+    // Back, recommissioned: the balancer gives it work again; then broker 2 dies for
+    // good and its replicas are re-created on the others.
+    cluster.broker(1).start_again().await;
+    c.decommission_broker(1, true).await.unwrap();
+    load.wait_more(300).await;
+    cluster.broker(2).kill();
+    let killed = Instant::now();
+    wait_for_replicas(&cluster, 3, "broker 2's replicas re-created", |all| {
+        all.iter().all(|r| r.len() == 3 && !r.contains(&2))
+    })
+    .await;
+    cluster
+        .wait_until(3, "every ISR full again", |ps| {
+            ps.iter().all(|(_, _, isr)| isr.len() == 3)
+        })
+        .await;
+    eprintln!(
+        "[balance] broker 2 killed; its replicas re-created elsewhere and every ISR full after {:?}",
+        killed.elapsed()
+    );
+    load.wait_more(300).await;
+    let (acked, failed) = load.finish().await;
+    let read = check(cluster.client().await, &acked).await;
+    report("balancer", &acked, failed, read);
 }

@@ -108,6 +108,11 @@ impl Metastore for FaultyMetastore {
     async fn list_brokers(&self) -> R<Vec<BrokerLease>> {
         self.inner.list_brokers().await
     }
+    async fn set_decommissioned(&self, broker_id: i32, decommissioned: bool) -> R<()> {
+        self.inner
+            .set_decommissioned(broker_id, decommissioned)
+            .await
+    }
     async fn try_acquire_controller(
         &self,
         broker_id: i32,

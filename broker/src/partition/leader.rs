@@ -223,6 +223,11 @@ impl Partition {
             // new leader's HW may lag what the last leader acknowledged (KAFKA-7128).
             let epoch_start = r.log.epoch_start_offset(r.role.leader_epoch).unwrap_or(leo);
             let hw = self.high_watermark();
+            // Only an ISR member's log is known to have only grown: a follower outside
+            // it may have deleted its copy (a reassignment that removed and re-added
+            // it), so its position is what it says now.
+            let member =
+                r.role.isr.contains(&f.replica_id) || r.pending_isr.contains(&f.replica_id);
             let (caught_up, went_back) = match r.followers.get_mut(&f.replica_id) {
                 Some(p) => {
                     // Within one incarnation a follower's log only grows here (a lower
@@ -234,7 +239,7 @@ impl Partition {
                     if f.fetch_offset >= p.leader_leo_at_last_fetch {
                         p.caught_up_ms = now_ms;
                     }
-                    p.leo = if same {
+                    p.leo = if same && member {
                         p.leo.max(f.fetch_offset)
                     } else {
                         f.fetch_offset

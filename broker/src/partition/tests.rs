@@ -459,3 +459,37 @@ fn a_topic_compression_type_stores_every_batch_in_that_codec() {
     assert_eq!(&values[59][..], b"lz4-9");
     assert!(stored.len() < plain.len(), "50 repeated values compress");
 }
+
+/// A replica removed by a reassignment deletes its copy and, added back while its
+/// broker runs on (same incarnation), starts empty: the leader must not take its old
+/// position for its log, or it would join the ISR holding nothing.
+#[test]
+fn a_replica_added_back_empty_does_not_join_the_isr_on_its_old_position() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let id = Uuid::new_v4();
+    let (a, b) = two_replicas(d1.path(), d2.path(), id);
+    a.append(&batch(5, 10), None, 0).unwrap();
+    replicate_once(&a, &b, 2);
+    replicate_once(&a, &b, 2);
+    assert_eq!(a.high_watermark(), 5);
+    // The leader next sees broker 2 as an adding replica outside the ISR (it never
+    // saw the state that removed it); broker 2's copy is gone meanwhile.
+    let readded = PartitionState {
+        adding: vec![2],
+        ..state(id, 1, 0, vec![1], 3)
+    };
+    a.apply_state(&readded, 0).unwrap();
+    let read = a.serve_replica(&fetch(2, 0, (0, -1)), 0).unwrap();
+    assert!(
+        read.isr_change.is_none(),
+        "joined the ISR with an empty log"
+    );
+    // Even a fetch that claims a position and then falls back is taken as it is.
+    let read = a.serve_replica(&fetch(2, 0, (3, 0)), 0).unwrap();
+    assert!(read.isr_change.is_none());
+    let read = a.serve_replica(&fetch(2, 0, (0, -1)), 0).unwrap();
+    assert!(read.isr_change.is_none(), "the old position came back");
+    // Once it really holds the log, it joins.
+    let read = a.serve_replica(&fetch(2, 0, (5, 0)), 0).unwrap();
+    assert!(read.isr_change.is_some_and(|(_, isr)| isr == vec![1, 2]));
+}

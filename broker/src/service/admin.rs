@@ -9,7 +9,7 @@ use super::{Keyed, RequestContext, Service};
 use crate::broker::TopicState;
 use crate::cluster::BrokerStatus;
 use crate::error::{Error, Result};
-use crate::reassignments::{ReassignRequest, Reassignment};
+use crate::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 use crate::tiering::TieringStatus;
 use crate::topics::TopicDescription;
 use shale_config::topic::ConfigSource;
@@ -521,6 +521,31 @@ impl Service {
         self.call(ctx, "ListPartitionReassignments", async {
             self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
             let r = self.broker.list_reassignments(topics.as_deref()).await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// Marks a broker as decommissioned (`decommission` false: no longer).
+    pub async fn decommission_broker(
+        &self,
+        ctx: &RequestContext,
+        broker_id: i32,
+        decommission: bool,
+    ) -> Result<()> {
+        self.call(ctx, "DecommissionBroker", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
+            let r = self.broker.decommission(broker_id, decommission).await;
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// The moves the balancer would start now.
+    pub async fn balance_plan(&self, ctx: &RequestContext) -> Result<Vec<PlannedMove>> {
+        self.call(ctx, "BalancePlan", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
+            let r = self.broker.balance_plan().await;
             self.counted(r)
         })
         .await

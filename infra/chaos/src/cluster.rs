@@ -16,7 +16,7 @@ const S3_KEY: &str = "shale-chaos";
 const S3_SECRET: &str = "shale-chaos-secret";
 
 /// Short leases and intervals, so faults resolve in seconds.
-const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
+const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\nauto_balance_enable = false\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
     [tiering]\nupload_interval_ms = 300\n\
     [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 500\n\

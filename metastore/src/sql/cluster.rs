@@ -112,7 +112,7 @@ macro_rules! cluster_sql {
             ) -> Result<()> {
                 let updated = sqlx::query(concat!(
                     "UPDATE brokers SET address = $3, \
-                       lease_expires_ms = CASE WHEN $4 > 0 THEN ", $now, " + $4 ELSE 0 END, \
+                       lease_expires_ms = CASE WHEN $4 > 0 THEN ", $now, " + $4 ELSE ", $now, " - 1 END, \
                        lease_epoch = broker_epoch \
                      WHERE broker_id = $1 AND broker_epoch = $2",
                 ))
@@ -128,10 +128,25 @@ macro_rules! cluster_sql {
                 Ok(())
             }
 
+            pub(super) async fn set_decommissioned(&self, broker_id: i32, decommissioned: bool) -> Result<()> {
+                let updated = sqlx::query("UPDATE brokers SET decommissioned = $2 WHERE broker_id = $1")
+                    .bind(broker_id)
+                    .bind(decommissioned)
+                    .execute(&self.pool)
+                    .await?;
+                if updated.rows_affected() == 0 {
+                    return Err(Error::BrokerNotFound(broker_id));
+                }
+                Ok(())
+            }
+
             pub(super) async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
-                let rows: Vec<(i32, String, String, i64, i64, i64, i64)> = sqlx::query_as(concat!(
+                type Row = (i32, String, String, i64, i64, i64, i64, bool, i64);
+                let rows: Vec<Row> = sqlx::query_as(concat!(
                     "SELECT broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, \
-                       CASE WHEN lease_epoch = broker_epoch THEN lease_expires_ms - ", $now, " ELSE 0 END \
+                       CASE WHEN lease_epoch = broker_epoch THEN lease_expires_ms - ", $now, " ELSE 0 END, \
+                       decommissioned, \
+                       CASE WHEN lease_expires_ms < ", $now, " THEN ", $now, " - lease_expires_ms ELSE 0 END \
                      FROM brokers ORDER BY broker_id",
                 ))
                 .fetch_all(&self.pool)
@@ -139,7 +154,7 @@ macro_rules! cluster_sql {
                 let read_at = std::time::Instant::now();
                 Ok(rows
                     .into_iter()
-                    .map(|(broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms)| {
+                    .map(|(broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms, decommissioned, expired_for_ms)| {
                         BrokerLease {
                             broker_id,
                             address,
@@ -149,6 +164,8 @@ macro_rules! cluster_sql {
                             registered_at_ms,
                             remaining_ms,
                             read_at,
+                            decommissioned,
+                            expired_for_ms,
                         }
                     })
                     .collect())

@@ -1,0 +1,222 @@
+//! Where replicas should move, as a pure function of the partitions' states and the
+//! brokers: off decommissioned brokers, off brokers dead for longer than the
+//! replacement timeout, and, with continuous balancing, from the broker with the most
+//! replicas to the one with the fewest until they differ by at most one, then the
+//! same for preferred leaders (first replicas). The controller starts the moves as
+//! reassignments ([`crate::reassignment`]), at most `max_in_flight` at a time.
+
+use std::collections::{BTreeMap, HashSet};
+
+use shale_metastore::PartitionState;
+use uuid::Uuid;
+
+use crate::reassignment::target_replicas;
+
+/// A broker as the balancer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerView {
+    pub id: i32,
+    pub alive: bool,
+    /// How long it has been dead (0 while alive).
+    pub dead_for_ms: i64,
+    pub decommissioned: bool,
+}
+
+/// What the balancer may do.
+#[derive(Debug, Clone, Copy)]
+pub struct BalanceRules {
+    /// Reassignments in flight at once, those started by hand included.
+    pub max_in_flight: usize,
+    /// Replicas on a broker dead this long are re-created elsewhere (`None`: never).
+    pub replace_dead_after_ms: Option<i64>,
+    /// Balance replica and preferred-leader counts over the live brokers.
+    pub balance: bool,
+}
+
+/// One move: the partition's new replicas, preferred leader first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub target: Vec<i32>,
+    pub why: Why,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Decommissioned,
+    Dead,
+    ReplicaBalance,
+    LeaderBalance,
+}
+
+/// The moves to start now (see the module docs). A balanced cluster gets none.
+pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRules) -> Vec<Move> {
+    let in_flight = states.iter().filter(|s| s.reassigning()).count();
+    let mut budget = rules.max_in_flight.saturating_sub(in_flight);
+    if budget == 0 {
+        return Vec::new();
+    }
+    // Destinations: live brokers not being decommissioned.
+    let eligible: Vec<i32> = brokers
+        .iter()
+        .filter(|b| b.alive && !b.decommissioned)
+        .map(|b| b.id)
+        .collect();
+    let leaving = |b: i32| {
+        brokers.iter().any(|v| {
+            v.id == b
+                && (v.decommissioned
+                    || rules
+                        .replace_dead_after_ms
+                        .is_some_and(|after| !v.alive && v.dead_for_ms >= after))
+        })
+    };
+    // Replicas per eligible broker once the moves in flight finish.
+    let mut replicas: BTreeMap<i32, usize> = eligible.iter().map(|&b| (b, 0)).collect();
+    let mut preferred: BTreeMap<i32, usize> = replicas.clone();
+    for s in states {
+        let target = target_replicas(s);
+        for b in &target {
+            if let Some(n) = replicas.get_mut(b) {
+                *n += 1;
+            }
+        }
+        if let Some(n) = target.first().and_then(|b| preferred.get_mut(b)) {
+            *n += 1;
+        }
+    }
+    let mut moves = Vec::new();
+    let mut moved: HashSet<(Uuid, i32)> = HashSet::new();
+    let idle = states.iter().filter(|s| !s.reassigning());
+    // 1. Off decommissioned brokers and brokers dead for good.
+    for s in idle.clone() {
+        if budget == 0 {
+            return moves;
+        }
+        let gone: Vec<i32> = s.replicas.iter().copied().filter(|&b| leaving(b)).collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let mut target = s.replicas.clone();
+        for b in &gone {
+            let Some(dest) = fewest(&replicas, |d| !target.contains(&d)) else {
+                break;
+            };
+            *replicas.get_mut(&dest).expect("eligible") += 1;
+            let at = target.iter().position(|x| x == b).expect("a replica");
+            target[at] = dest;
+        }
+        if target != s.replicas {
+            let dead = gone.iter().any(|&b| {
+                brokers
+                    .iter()
+                    .any(|v| v.id == b && !v.decommissioned && !v.alive)
+            });
+            moves.push(Move {
+                topic_id: s.topic_id,
+                partition: s.partition,
+                target,
+                why: if dead { Why::Dead } else { Why::Decommissioned },
+            });
+            moved.insert((s.topic_id, s.partition));
+            budget -= 1;
+        }
+    }
+    if !rules.balance || !moves.is_empty() || eligible.len() < 2 {
+        return moves;
+    }
+    // 2. Replica counts within one of each other; a move takes a replica that does not
+    // lead, where there is one, so leadership stays put.
+    while budget > 0 {
+        let (Some(most), Some(least)) = (most(&replicas), fewest(&replicas, |_| true)) else {
+            break;
+        };
+        if replicas[&most] <= replicas[&least] + 1 {
+            break;
+        }
+        let candidates = idle.clone().filter(|s| {
+            !moved.contains(&(s.topic_id, s.partition))
+                && s.replicas.contains(&most)
+                && !s.replicas.contains(&least)
+        });
+        let Some(s) = candidates.min_by_key(|s| s.leader == most) else {
+            break;
+        };
+        let target: Vec<i32> = s
+            .replicas
+            .iter()
+            .map(|&b| if b == most { least } else { b })
+            .collect();
+        *replicas.get_mut(&most).expect("eligible") -= 1;
+        *replicas.get_mut(&least).expect("eligible") += 1;
+        if target.first() == Some(&least) {
+            *preferred.get_mut(&most).expect("eligible") -= 1;
+            *preferred.get_mut(&least).expect("eligible") += 1;
+        }
+        moves.push(Move {
+            topic_id: s.topic_id,
+            partition: s.partition,
+            target,
+            why: Why::ReplicaBalance,
+        });
+        moved.insert((s.topic_id, s.partition));
+        budget -= 1;
+    }
+    if !moves.is_empty() {
+        return moves;
+    }
+    // 3. Preferred leaders within one of each other: a replica list reordered so that
+    // a replica of the broker preferred least comes first (no data moves).
+    while budget > 0 {
+        let (Some(most), Some(least)) = (most(&preferred), fewest(&preferred, |_| true)) else {
+            break;
+        };
+        if preferred[&most] <= preferred[&least] + 1 {
+            break;
+        }
+        let candidates = idle.clone().filter(|s| {
+            !moved.contains(&(s.topic_id, s.partition))
+                && s.replicas.first() == Some(&most)
+                && s.replicas.contains(&least)
+        });
+        // One where the new preferred leader is in sync can lead at once.
+        let Some(s) = candidates.min_by_key(|s| !s.isr.contains(&least)) else {
+            break;
+        };
+        let mut target = vec![least];
+        target.extend(s.replicas.iter().copied().filter(|&b| b != least));
+        *preferred.get_mut(&most).expect("eligible") -= 1;
+        *preferred.get_mut(&least).expect("eligible") += 1;
+        moves.push(Move {
+            topic_id: s.topic_id,
+            partition: s.partition,
+            target,
+            why: Why::LeaderBalance,
+        });
+        moved.insert((s.topic_id, s.partition));
+        budget -= 1;
+    }
+    moves
+}
+
+/// The broker with the fewest (replicas, preferred leaderships, …) among those
+/// `allowed`, the lowest id among equals.
+fn fewest(counts: &BTreeMap<i32, usize>, allowed: impl Fn(i32) -> bool) -> Option<i32> {
+    counts
+        .iter()
+        .filter(|(b, _)| allowed(**b))
+        .min_by_key(|(b, n)| (**n, **b))
+        .map(|(b, _)| *b)
+}
+
+/// The broker with the most, the lowest id among equals.
+fn most(counts: &BTreeMap<i32, usize>) -> Option<i32> {
+    counts
+        .iter()
+        .max_by_key(|(b, n)| (**n, -**b))
+        .map(|(b, _)| *b)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+use super::*;
+
+fn part(p: i32, replicas: &[i32]) -> PartitionState {
+    PartitionState::initial(Uuid::nil(), p, replicas.to_vec())
+}
+
+fn live(ids: &[i32]) -> Vec<BrokerView> {
+    ids.iter()
+        .map(|&id| BrokerView {
+            id,
+            alive: true,
+            dead_for_ms: 0,
+            decommissioned: false,
+        })
+        .collect()
+}
+
+const RULES: BalanceRules = BalanceRules {
+    max_in_flight: 100,
+    replace_dead_after_ms: Some(60_000),
+    balance: true,
+};
+
+/// Applies the moves (as if each reassignment finished) and plans again, until the
+/// plan is empty; the number of rounds.
+fn converge(states: &mut [PartitionState], brokers: &[BrokerView], rules: BalanceRules) -> usize {
+    for round in 0..50 {
+        let moves = plan(states, brokers, rules);
+        if moves.is_empty() {
+            return round;
+        }
+        for m in moves {
+            let s = states
+                .iter_mut()
+                .find(|s| s.partition == m.partition)
+                .unwrap();
+            s.replicas = m.target.clone();
+            s.isr = m.target.clone();
+            s.leader = m.target[0];
+        }
+    }
+    panic!("no convergence: {states:?}");
+}
+
+fn counts(states: &[PartitionState], brokers: &[i32]) -> (Vec<usize>, Vec<usize>) {
+    let replicas = brokers
+        .iter()
+        .map(|b| states.iter().filter(|s| s.replicas.contains(b)).count())
+        .collect();
+    let leaders = brokers
+        .iter()
+        .map(|b| states.iter().filter(|s| s.replicas[0] == *b).count())
+        .collect();
+    (replicas, leaders)
+}
+
+fn within_one(v: &[usize]) -> bool {
+    v.iter().max().unwrap() - v.iter().min().unwrap() <= 1
+}
+
+#[test]
+fn a_balanced_cluster_makes_no_moves() {
+    let states: Vec<_> = (0..6)
+        .map(|p| part(p, &[p % 3 + 1, (p + 1) % 3 + 1]))
+        .collect();
+    assert_eq!(plan(&states, &live(&[1, 2, 3]), RULES), Vec::new());
+}
+
+#[test]
+fn a_new_broker_gets_its_share_of_replicas_and_leaders() {
+    // Nine RF-2 partitions over brokers 1-3; broker 4 joins.
+    let mut states: Vec<_> = (0..9)
+        .map(|p| part(p, &[p % 3 + 1, (p + 1) % 3 + 1]))
+        .collect();
+    let brokers = live(&[1, 2, 3, 4]);
+    let rounds = converge(&mut states, &brokers, RULES);
+    assert!(rounds >= 1);
+    let (replicas, leaders) = counts(&states, &[1, 2, 3, 4]);
+    assert!(within_one(&replicas), "replicas {replicas:?}");
+    assert!(within_one(&leaders), "leaders {leaders:?}");
+    assert!(replicas[3] >= 4, "broker 4 holds {}", replicas[3]);
+    for s in &states {
+        let mut r = s.replicas.clone();
+        r.dedup();
+        assert_eq!(r.len(), 2, "a partition lost a replica: {s:?}");
+    }
+    assert_eq!(plan(&states, &brokers, RULES), Vec::new(), "stays quiet");
+}
+
+#[test]
+fn decommissioned_and_long_dead_brokers_are_emptied_first() {
+    let states: Vec<_> = (0..4).map(|p| part(p, &[1, 2, 3])).collect();
+    let mut brokers = live(&[1, 2, 3, 4, 5]);
+    brokers[0].decommissioned = true;
+    brokers[1].alive = false;
+    brokers[1].dead_for_ms = 120_000;
+    let moves = plan(&states, &brokers, RULES);
+    assert_eq!(moves.len(), 4);
+    for m in &moves {
+        assert_eq!(m.why, Why::Dead);
+        assert_eq!(m.target[2], 3, "the kept replica stays in place: {m:?}");
+        assert!(!m.target.contains(&1) && !m.target.contains(&2), "{m:?}");
+    }
+    // Spread over 4 and 5.
+    let on4 = moves.iter().filter(|m| m.target.contains(&4)).count();
+    assert_eq!(
+        on4, 4,
+        "both new replicas go to 4 and 5 for every partition"
+    );
+    // A broker dead for less than the timeout keeps its replicas; without a timeout,
+    // nobody is replaced.
+    brokers[0].decommissioned = false;
+    brokers[1].dead_for_ms = 1_000;
+    let quiet = BalanceRules {
+        balance: false,
+        ..RULES
+    };
+    assert_eq!(plan(&states, &brokers, quiet), Vec::new());
+    brokers[1].dead_for_ms = 120_000;
+    let never = BalanceRules {
+        replace_dead_after_ms: None,
+        ..quiet
+    };
+    assert_eq!(plan(&states, &brokers, never), Vec::new());
+}
+
+#[test]
+fn moves_wait_for_those_in_flight() {
+    let mut states: Vec<_> = (0..6).map(|p| part(p, &[1, 2])).collect();
+    let brokers = live(&[1, 2, 3, 4]);
+    let two = BalanceRules {
+        max_in_flight: 2,
+        ..RULES
+    };
+    let moves = plan(&states, &brokers, two);
+    assert_eq!(moves.len(), 2);
+    // One in flight: one more may start, and it counts the first one's target.
+    states[0] = PartitionState {
+        replicas: vec![3, 2, 1],
+        adding: vec![3],
+        removing: vec![1],
+        ..states[0].clone()
+    };
+    let next = plan(&states, &brokers, two);
+    assert_eq!(next.len(), 1);
+    assert_ne!(next[0].partition, 0);
+}
+
+#[test]
+fn a_decommissioned_broker_with_nowhere_to_go_keeps_its_replicas() {
+    let states = vec![part(0, &[1, 2])];
+    let mut brokers = live(&[1, 2]);
+    brokers[0].decommissioned = true;
+    assert_eq!(plan(&states, &brokers, RULES), Vec::new());
+}

@@ -1,0 +1,2 @@
+-- A broker being decommissioned (see the PostgreSQL migration).
+ALTER TABLE brokers ADD COLUMN decommissioned BOOLEAN NOT NULL DEFAULT FALSE;

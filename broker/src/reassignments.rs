@@ -83,12 +83,7 @@ impl Broker {
         let brokers: Vec<shale_cluster::balancer::BrokerView> =
             (self.metastore.list_brokers().await?)
                 .iter()
-                .map(|b| shale_cluster::balancer::BrokerView {
-                    id: b.broker_id,
-                    alive: b.is_alive(),
-                    dead_for_ms: b.dead_for_ms(),
-                    decommissioned: b.decommissioned,
-                })
+                .map(Into::into)
                 .collect();
         let states = self.metastore.list_partition_states().await?;
         let names: HashMap<uuid::Uuid, String> = (self.metastore.list_topics().await?)

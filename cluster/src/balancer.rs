@@ -22,6 +22,17 @@ pub struct BrokerView {
     pub decommissioned: bool,
 }
 
+impl From<&shale_metastore::BrokerLease> for BrokerView {
+    fn from(b: &shale_metastore::BrokerLease) -> Self {
+        Self {
+            id: b.broker_id,
+            alive: b.is_alive(),
+            dead_for_ms: b.dead_for_ms(),
+            decommissioned: b.decommissioned,
+        }
+    }
+}
+
 /// What the balancer may do.
 #[derive(Debug, Clone, Copy)]
 pub struct BalanceRules {

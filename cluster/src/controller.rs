@@ -273,12 +273,7 @@ impl Controller {
     ) -> shale_metastore::Result<()> {
         let brokers: Vec<BrokerView> = (self.metastore.list_brokers().await?)
             .iter()
-            .map(|b| BrokerView {
-                id: b.broker_id,
-                alive: b.is_alive(),
-                dead_for_ms: b.dead_for_ms(),
-                decommissioned: b.decommissioned,
-            })
+            .map(BrokerView::from)
             .collect();
         let states = self.metastore.list_partition_states().await?;
         for m in plan(&states, &brokers, rules) {

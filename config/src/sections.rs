@@ -133,6 +133,11 @@ pub struct ClusterSection {
     /// Replicas on a broker dead this long are re-created on the others, restoring
     /// the replication factor (0: never). Default: 900000 ms (15 minutes).
     pub dead_broker_replace_after_ms: u64,
+    /// Bytes per second that the replicas a reassignment adds on this broker copy
+    /// from each leader broker, so that a move does not starve produce (Kafka's
+    /// `follower.replication.throttled.rate`; 0: unlimited). Default: 104857600
+    /// (100 MiB/s).
+    pub reassignment_throttle_bytes_per_sec: u64,
 }
 
 impl Default for ClusterSection {
@@ -158,6 +163,7 @@ impl Default for ClusterSection {
             auto_balance_max_moves: 4,
             auto_balance_interval_ms: 10_000,
             dead_broker_replace_after_ms: 900_000,
+            reassignment_throttle_bytes_per_sec: 100 << 20,
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct FollowerPosition {
     pub leader_epoch: i32,
     /// The version of the partition state it applied last.
     pub state_version: i64,
+    /// A replica a reassignment is adding (its copy is throttled).
+    pub moving: bool,
 }
 
 impl Partition {
@@ -31,6 +33,7 @@ impl Partition {
             leader: r.role.leader,
             leader_epoch: r.role.leader_epoch,
             state_version: r.role.version,
+            moving: r.role.adding.contains(&self.broker_id),
         })
     }
 

@@ -7,10 +7,17 @@
 //! thread, each partition under its own lock), so a stop never leaves half a batch.
 //! A fetcher whose leader stops answering gives up after the request's wait plus
 //! five seconds and reconnects.
+//!
+//! # Throttling moves
+//!
+//! Replicas a reassignment is adding copy at most `reassignment_throttle_bytes_per_sec`
+//! per fetcher (Kafka's `follower.replication.throttled.rate`): once they have fetched
+//! more than the rate allows, they are left out of the requests until the time it
+//! allows has passed, while the partitions this broker already follows go on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shale_records::ErrorCode;
 use uuid::Uuid;
@@ -88,11 +95,22 @@ impl Broker {
                 })?;
         // A leader that stops answering (paused, partitioned) is given up on.
         let answer_timeout = Duration::from_millis(max_wait_ms + 5_000);
+        let mut throttle = Throttle::new(self.config.cluster.reassignment_throttle_bytes_per_sec);
         loop {
-            let followed = self.followed_from(leader);
+            let mut followed = self.followed_from(leader);
             if followed.is_empty() || self.cancel.is_cancelled() {
                 return Ok(());
             }
+            if let Some(wait) = throttle.wait() {
+                followed.retain(|(_, pos)| !pos.moving);
+                if followed.is_empty() {
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(wait) => continue,
+                    }
+                }
+            }
+            let moving_max = throttle.partition_max_bytes();
             let request = ReplicaFetchRequest {
                 replica_id: self.config.broker_id,
                 replica_epoch: self.broker_epoch(),
@@ -106,7 +124,11 @@ impl Broker {
                         current_leader_epoch: pos.leader_epoch,
                         fetch_offset: pos.log_end_offset,
                         last_fetched_epoch: pos.last_epoch,
-                        partition_max_bytes: PARTITION_MAX_BYTES,
+                        partition_max_bytes: if pos.moving {
+                            moving_max
+                        } else {
+                            PARTITION_MAX_BYTES
+                        },
                         state_version: pos.state_version,
                     })
                     .collect(),
@@ -118,6 +140,16 @@ impl Broker {
             let answer = answer
                 .map_err(|_| ReplicationError::Timeout { leader })?
                 .map_err(|source| ReplicationError::Transport { leader, source })?;
+            let moving: Vec<(Uuid, i32)> = (followed.iter())
+                .filter(|(_, pos)| pos.moving)
+                .map(|(p, _)| (p.topic_id, p.index))
+                .collect();
+            throttle.spend(
+                (answer.partitions.iter())
+                    .filter(|r| moving.contains(&(r.topic_id, r.partition)))
+                    .map(|r| r.records.len() as u64)
+                    .sum(),
+            );
             let stale = self.apply_replica_answer(followed, answer).await?;
             if stale {
                 // Someone has newer metadata than this broker: catch up, then go on.
@@ -162,6 +194,56 @@ impl Broker {
     }
 }
 
+/// A byte budget that refills at a fixed rate (0: unlimited).
+struct Throttle {
+    rate: u64,
+    /// Bytes fetched beyond what the rate allowed so far.
+    debt: f64,
+    at: Instant,
+}
+
+impl Throttle {
+    fn new(rate: u64) -> Self {
+        Self {
+            rate,
+            debt: 0.0,
+            at: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let paid = now.duration_since(self.at).as_secs_f64() * self.rate as f64;
+        self.debt = (self.debt - paid).max(0.0);
+        self.at = now;
+    }
+
+    /// How long until the throttled may fetch again (`None`: now).
+    fn wait(&mut self) -> Option<Duration> {
+        if self.rate == 0 {
+            return None;
+        }
+        self.refill();
+        (self.debt > 0.0).then(|| Duration::from_secs_f64(self.debt / self.rate as f64))
+    }
+
+    fn spend(&mut self, bytes: u64) {
+        if self.rate > 0 {
+            self.refill();
+            self.debt += bytes as f64;
+        }
+    }
+
+    /// A throttled partition's bytes per answer: at most a tenth of a second's worth
+    /// (and at least 64 KiB, so a batch that size still comes through).
+    fn partition_max_bytes(&self) -> i32 {
+        if self.rate == 0 {
+            return PARTITION_MAX_BYTES;
+        }
+        (self.rate / 10).clamp(64 << 10, PARTITION_MAX_BYTES as u64) as i32
+    }
+}
+
 /// Applies one partition of a leader's answer; true if this broker's metadata is stale.
 /// A stale answer (the partition's role or log moved meanwhile) is dropped.
 fn apply_one(
@@ -191,4 +273,31 @@ fn apply_one(
     }
     p.append_from_leader(pos, &r.records, r.high_watermark, now)?;
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_throttle_holds_back_what_goes_past_its_rate() {
+        let mut unlimited = Throttle::new(0);
+        unlimited.spend(u64::MAX / 2);
+        assert_eq!(unlimited.wait(), None);
+        assert_eq!(unlimited.partition_max_bytes(), PARTITION_MAX_BYTES);
+
+        let mut t = Throttle::new(1 << 20);
+        assert_eq!(t.wait(), None, "nothing fetched yet");
+        assert_eq!(t.partition_max_bytes(), (1 << 20) / 10);
+        t.spend(512 << 10);
+        let wait = t.wait().expect("half a second's worth fetched at once");
+        assert!(
+            wait > Duration::from_millis(400) && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+        // The debt is paid as time passes.
+        t.at -= Duration::from_millis(600);
+        assert_eq!(t.wait(), None);
+        assert_eq!(Throttle::new(1000).partition_max_bytes(), 64 << 10);
+    }
 }

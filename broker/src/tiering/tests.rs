@@ -285,6 +285,7 @@ async fn a_new_leader_with_a_stale_remote_view_takes_the_whole_bucket_over() {
         leader: role.leader,
         leader_epoch: role.leader_epoch,
         state_version: role.version,
+        moving: false,
     };
     assert!(p.truncate_diverged(&at, 0, first_end + 2).unwrap());
     let stale = RemoteState {

@@ -1,15 +1,20 @@
 //! The faults, and a seeded schedule of them: one broker-level fault at a time
 //! (SIGKILL, SIGSTOP, a restart that lost its unflushed tail, a network cut, a slow
-//! disk), sometimes combined with an outage of PostgreSQL or the object store, each
-//! held for a random while and then healed.
+//! disk, a partition's replica reassigned away and back), sometimes combined with an
+//! outage of PostgreSQL or the object store, each held for a random while and then
+//! healed.
 
 use std::fmt;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use shale_client::Client;
+use shale_proto::v1::PartitionReassignment;
+
 use crate::cluster::Cluster;
 use crate::netns::Cut;
+use crate::tally::{PARTITIONS, TOPIC};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
@@ -32,10 +37,14 @@ pub enum Fault {
     ObjectStoreOutage,
     /// The broker's disk writes are throttled (cgroup blkio: 1 MiB/s, 20 IOPS).
     SlowDisk,
+    /// A partition's replica on the broker is reassigned away (down to two replicas:
+    /// it deletes its copy), and back when healed (it copies the leader's local log
+    /// again and rejoins the ISR).
+    Move,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Kill,
         Fault::Pause,
         Fault::LoseTail,
@@ -45,6 +54,7 @@ impl Fault {
         Fault::PostgresOutage,
         Fault::ObjectStoreOutage,
         Fault::SlowDisk,
+        Fault::Move,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +68,7 @@ impl Fault {
             Fault::PostgresOutage => "postgres-outage",
             Fault::ObjectStoreOutage => "s3-outage",
             Fault::SlowDisk => "slow-disk",
+            Fault::Move => "move",
         }
     }
 
@@ -135,6 +146,9 @@ impl fmt::Display for Step {
         }
         if self.fault == Fault::LoseTail {
             write!(f, " (cut at {:.0}%)", self.cut_at * 100.0)?;
+        }
+        if self.fault == Fault::Move {
+            write!(f, " (partition {})", moved_partition(self.cut_at))?;
         }
         if let Some(w) = self.with {
             write!(f, " + {w}")?;
@@ -218,15 +232,58 @@ impl Drop for SlowDisk {
     }
 }
 
+/// The partition a `Move` step with this `cut_at` moves.
+fn moved_partition(cut_at: f64) -> i32 {
+    ((cut_at * PARTITIONS as f64) as i32).clamp(0, PARTITIONS - 1)
+}
+
+/// Reassigns `partition`'s replica on `broker` away (`back`: adds it back). A refusal
+/// (an outage, a move not finished yet) leaves the partition as it is: moving is not
+/// the fault under test, what it does to the log is.
+async fn reassign(client: &Client, partition: i32, broker: i32, back: bool) -> anyhow::Result<()> {
+    let d = client.describe_topic(TOPIC).await?;
+    let Some(p) = d.partitions.iter().find(|p| p.partition == partition) else {
+        return Ok(());
+    };
+    let target: Vec<i32> = match (back, p.replicas.contains(&broker)) {
+        (false, true) if p.replicas.len() == 3 => p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| *b != broker)
+            .collect(),
+        (true, false) => p.replicas.iter().copied().chain([broker]).collect(),
+        _ => return Ok(()),
+    };
+    let results = client
+        .alter_partition_reassignments(vec![PartitionReassignment {
+            topic: TOPIC.into(),
+            partition,
+            replicas: target,
+            cancel: false,
+        }])
+        .await?;
+    if let Some(r) = results.iter().find(|r| r.error_code != 0) {
+        eprintln!("move of partition {partition} refused: {}", r.error_message);
+    }
+    Ok(())
+}
+
 /// Applies `fault` to `broker` (or the cluster).
-pub fn apply(
+pub async fn apply(
     c: &mut Cluster,
+    client: &Client,
     slow: Option<&SlowDisk>,
     fault: Fault,
     broker: i32,
     cut_at: f64,
 ) -> anyhow::Result<()> {
     match fault {
+        Fault::Move => {
+            if let Err(e) = reassign(client, moved_partition(cut_at), broker, false).await {
+                eprintln!("move not started: {e}");
+            }
+        }
         Fault::Kill => c.broker(broker).kill(),
         Fault::Pause => c.broker(broker).pause(),
         Fault::LoseTail => {
@@ -255,11 +312,34 @@ pub fn apply(
 /// Undoes [`apply`].
 pub async fn heal(
     c: &mut Cluster,
+    client: &Client,
     slow: Option<&SlowDisk>,
     fault: Fault,
     broker: i32,
+    cut_at: f64,
 ) -> anyhow::Result<()> {
     match fault {
+        Fault::Move => {
+            // Back to three replicas, whatever it takes (the checks need them all).
+            let partition = moved_partition(cut_at);
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let done = reassign(client, partition, broker, true).await;
+                let back = client.describe_topic(TOPIC).await.is_ok_and(|d| {
+                    d.partitions
+                        .iter()
+                        .any(|p| p.partition == partition && p.replicas.len() == 3)
+                });
+                if done.is_ok() && back {
+                    break;
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "partition {partition} did not get its third replica back: {done:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
         Fault::Kill | Fault::LoseTail => {
             if !c.broker(broker).is_running() {
                 c.broker(broker).start().await?;

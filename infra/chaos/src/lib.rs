@@ -110,22 +110,17 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         let at = started.elapsed().as_secs_f64();
         history.push(format!("{at:7.1} s  {step}"));
         *counts.entry(step.fault).or_insert(0) += 1;
-        faults::apply(
-            &mut cluster,
-            slow.as_ref(),
-            step.fault,
-            step.broker,
-            step.cut_at,
-        )?;
+        let (c, slow) = (&client, slow.as_ref());
+        faults::apply(&mut cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
         if let Some(w) = step.with {
             *counts.entry(w).or_insert(0) += 1;
-            faults::apply(&mut cluster, slow.as_ref(), w, step.broker, 0.0)?;
+            faults::apply(&mut cluster, c, slow, w, step.broker, 0.0).await?;
         }
         tokio::time::sleep(step.hold).await;
         if let Some(w) = step.with {
-            faults::heal(&mut cluster, slow.as_ref(), w, step.broker).await?;
+            faults::heal(&mut cluster, c, slow, w, step.broker, 0.0).await?;
         }
-        faults::heal(&mut cluster, slow.as_ref(), step.fault, step.broker).await?;
+        faults::heal(&mut cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
         tokio::time::sleep(step.quiet).await;
     }
     history.push(format!(

@@ -186,6 +186,7 @@ def test_overview(b, stack, shots):
     assert b.js("return document.querySelectorAll('[data-chart=rates] polyline').length") == 2, "the traffic chart"
     rows = field_values(b, "tr[data-broker]")
     assert rows["0"]["alive"] == "alive" and num(rows["0"]["replica_partitions"]) == o["brokers"][0]["replica_partitions"], rows
+    assert num(rows["0"]["moving_partitions"]) == o["brokers"][0]["moving_partitions"] == 0, rows
 
 
 def test_topics(b, stack, shots):

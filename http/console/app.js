@@ -178,12 +178,14 @@ async function overview(page) {
 }
 
 function brokerTable(brokers, controller) {
-  return table(["Broker", "State", "Lease left (ms)#", "Leader of#", "Replicas#", "Endpoints"], brokers.map((b) =>
+  return table(["Broker", "State", "Lease left (ms)#", "Leader of#", "Replicas#", "Moving#", "Endpoints"], brokers.map((b) =>
     h("tr", { "data-broker": b.broker_id },
       h("td", {}, String(b.broker_id), b.this_broker ? h("span", { class: "muted" }, " (this)") : null,
         controller && controller.broker_id === b.broker_id ? h("span", { class: "muted" }, " controller") : null),
       h("td", { class: b.alive ? "ok" : "bad", "data-field": "alive" }, b.alive ? "alive" : "lease expired"),
       num(b.lease_remaining_ms, "lease_remaining_ms"), num(b.leader_partitions, "leader_partitions"), num(b.replica_partitions, "replica_partitions"),
+      h("td", { class: "num", "data-field": "moving_partitions", "data-value": String(b.moving_partitions) },
+        String(b.moving_partitions), b.decommissioned ? h("span", { class: "bad" }, " decommissioned") : null),
       h("td", {}, Object.entries(b.endpoints).map(([k, v]) => k === "http" ? h("div", {}, h("a", { href: `http://${v}/` }, `${k} ${v}`)) : h("div", {}, `${k} ${v}`))))));
 }
 

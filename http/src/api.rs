@@ -121,6 +121,8 @@ async fn brokers_json(s: &Call) -> ApiResult<Value> {
                 "endpoints": b.lease.endpoints.iter().cloned().collect::<BTreeMap<_, _>>(),
                 "leader_partitions": b.leader_partitions,
                 "replica_partitions": b.replica_partitions,
+                "moving_partitions": b.moving_partitions,
+                "decommissioned": b.lease.decommissioned,
             })
         })
         .collect();

@@ -237,23 +237,34 @@ fn moved_partition(cut_at: f64) -> i32 {
     ((cut_at * PARTITIONS as f64) as i32).clamp(0, PARTITIONS - 1)
 }
 
-/// Reassigns `partition`'s replica on `broker` away (`back`: adds it back). A refusal
-/// (an outage, a move not finished yet) leaves the partition as it is: moving is not
-/// the fault under test, what it does to the log is.
-async fn reassign(client: &Client, partition: i32, broker: i32, back: bool) -> anyhow::Result<()> {
+/// Reassigns `partition`'s replica on `broker` away (`back`: adds it back, or keeps
+/// it if its move away is still in flight). A refusal (an outage) leaves the partition
+/// as it is: moving is not the fault under test, what it does to the log is. Whether
+/// the partition has its three replicas and no move in flight.
+async fn reassign(
+    client: &Client,
+    partition: i32,
+    broker: i32,
+    back: bool,
+) -> anyhow::Result<bool> {
     let d = client.describe_topic(TOPIC).await?;
     let Some(p) = d.partitions.iter().find(|p| p.partition == partition) else {
-        return Ok(());
+        return Ok(false);
     };
+    let moving = (client.list_partition_reassignments(TOPIC).await?)
+        .iter()
+        .any(|r| r.partition == partition);
     let target: Vec<i32> = match (back, p.replicas.contains(&broker)) {
-        (false, true) if p.replicas.len() == 3 => p
+        (false, true) if p.replicas.len() == 3 && !moving => p
             .replicas
             .iter()
             .copied()
             .filter(|b| *b != broker)
             .collect(),
+        // Its move away still in flight: the replica list names it still.
+        (true, true) if moving => p.replicas.clone(),
         (true, false) => p.replicas.iter().copied().chain([broker]).collect(),
-        _ => return Ok(()),
+        _ => return Ok(!moving && p.replicas.len() == 3),
     };
     let results = client
         .alter_partition_reassignments(vec![PartitionReassignment {
@@ -266,7 +277,7 @@ async fn reassign(client: &Client, partition: i32, broker: i32, back: bool) -> a
     if let Some(r) = results.iter().find(|r| r.error_code != 0) {
         eprintln!("move of partition {partition} refused: {}", r.error_message);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Applies `fault` to `broker` (or the cluster).
@@ -325,12 +336,7 @@ pub async fn heal(
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 let done = reassign(client, partition, broker, true).await;
-                let back = client.describe_topic(TOPIC).await.is_ok_and(|d| {
-                    d.partitions
-                        .iter()
-                        .any(|p| p.partition == partition && p.replicas.len() == 3)
-                });
-                if done.is_ok() && back {
+                if matches!(done, Ok(true)) {
                     break;
                 }
                 anyhow::ensure!(

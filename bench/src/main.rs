@@ -61,6 +61,10 @@ enum Scenario {
     /// Produce latency idle and while the log cleaner compacts a topic, with and
     /// without its I/O limit.
     Compaction,
+    /// A broker joins a 3-broker cluster holding a mostly tiered topic: what the
+    /// balancer's moves copy to it against the moved partitions' size, the time to
+    /// balance, and e2e latency during the moves against idle (needs PostgreSQL).
+    Rebalance,
     /// Produce, consume, e2e, partition count and replay isolation through librdkafka
     /// (needs the `kafka` feature); not part of `all`.
     Kafka,
@@ -149,6 +153,10 @@ async fn main() -> anyhow::Result<()> {
     if all || cli.scenario == Scenario::Compaction {
         scenarios::running("compaction", "starting");
         results.extend(scenarios::compaction(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Rebalance {
+        scenarios::running("rebalance", "starting");
+        results.extend(scenarios::rebalance(&ctx).await?);
     }
     if cli.scenario == Scenario::Kafka {
         scenarios::running("kafka", "starting");

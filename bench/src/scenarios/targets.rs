@@ -47,33 +47,74 @@ pub(super) async fn single_broker(ctx: &Ctx, config: &str) -> anyhow::Result<Tar
 pub(super) struct Cluster {
     pub(super) brokers: Vec<BrokerProcess>,
     pub(super) client: Client,
+    base: PathBuf,
     _db: PgDb,
     _objects: tempfile::TempDir,
 }
 
 pub(super) async fn cluster(ctx: &Ctx) -> anyhow::Result<Cluster> {
+    cluster_with(ctx, "").await
+}
+
+/// [`cluster`] with a broker config (TOML).
+pub(super) async fn cluster_with(ctx: &Ctx, config: &str) -> anyhow::Result<Cluster> {
     let db = PgDb::create(&ctx.postgres)?;
     let objects = tempfile::tempdir_in(&ctx.base)?;
     let mut brokers = Vec::new();
     for id in 1..=3 {
-        let args = [
-            "--broker-id".to_string(),
-            id.to_string(),
-            "--metastore-url".to_string(),
-            db.url(),
-            "--object-store-url".to_string(),
-            format!("file://{}", objects.path().display()),
-        ];
-        brokers.push(BrokerProcess::start("", &args, &ctx.base).await?);
+        brokers.push(start_broker(ctx.base.as_path(), &db, objects.path(), id, config, &[]).await?);
     }
     let bootstrap: Vec<String> = brokers.iter().map(BrokerProcess::address).collect();
     let client = Client::connect(&bootstrap.join(",")).await?;
     Ok(Cluster {
         brokers,
         client,
+        base: ctx.base.clone(),
         _db: db,
         _objects: objects,
     })
+}
+
+/// Broker `id` of a cluster on `db` and the object store at `objects`.
+async fn start_broker(
+    base: &std::path::Path,
+    db: &PgDb,
+    objects: &std::path::Path,
+    id: i32,
+    config: &str,
+    extra: &[String],
+) -> anyhow::Result<BrokerProcess> {
+    let mut args = vec![
+        "--broker-id".to_string(),
+        id.to_string(),
+        "--metastore-url".to_string(),
+        db.url(),
+        "--object-store-url".to_string(),
+        format!("file://{}", objects.display()),
+    ];
+    args.extend(extra.iter().cloned());
+    BrokerProcess::start(config, &args, base).await
+}
+
+impl Cluster {
+    /// Starts the next broker (ids from 1) with `config` and `extra` arguments; its id.
+    pub(super) async fn add_broker(
+        &mut self,
+        config: &str,
+        extra: &[String],
+    ) -> anyhow::Result<i32> {
+        let id = self.brokers.len() as i32 + 1;
+        let b = start_broker(
+            &self.base,
+            &self._db,
+            self._objects.path(),
+            id,
+            config,
+            extra,
+        );
+        self.brokers.push(b.await?);
+        Ok(id)
+    }
 }
 
 /// A throwaway PostgreSQL database (through `psql`).

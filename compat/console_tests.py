@@ -187,6 +187,8 @@ def test_overview(b, stack, shots):
     rows = field_values(b, "tr[data-broker]")
     assert rows["0"]["alive"] == "alive" and num(rows["0"]["replica_partitions"]) == o["brokers"][0]["replica_partitions"], rows
     assert num(rows["0"]["moving_partitions"]) == o["brokers"][0]["moving_partitions"] == 0, rows
+    if len(o["rates"]) >= 2:
+        assert b.js("return document.querySelectorAll('[data-chart=rates] [data-axis=time]').length") == 3, "the time axis"
 
 
 def test_topics(b, stack, shots):
@@ -244,6 +246,12 @@ def test_topic(b, stack, shots, key, found, retention):
     assert "skipped by their key filter" in stats, stats
     b.screenshot(os.path.join(shots, "topic-find.png"))
 
+    # Kafka's "no limit" (the largest 64-bit value) is said in words.
+    unlimited = [c["name"] for c in stack.api("/topics/logs")["configs"] if c["value"] == "9223372036854775807"]
+    assert unlimited, "no config of the topic is unlimited"
+    means = b.js("return Object.fromEntries([...document.querySelectorAll('[data-means]')].map(e => [e.dataset.means, e.textContent.trim()]))")
+    assert means == {n: "forever" if n.endswith(".ms") else "unlimited" for n in unlimited}, (means, unlimited)
+
     # A config edit asks first: Cancel changes nothing, Confirm writes it.
     b.type("input[data-config='retention.ms']", str(retention))
     b.click("button[data-save='retention.ms']")
@@ -282,6 +290,9 @@ def test_groups(b, stack, shots):
         row = rows[f"{p['topic']}-{p['partition']}"]
         for f in ("committed_offset", "high_watermark", "lag"):
             assert num(row[f]) == p[f], (f, row, p)
+    # No members: said, not an empty table.
+    assert not g["members"], g["members"]
+    assert b.js("return !!document.querySelector('[data-empty=members]')"), "an empty Members table"
 
     # Reset to the earliest offsets, through the confirmation.
     b.select("#reset-to", "earliest")
@@ -304,6 +315,12 @@ def test_brokers(b, stack, shots):
     assert set(rows) == {str(x["broker_id"]) for x in api}
     assert rows["0"]["alive"] == "alive"
     assert num(rows["0"]["leader_partitions"]) == api[0]["leader_partitions"] == 2
+    # Authorization is off on this broker: the ACL page says so.
+    b.click("a[data-nav=acls]")
+    b.wait("document.querySelector('main#page').dataset.page === 'acls'", what="the ACL page")
+    assert stack.api("/acls")["authorization_enabled"] is False
+    b.wait("document.querySelector('[data-message=notice]') && /Authorization is off/.test(document.querySelector('[data-message=notice]').textContent)",
+           what="the notice that authorization is off")
     b.click("a[data-nav=overview]")
     b.wait("document.querySelector('main#page').dataset.page === 'overview'", what="the overview")
 
@@ -393,6 +410,8 @@ def test_login_and_acls(b, stack, shots):
     row = "User:alice|ALLOW|READ|TOPIC|PREFIXED|logs.|*"
     b.wait(f"document.querySelector('tr[data-acl=\"{row}\"]')", what="the new binding")
     b.screenshot(os.path.join(shots, "acls.png"))
+    assert stack.api("/acls")["authorization_enabled"] is True
+    assert not b.js("return !!document.querySelector('[data-message=notice]')"), "an authorization-off notice with authorization on"
     acls = stack.api("/acls")["acls"]
     assert [(a["principal"], a["operation"], a["pattern_type"], a["resource_name"]) for a in acls] == \
         [("User:alice", "READ", "PREFIXED", "logs.")], acls

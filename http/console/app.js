@@ -116,7 +116,11 @@ function lineChart(series, fmt, id) {
   const lines = series.map((s) => svg("polyline", { fill: "none", stroke: s.color, "stroke-width": 2,
     points: s.points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ") }));
   const keys = series.map((s, i) => svg("text", { x: L + 10 + i * 200, y: 14, "font-size": 12, fill: s.color }, s.name));
-  return h("div", { class: "chart", "data-chart": id }, svg("svg", { viewBox: `0 0 ${W} ${H}` }, grid, lines, keys));
+  // The time axis: clock times (this browser's) at the start, middle and end.
+  const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const axis = [0, 0.5, 1].map((f, i) => svg("text", { x: X(x0 + f * (x1 - x0)), y: H - 6, "font-size": 11, fill: "#667085",
+    "text-anchor": ["start", "middle", "end"][i], "data-axis": "time" }, clock(x0 + f * (x1 - x0))));
+  return h("div", { class: "chart", "data-chart": id }, svg("svg", { viewBox: `0 0 ${W} ${H}` }, grid, lines, keys, axis));
 }
 
 // Horizontal bars: [{label, value}], for lag per partition.
@@ -260,7 +264,9 @@ function configEditor(t) {
         setTimeout(route, 800);
       } catch (e) { status.replaceChildren(message("error", `${e.code || "ERROR"}: ${e.message}`)); }
     } }, "Save");
-    return h("tr", {}, h("td", {}, c.name), h("td", {}, input), h("td", { class: "muted", "data-source": c.name }, c.source), h("td", {}, save));
+    // Kafka's "no limit" is the largest 64-bit value: say what it means.
+    const means = c.value === "9223372036854775807" ? h("span", { class: "muted", "data-means": c.name }, c.name.endsWith(".ms") ? " forever" : " unlimited") : null;
+    return h("tr", {}, h("td", {}, c.name), h("td", {}, input, means), h("td", { class: "muted", "data-source": c.name }, c.source), h("td", {}, save));
   });
   return h("div", {}, status, table(["Name", "Value", "Source", ""], rows));
 }
@@ -350,9 +356,10 @@ async function groupPage(page, name) {
         num(p.partition, "partition"), num(p.committed_offset, "committed_offset"), num(p.high_watermark, "high_watermark"), num(p.lag, "lag"),
         h("td", { class: "muted" }, p.member_id || "")))),
     h("h2", {}, "Members"),
-    table(["Member", "Instance", "Client", "Host", "Assignment"], g.members.map((m) => h("tr", {},
+    g.members.length ? table(["Member", "Instance", "Client", "Host", "Assignment"], g.members.map((m) => h("tr", {},
       h("td", {}, m.member_id), h("td", {}, m.group_instance_id || ""), h("td", {}, m.client_id), h("td", {}, m.client_host),
-      h("td", {}, m.assignment.map((a) => `${a.topic}: ${a.partitions.join(",")}`).join("; "))))),
+      h("td", {}, m.assignment.map((a) => `${a.topic}: ${a.partitions.join(",")}`).join("; ")))))
+      : h("p", { class: "muted", "data-empty": "members" }, "No members: nobody consumes as this group now (its committed offsets stay)."),
     h("h2", {}, "Reset offsets"),
     h("p", { class: "muted" }, "Only while the group has no members."),
     status, h("form", { class: "inline", onsubmit: reset },
@@ -387,7 +394,7 @@ const ACL_FIELDS = {
 };
 
 async function aclsPage(page) {
-  const { acls } = await api("/acls");
+  const { acls, authorization_enabled } = await api("/acls");
   const status = h("div", { id: "acl-status" });
   const choice = (name) => h("select", { id: `acl-${name}` }, ACL_FIELDS[name].map((x) => h("option", { value: x }, x)));
   const f = { resource_type: choice("resource_type"), resource_name: h("input", { id: "acl-resource_name", placeholder: "logs. or kafka-cluster", size: 18 }),
@@ -407,6 +414,8 @@ async function aclsPage(page) {
   const key = (a) => [a.principal, a.permission, a.operation, a.resource_type, a.pattern_type, a.resource_name, a.host].join("|");
   fill(page, h("h1", {}, "ACLs"),
     h("p", { class: "muted" }, "Who may do what, as Kafka's ACLs: DENY wins; super users may do everything."),
+    authorization_enabled ? null : message("notice", "Authorization is off ([authorization] enable = false): every operation is allowed, "
+      + "and these bindings take effect only once it is on."),
     status,
     table(["Principal", "Permission", "Operation", "Resource", "Pattern", "Name", "Host", ""], acls.map((a) => h("tr", { "data-acl": key(a) },
       h("td", {}, a.principal), h("td", { class: a.permission === "DENY" ? "bad" : "ok" }, a.permission), h("td", {}, a.operation),

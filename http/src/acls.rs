@@ -81,9 +81,10 @@ pub(crate) async fn list(s: Call) -> ApiResult<Json<Value>> {
     };
     let mut acls = s.service.describe_acls(&s.ctx(), any).await?;
     acls.sort();
-    Ok(Json(
-        json!({ "acls": acls.iter().map(json_of).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(json!({
+        "acls": acls.iter().map(json_of).collect::<Vec<_>>(),
+        "authorization_enabled": s.service.authorization_enabled(),
+    })))
 }
 
 /// `POST /api/v1/acls`: adds one binding.

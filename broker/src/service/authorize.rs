@@ -71,6 +71,11 @@ impl Service {
         })
     }
 
+    /// Whether operations are checked against the ACLs (`[authorization] enable`).
+    pub fn authorization_enabled(&self) -> bool {
+        self.broker.security.authorizer().enabled()
+    }
+
     pub(crate) fn authorize_cluster(&self, ctx: &RequestContext, op: Operation) -> Result<()> {
         self.authorize(ctx, op, ResourceType::Cluster, CLUSTER_NAME)
     }

@@ -1,6 +1,9 @@
 //! `shale produce`: every line of stdin goes to the producer as it is read; batching is
 //! the producer's (`--linger-ms`, `--batch-size`), as with Kafka's console producer.
-//! On SIGINT or SIGTERM it sends what it has read, reports, and exits.
+//! What it holds is bounded (the producer's buffer memory, and at most
+//! [`PENDING_MAX`] records awaiting their answer): past that it stops reading its input.
+//! On SIGINT or SIGTERM it stops reading, waits at most [`GRACE`] for the records read
+//! so far, reports the others as not written, and exits.
 
 use std::io::BufRead;
 use std::process::ExitCode;
@@ -87,6 +90,12 @@ impl ProduceArgs {
 /// A record on its way: its line number, size and the answer to come.
 type Pending = (u64, u64, shale_client::Result<DeliveryFuture>);
 
+/// Records read and not yet answered, at most: past that, input waits.
+const PENDING_MAX: usize = 100_000;
+
+/// How long an interrupted producer waits for the records it has read.
+pub(crate) const GRACE: Duration = Duration::from_secs(10);
+
 pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<ExitCode> {
     let producer = match Producer::new(client, &args.topic, args.acks).await {
         Err(e) if e.code() == Some(shale_records::ErrorCode::UnknownTopicOrPartition) => {
@@ -118,12 +127,23 @@ pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<Exi
             }
         }
     });
-    // Answers are reported in input order by a task of their own. Unbounded, yet
-    // bounded in effect: `send` waits while the producer's buffer memory is full.
-    let (pending_tx, pending) = mpsc::unbounded_channel::<Pending>();
-    let reporter = tokio::spawn(report(pending, args.print_offsets));
+    // Answers are reported in input order by a task of their own; `send` waits while
+    // the producer's buffer memory is full, and the queue to the reporter is bounded.
+    let (pending_tx, pending) = mpsc::channel::<Pending>(PENDING_MAX);
+    let (deadline_tx, deadline) = tokio::sync::watch::channel(None);
+    let reporter = tokio::spawn(report(pending, deadline, args.print_offsets));
     let mut stop = Signals::new()?;
     let mut line_no = 0u64;
+    // Lines read but never handed to the producer (an interruption while it waited).
+    let mut unsent = 0u64;
+    let interrupted = |unsent: &mut u64, read: bool| {
+        tracing::warn!(
+            "interrupted: waiting at most {} s for what was read, then exiting",
+            GRACE.as_secs()
+        );
+        *unsent += u64::from(read);
+        let _ = deadline_tx.send(Some(tokio::time::Instant::now() + GRACE));
+    };
     loop {
         let line = tokio::select! {
             line = lines.recv() => match line {
@@ -131,21 +151,48 @@ pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<Exi
                 None => break,
             },
             _ = stop.recv() => {
-                tracing::warn!("interrupted: sending what was read, then exiting");
+                interrupted(&mut unsent, false);
                 break;
             }
         };
         line_no += 1;
         let size = line.len() as u64;
-        let sent = producer.send(args.record(line)).await;
-        if pending_tx.send((line_no, size, sent)).is_err() {
+        let sent = tokio::select! {
+            sent = producer.send(args.record(line)) => sent,
+            _ = stop.recv() => {
+                interrupted(&mut unsent, true);
+                break;
+            }
+        };
+        let queued = tokio::select! {
+            queued = pending_tx.send((line_no, size, sent)) => queued,
+            _ = stop.recv() => {
+                // Handed to the producer: its answer is still awaited, within the grace.
+                interrupted(&mut unsent, false);
+                break;
+            }
+        };
+        if queued.is_err() {
             break; // the reporter stopped: stdout is gone
         }
     }
     drop(pending_tx);
-    // Every record's answer arrives through its future; flush only hurries them.
-    let _ = producer.flush().await;
-    let (written, failed) = reporter.await??;
+    // Every record's answer arrives through its future; flush only hurries them (and
+    // is left at the deadline after an interruption).
+    let until = *deadline_tx.borrow();
+    match until {
+        Some(at) => {
+            let _ = tokio::time::timeout_at(at, producer.flush()).await;
+        }
+        None => {
+            let _ = producer.flush().await;
+        }
+    }
+    let (written, mut failed) = reporter.await??;
+    if unsent > 0 {
+        eprintln!("shale: line {line_no}: not sent (interrupted)");
+        failed += unsent;
+    }
     if failed > 0 {
         eprintln!(
             "shale: {failed} of {} records were not written",
@@ -159,16 +206,36 @@ pub(crate) async fn run(client: Client, args: ProduceArgs) -> anyhow::Result<Exi
 /// Awaits each record's answer in input order: prints `partition:offset` of written
 /// ones (with `print_offsets`, and `-1:-1` for failed ones) and reports failed ones on
 /// stderr with their line. Returns how many were written and how many failed.
+///
+/// Once `deadline` is set (an interruption), answers not in by then count as failed.
 async fn report(
-    mut pending: mpsc::UnboundedReceiver<Pending>,
+    mut pending: mpsc::Receiver<Pending>,
+    mut deadline: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
     print_offsets: bool,
 ) -> anyhow::Result<(u64, u64)> {
     let (mut written, mut failed) = (0u64, 0u64);
     let mut progress = crate::progress::Progress::new("produced");
     while let Some((line, size, sent)) = pending.recv().await {
         let answer = match sent {
-            Ok(future) => future.await,
-            Err(e) => Err(e),
+            Ok(future) => {
+                tokio::pin!(future);
+                loop {
+                    let at = *deadline.borrow_and_update();
+                    if let Some(at) = at {
+                        break tokio::time::timeout_at(at, &mut future)
+                            .await
+                            .map_err(|_| None)
+                            .and_then(|r| r.map_err(Some));
+                    }
+                    tokio::select! {
+                        r = &mut future => break r.map_err(Some),
+                        changed = deadline.changed() => if changed.is_err() {
+                            break (&mut future).await.map_err(Some);
+                        },
+                    }
+                }
+            }
+            Err(e) => Err(Some(e)),
         };
         match answer {
             Ok(meta) => {
@@ -183,7 +250,10 @@ async fn report(
                 if print_offsets {
                     out::print("-1:-1\n")?;
                 }
-                eprintln!("shale: line {line}: {e}");
+                match e {
+                    Some(e) => eprintln!("shale: line {line}: {e}"),
+                    None => eprintln!("shale: line {line}: not written (interrupted)"),
+                }
             }
         }
     }

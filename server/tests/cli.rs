@@ -522,3 +522,86 @@ async fn retries_are_logged_and_undelivered_lines_reported() {
     assert!(err.contains("line 2:"), "{err}");
     assert!(err.contains("1 of 2 records were not written"), "{err}");
 }
+
+/// A producer fed faster than a dead broker can take: it stops reading its input
+/// (what it holds stays bounded) and, on SIGTERM, exits within its grace period,
+/// reporting the records it could not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_whose_broker_died_holds_little_and_exits_on_sigterm() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut broker = Broker::start(&[]).await;
+    broker.cli_ok(&["topic", "create", "stream"], None);
+    let mut child = spawn_cli(&broker, &["produce", "stream", "--acks", "1"]);
+    let mut stdin = child.stdin.take().unwrap();
+    // Its output is drained as it comes (a failure is reported per line).
+    let mut err_pipe = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut err_pipe, &mut text);
+        text
+    });
+    let mut out_pipe = child.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out_pipe, &mut std::io::sink()));
+    stdin.write_all(b"first\n").unwrap();
+    stdin.flush().unwrap();
+    wait_for(30, "the first line to arrive", async || {
+        high_watermark(&broker, "stream", 0).await == 1
+    })
+    .await;
+    broker.kill();
+    // Ten million lines, written until the producer stops reading.
+    let written = Arc::new(AtomicU64::new(0));
+    let w = written.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..10_000_000u64 {
+            if stdin.write_all(format!("{i:08}\n").as_bytes()).is_err() {
+                return;
+            }
+            w.store(i + 1, Ordering::Relaxed);
+        }
+    });
+    // Until what it took stops growing.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = written.load(Ordering::Relaxed);
+        if now == last || now == 10_000_000 {
+            break;
+        }
+        last = now;
+    }
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let taken = written.load(Ordering::Relaxed);
+    eprintln!(
+        "[cli] a dead broker: the producer took {taken} lines and holds {} MiB",
+        rss_kib >> 10
+    );
+    assert!(taken < 10_000_000, "it read the whole input");
+    assert!(rss_kib < 256 << 10, "the producer holds {rss_kib} KiB");
+    let signalled = Instant::now();
+    signal(&child, "-TERM");
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(60),
+            "still running a minute after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("[cli] exited {:?} after SIGTERM", signalled.elapsed());
+    let stderr = stderr.join().unwrap();
+    assert!(
+        !exited.success(),
+        "records were lost, yet it exited successfully"
+    );
+    assert!(stderr.contains("were not written"), "{stderr}");
+    drop(writer);
+}

@@ -43,12 +43,13 @@ class Broker:
     """One shale-broker process with a Kafka and a gRPC listener."""
 
     def __init__(self, workdir, broker_id=0, metastore=None, objects=None, extra_toml="",
-                 listeners_toml=""):
+                 listeners_toml="", rack=None):
         self.id = broker_id
         self.dir = os.path.join(workdir, f"broker{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
         self.kafka_port = free_port()
         self.grpc_port = free_port()
+        self.http_port = free_port()
         self.metastore = metastore
         self.objects = objects
         self.proc = None
@@ -56,6 +57,8 @@ class Broker:
             f.write(BROKER_TOML.replace("[cluster]\n", "[cluster]\n" + extra_toml))
             # More listeners, or the `kafka` listener's security keys.
             f.write(listeners_toml)
+            if rack:
+                f.write(f'\n[broker]\nrack = "{rack}"\n')
 
     @property
     def kafka(self):
@@ -65,6 +68,14 @@ class Broker:
     def grpc(self):
         return f"127.0.0.1:{self.grpc_port}"
 
+    def metric(self, name):
+        """The sum of a Prometheus metric's samples on this broker's /metrics."""
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.split("{")[0].split(" ")[0] == name)
+
     def start(self):
         args = [
             BROKER_BIN,
@@ -73,6 +84,7 @@ class Broker:
             "--broker-id", str(self.id),
             "--listen", self.grpc,
             "--kafka-listen", self.kafka,
+            "--http-listen", f"127.0.0.1:{self.http_port}",
         ]
         if self.metastore:
             args += ["--metastore-url", self.metastore]
@@ -146,8 +158,8 @@ def single(workdir):
 
 
 def cluster_of_three(workdir, postgres_url, cluster_toml=""):
-    """Three brokers on one PostgreSQL database (a fresh one) and one object store;
-    `cluster_toml`: more `[cluster]` settings."""
+    """Three brokers on one PostgreSQL database (a fresh one) and one object store,
+    broker i in rack `rack-i`; `cluster_toml`: more `[cluster]` settings."""
     import urllib.parse
     db = "shale_compat_" + os.urandom(4).hex()
     parsed = urllib.parse.urlparse(postgres_url)
@@ -159,7 +171,8 @@ def cluster_of_three(workdir, postgres_url, cluster_toml=""):
     url = parsed._replace(path="/" + db).geturl()
     workdir = os.path.join(workdir, "cluster")
     objects = "file://" + os.path.join(workdir, "objects")
-    brokers = [Broker(workdir, i, metastore=url, objects=objects, extra_toml=cluster_toml)
+    brokers = [Broker(workdir, i, metastore=url, objects=objects, extra_toml=cluster_toml,
+                      rack=f"rack-{i}")
                for i in range(3)]
     cluster = Cluster(brokers, on_stop=lambda: subprocess.run(
         ["psql", postgres_url, "-c", f"DROP DATABASE IF EXISTS {db}"], capture_output=True))

@@ -131,3 +131,47 @@ def compacted(cluster):
     assert len(rows) < 3000 // 2, f"{len(rows)} of 3000 records: nothing was compacted"
     offsets = [int(o) for _, _, o in rows]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+def follower_fetch(cluster):
+    """KIP-392: kcat with `client.rack` reads from the in-sync follower in its rack
+    (broker i runs in rack-i), as the brokers' metrics show: the leader sends it there
+    (shale_fetch_preferred_replica_total) and the follower serves the records
+    (shale_follower_fetched_bytes_total); without a rack it reads from the leader."""
+    topic = "kcat-rack"
+    shale(cluster, "topic", "create", topic, "--replication-factor", "3")
+    lines = "".join(f"rack-{i:05}\n" for i in range(3000)).encode()
+    kcat(cluster, "-P", "-t", topic, "-X", "acks=all", input=lines)
+
+    def in_sync():
+        meta = json.loads(kcat(cluster, "-L", "-J", "-t", topic).stdout)
+        p = meta["topics"][0]["partitions"][0]
+        return p if len(p["isrs"]) == 3 else None
+    p = eventually(in_sync, what=f"{topic}'s three replicas in sync")
+    leader = p["leader"]
+    follower = next(r["id"] for r in p["replicas"] if r["id"] != leader)
+    brokers = {b.id: b for b in cluster.brokers}
+
+    def served():
+        return {i: b.metric("shale_follower_fetched_bytes_total") for i, b in brokers.items()}
+    sent_before = brokers[leader].metric("shale_fetch_preferred_replica_total")
+    before = served()
+    # Without a rack: the leader answers, no follower serves.
+    got = kcat(cluster, "-C", "-t", topic, "-e", "-q", "-f", "%s\n").stdout
+    assert got == lines, f"{len(got.splitlines())} of 3000 lines from the leader"
+    assert served() == before, (before, served())
+
+    # A follower learns the high watermark a replica fetch later than the leader: a
+    # read that stops at its end early is tried again.
+    def read_in_rack():
+        got = kcat(cluster, "-C", "-t", topic, "-e", "-q", "-f", "%s\n",
+                   "-X", f"client.rack=rack-{follower}").stdout
+        return got if got == lines else None
+    eventually(read_in_rack, timeout=30, what=f"all 3000 lines read in rack-{follower}")
+    after = served()
+    assert after[follower] - before[follower] >= len(lines), (follower, before, after)
+    for i in brokers:
+        if i != follower:
+            assert after[i] == before[i], (i, before, after)
+    sent = brokers[leader].metric("shale_fetch_preferred_replica_total") - sent_before
+    assert sent >= 1, f"leader {leader} sent no consumer to follower {follower}"

@@ -126,6 +126,8 @@ def main():
         try:
             r.check("kcat", "3 brokers: -L with replicas and ISR", kc.listing, three, 3)
             r.check("kcat", "3 brokers: every codec, replicated", kc.codecs, three, 3)
+            r.check("kcat", "3 brokers in 3 racks: client.rack reads from the follower in its "
+                    "rack (KIP-392), as the brokers' metrics show", kc.follower_fetch, three)
             r.check("confluent-kafka", "3 brokers: every codec, acks=all, RF 3", ck.codecs, three, 3)
             r.check("confluent-kafka", "3 brokers: group rebalance", ck.group_rebalance, three)
             r.check("confluent-kafka", "3 brokers: idempotent producer", ck.idempotent, three)

@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use shale_cluster::placement::{self, Candidate};
 use shale_metastore::{BrokerLease, StateGuard};
 
 use crate::broker::Broker;
@@ -110,6 +111,7 @@ impl Broker {
                 id,
                 &self.config.advertised_address(),
                 &self.config.endpoints(),
+                self.config.rack.as_deref(),
             )
             .await?;
         self.membership.registered(epoch);
@@ -220,7 +222,8 @@ impl Broker {
     }
 
     /// Replicas for `count` new partitions starting at `first`: leaders spread
-    /// round-robin over the live brokers, followers on the next ones.
+    /// round-robin over the live brokers, followers on the next ones, racks
+    /// alternating ([`placement::assign`]).
     pub(crate) async fn assign_replicas(
         &self,
         topic: &str,
@@ -235,10 +238,13 @@ impl Broker {
             )));
         }
         // Decommissioned brokers get no new partitions.
-        let live: Vec<i32> = (self.metastore.list_brokers().await?)
+        let live: Vec<Candidate> = (self.metastore.list_brokers().await?)
             .into_iter()
             .filter(|b| b.is_alive() && !b.decommissioned)
-            .map(|b| b.broker_id)
+            .map(|b| Candidate {
+                id: b.broker_id,
+                rack: b.rack,
+            })
             .collect();
         if replication_factor < 1 || replication_factor as usize > live.len() {
             return Err(Error::InvalidReplicationFactor(format!(
@@ -251,14 +257,13 @@ impl Broker {
         let start = topic
             .bytes()
             .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
-        let n = live.len();
-        Ok((first..first + count)
-            .map(|p| {
-                (0..replication_factor as usize)
-                    .map(|j| live[(start + p as usize + j) % n])
-                    .collect()
-            })
-            .collect())
+        Ok(placement::assign(
+            &live,
+            start,
+            first,
+            count,
+            replication_factor as usize,
+        ))
     }
 
     pub async fn cluster_status(

@@ -5,12 +5,19 @@
 //! response is always returned whole, however large). With less than `min_bytes`
 //! available it long-polls: it waits on the partitions' high-watermark channels until
 //! enough arrives or `max_wait` passes.
+//!
+//! Kafka Fetch v11+ may read from any replica (KIP-392): a follower answers up to the
+//! high watermark it knows, and a leader sends a consumer that names its rack to an
+//! in-sync follower in that rack (`preferred_read_replica`), answering at once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
+
+use shale_cluster::placement;
 
 use crate::broker::Broker;
 use crate::error::{Error, Result};
@@ -29,6 +36,20 @@ pub struct FetchSpec {
 pub struct Fetched {
     pub records: Bytes,
     pub offsets: PartitionOffsets,
+    /// The replica the consumer should fetch this partition from instead (no
+    /// records then).
+    pub preferred_read_replica: Option<i32>,
+}
+
+/// Which replicas may answer a fetch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The leader only (Kafka Fetch before v11, Shale's own clients).
+    #[default]
+    Leader,
+    /// Any replica (Kafka Fetch v11+); a leader sends a consumer in `client_rack` to
+    /// an in-sync follower there.
+    AnyReplica { client_rack: Option<String> },
 }
 
 impl Broker {
@@ -38,20 +59,55 @@ impl Broker {
         max_wait: Duration,
         min_bytes: i32,
         max_bytes: i32,
+        read_from: &ReadFrom,
     ) -> Vec<Result<Fetched>> {
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
+        let any_replica = matches!(read_from, ReadFrom::AnyReplica { .. });
         let lookups: Vec<Result<Arc<Partition>>> = specs
             .iter()
-            .map(|s| self.leader_partition(&s.topic, s.partition))
+            .map(|s| match any_replica {
+                true => self.partition(&s.topic, s.partition),
+                false => self.leader_partition(&s.topic, s.partition),
+            })
             .collect();
-        if lookups.iter().any(Result::is_err) {
-            // An unknown partition answers at once, with whatever the others hold.
-            let reads = lookups
-                .into_iter()
-                .zip(&specs)
-                .map(|(p, s)| p.map(|p| (p, s.offset, s.max_bytes)))
+        let redirects: Vec<Option<i32>> = match read_from {
+            ReadFrom::AnyReplica {
+                client_rack: Some(rack),
+            } => self.preferred_read_replicas(rack, &lookups),
+            _ => vec![None; lookups.len()],
+        };
+        if lookups.iter().any(Result::is_err) || redirects.iter().any(Option::is_some) {
+            // An unknown partition, or one to be read elsewhere, answers at once, with
+            // whatever the others hold.
+            let mut reads = Vec::new();
+            let mut answers: Vec<Option<Result<Fetched>>> = Vec::new();
+            for ((p, s), to) in lookups.into_iter().zip(&specs).zip(&redirects) {
+                match (p, to) {
+                    (Ok(p), Some(id)) => answers.push(Some(Ok(Fetched {
+                        records: Bytes::new(),
+                        offsets: p.offsets(),
+                        preferred_read_replica: Some(*id),
+                    }))),
+                    (p, _) => {
+                        reads.push(p.map(|p| (p, s.offset, s.max_bytes)));
+                        answers.push(None);
+                    }
+                }
+            }
+            let stats = &self.stats.requests;
+            let sent = redirects.iter().flatten().count();
+            crate::stats::RequestStats::add(&stats.preferred_replica_redirects, sent as u64);
+            let read_from: Vec<Option<Arc<Partition>>> = reads
+                .iter()
+                .map(|r| r.as_ref().ok().map(|(p, ..)| p.clone()))
                 .collect();
-            return self.read_all(reads, max_bytes).await;
+            let read = self.read_all(reads, max_bytes, any_replica).await;
+            self.count_fetch(read_from.iter().flatten(), &read);
+            let mut read = read.into_iter();
+            return answers
+                .into_iter()
+                .map(|a| a.unwrap_or_else(|| read.next().expect("one answer per read")))
+                .collect();
         }
         let partitions: Vec<Arc<Partition>> = lookups.into_iter().flatten().collect();
         loop {
@@ -62,7 +118,7 @@ impl Broker {
                 .zip(&specs)
                 .map(|(p, s)| Ok((p.clone(), s.offset, s.max_bytes)))
                 .collect();
-            let results = self.read_all(reads, max_bytes).await;
+            let results = self.read_all(reads, max_bytes, any_replica).await;
             let total: usize = results
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
@@ -74,9 +130,7 @@ impl Broker {
                 || tokio::time::Instant::now() >= deadline
                 || self.cancel.is_cancelled();
             if done {
-                let stats = &self.stats.requests;
-                crate::stats::RequestStats::add(&stats.fetch_requests, 1);
-                crate::stats::RequestStats::add(&stats.fetched_bytes, total as u64);
+                self.count_fetch(partitions.iter(), &results);
                 return results;
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
@@ -86,6 +140,56 @@ impl Broker {
                 _ = self.cancel.cancelled() => {}
             }
         }
+    }
+
+    /// Counts a fetch answered: its bytes, and those this broker read as a follower.
+    fn count_fetch<'a>(
+        &self,
+        partitions: impl Iterator<Item = &'a Arc<Partition>>,
+        results: &[Result<Fetched>],
+    ) {
+        let bytes = |f: &Result<Fetched>| f.as_ref().map_or(0, |f| f.records.len() as u64);
+        let total: u64 = results.iter().map(bytes).sum();
+        let as_follower: u64 = partitions
+            .zip(results)
+            .filter(|(p, _)| !p.is_leader())
+            .map(|(_, f)| bytes(f))
+            .sum();
+        let stats = &self.stats.requests;
+        crate::stats::RequestStats::add(&stats.fetch_requests, 1);
+        crate::stats::RequestStats::add(&stats.fetched_bytes, total);
+        crate::stats::RequestStats::add(&stats.follower_fetched_bytes, as_follower);
+    }
+
+    /// For each partition this broker leads, the in-sync follower in `client_rack`
+    /// the consumer should read from instead, if any
+    /// ([`placement::preferred_read_replica`]).
+    fn preferred_read_replicas(
+        &self,
+        client_rack: &str,
+        partitions: &[Result<Arc<Partition>>],
+    ) -> Vec<Option<i32>> {
+        let me = self.config.broker_id;
+        let racks: HashMap<i32, Option<String>> = self
+            .brokers()
+            .into_iter()
+            .filter(|b| b.is_alive() && b.broker_id != me)
+            .map(|b| (b.broker_id, b.rack))
+            .chain([(me, self.config.rack.clone())])
+            .collect();
+        let rack_of = |b: i32| racks.get(&b).and_then(Option::as_deref);
+        partitions
+            .iter()
+            .map(|p| {
+                let p = p.as_ref().ok()?;
+                let role = p.role();
+                if role.leader != me {
+                    return None;
+                }
+                let spread = p.index.max(0) as usize;
+                placement::preferred_read_replica(client_rack, me, &role.isr, rack_of, spread)
+            })
+            .collect()
     }
 
     /// Kafka ListOffsets for one partition: remote segments below the local log first
@@ -125,6 +229,7 @@ impl Broker {
         &self,
         reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
         max_bytes: i32,
+        any_replica: bool,
     ) -> Vec<Result<Fetched>> {
         let wanted: u64 = reads
             .iter()
@@ -134,7 +239,8 @@ impl Broker {
         if reads.len() > 1 && wanted <= max_bytes.max(0) as u64 {
             return futures::future::join_all(reads.into_iter().map(|read| async move {
                 let (p, offset, limit) = read?;
-                self.read_one(&p, offset, limit.max(0) as usize, true).await
+                self.read_one(&p, offset, limit.max(0) as usize, true, any_replica)
+                    .await
             }))
             .await;
         }
@@ -146,7 +252,8 @@ impl Broker {
             let result = match read {
                 Ok((p, offset, partition_max)) => {
                     let limit = remaining.min(partition_max.max(0) as usize);
-                    self.read_one(&p, offset, limit, whole_first).await
+                    self.read_one(&p, offset, limit, whole_first, any_replica)
+                        .await
                 }
                 Err(e) => Err(e),
             };
@@ -165,8 +272,9 @@ impl Broker {
         offset: i64,
         limit: usize,
         whole_first: bool,
+        any_replica: bool,
     ) -> Result<Fetched> {
-        let (plan, offsets) = p.plan_fetch(offset)?;
+        let (plan, offsets) = p.plan_fetch(offset, any_replica)?;
         let Some(plan) = plan else {
             // Below the local log: the object store, or out of range. A tiered
             // partition whose remote log is not known yet cannot tell which: retriable,
@@ -181,6 +289,7 @@ impl Broker {
                 Some(records) => Ok(Fetched {
                     records: records?,
                     offsets,
+                    preferred_read_replica: None,
                 }),
                 None => {
                     let now = p.offsets();
@@ -195,6 +304,10 @@ impl Broker {
         // Local reads are page-cache preads, but a cold page blocks on the disk: keep
         // them off the async workers.
         let records = tokio::task::spawn_blocking(move || plan.read(limit, whole_first)).await??;
-        Ok(Fetched { records, offsets })
+        Ok(Fetched {
+            records,
+            offsets,
+            preferred_read_replica: None,
+        })
     }
 }

@@ -226,7 +226,7 @@ impl Broker {
     ) -> Result<()> {
         let mut offset = piece.from;
         while offset <= piece.to {
-            let fetched = match self.read_one(p, offset, READ_BYTES, true).await {
+            let fetched = match self.read_one(p, offset, READ_BYTES, true, false).await {
                 Ok(f) => f,
                 // Retention deleted it meanwhile: nothing left to find there.
                 Err(Error::OffsetOutOfRange { log_start, .. }) if log_start > offset => {

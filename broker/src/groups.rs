@@ -77,6 +77,7 @@ impl Broker {
                 read_at: std::time::Instant::now(),
                 decommissioned: false,
                 expired_for_ms: 0,
+                rack: self.config.rack.clone(),
             }];
         }
         self.brokers()

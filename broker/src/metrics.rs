@@ -62,6 +62,16 @@ pub(crate) async fn render(broker: &Broker) -> String {
             load(&s.fetched_bytes),
         ),
         (
+            "shale_follower_fetched_bytes_total",
+            "Record-batch bytes consumers read from this broker's follower replicas (client.rack).",
+            load(&s.follower_fetched_bytes),
+        ),
+        (
+            "shale_fetch_preferred_replica_total",
+            "Partitions of fetches this broker led and sent to an in-sync follower in the consumer's rack.",
+            load(&s.preferred_replica_redirects),
+        ),
+        (
             "shale_fetch_throttled_total",
             "Fetches whose client exceeded its quota ([quotas] consumer_byte_rate) and was throttled.",
             load(&s.throttled_fetches),

@@ -105,6 +105,7 @@ impl Broker {
                     reason: match m.why {
                         Why::Decommissioned => "decommissioned",
                         Why::Dead => "dead",
+                        Why::RackSpread => "rack spread",
                         Why::ReplicaBalance => "replica balance",
                         Why::LeaderBalance => "leader balance",
                     },

@@ -63,6 +63,12 @@ pub(crate) struct RequestStats {
     pub produced_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// Record-batch bytes consumers read from this broker's follower replicas
+    /// (KIP-392).
+    pub follower_fetched_bytes: AtomicU64,
+    /// Partitions of fetches this broker led and sent to a follower in the
+    /// consumer's rack (KIP-392's preferred read replica).
+    pub preferred_replica_redirects: AtomicU64,
     /// Fetches answered with a throttle (the client exceeded its fetch quota).
     pub throttled_fetches: AtomicU64,
     /// Batch bytes this broker copied from leaders as a follower.

@@ -126,6 +126,7 @@ pub(crate) async fn cluster(
                         "replica_partitions": b.replica_partitions,
                         "moving_partitions": b.moving_partitions,
                         "decommissioned": b.decommissioned,
+                        "rack": Some(&b.rack).filter(|r| !r.is_empty()),
                     })).collect::<Vec<_>>(),
                 })),
                 OutputFormat::Text => {
@@ -134,11 +135,11 @@ pub(crate) async fn cluster(
                         id => format!("{id} (epoch {})", s.controller_epoch),
                     };
                     let mut text = format!(
-                        "Controller: {controller}\nBROKER\tADDRESS\tALIVE\tLEASE_EXPIRES\tLEADER_PARTITIONS\tREPLICA_PARTITIONS\tBROKER_EPOCH\tMOVING\tDECOMMISSIONED\n"
+                        "Controller: {controller}\nBROKER\tADDRESS\tALIVE\tLEASE_EXPIRES\tLEADER_PARTITIONS\tREPLICA_PARTITIONS\tBROKER_EPOCH\tMOVING\tDECOMMISSIONED\tRACK\n"
                     );
                     for b in s.brokers {
                         text.push_str(&format!(
-                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
                             b.broker_id,
                             b.address,
                             b.alive,
@@ -147,7 +148,8 @@ pub(crate) async fn cluster(
                             b.replica_partitions,
                             b.broker_epoch,
                             b.moving_partitions,
-                            b.decommissioned
+                            b.decommissioned,
+                            if b.rack.is_empty() { "-" } else { &b.rack }
                         ));
                     }
                     out::print(&text)

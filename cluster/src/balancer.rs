@@ -1,8 +1,10 @@
 //! Where replicas should move, as a pure function of the partitions' states and the
 //! brokers: off decommissioned brokers, off brokers dead for longer than the
-//! replacement timeout, and, with continuous balancing, from the broker with the most
-//! replicas to the one with the fewest until they differ by at most one, then the
-//! same for preferred leaders (first replicas). The controller starts the moves as
+//! replacement timeout, and, with continuous balancing, onto as many racks as a
+//! partition has replicas (up to the racks there are), then from the broker with the
+//! most replicas to the one with the fewest until they differ by at most one (never
+//! spreading a partition over fewer racks), then the same for preferred leaders
+//! (first replicas). Brokers without a rack count as one rack. The controller starts the moves as
 //! reassignments ([`crate::reassignment`]), at most `max_in_flight` at a time.
 
 use std::collections::{BTreeMap, HashSet};
@@ -13,13 +15,14 @@ use uuid::Uuid;
 use crate::reassignment::target_replicas;
 
 /// A broker as the balancer sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerView {
     pub id: i32,
     pub alive: bool,
     /// How long it has been dead (0 while alive).
     pub dead_for_ms: i64,
     pub decommissioned: bool,
+    pub rack: Option<String>,
 }
 
 impl From<&shale_metastore::BrokerLease> for BrokerView {
@@ -29,6 +32,7 @@ impl From<&shale_metastore::BrokerLease> for BrokerView {
             alive: b.is_alive(),
             dead_for_ms: b.dead_for_ms(),
             decommissioned: b.decommissioned,
+            rack: b.rack.clone(),
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct Move {
 pub enum Why {
     Decommissioned,
     Dead,
+    RackSpread,
     ReplicaBalance,
     LeaderBalance,
 }
@@ -83,6 +88,13 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
                         .is_some_and(|after| !v.alive && v.dead_for_ms >= after))
         })
     };
+    let rack_of = |b: i32| {
+        brokers
+            .iter()
+            .find(|v| v.id == b)
+            .and_then(|v| v.rack.as_deref())
+    };
+    let racks = |ids: &[i32]| ids.iter().map(|&b| rack_of(b)).collect::<HashSet<_>>();
     // Replicas per eligible broker once the moves in flight finish.
     let mut replicas: BTreeMap<i32, usize> = eligible.iter().map(|&b| (b, 0)).collect();
     let mut preferred: BTreeMap<i32, usize> = replicas.clone();
@@ -111,7 +123,14 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         }
         let mut target = s.replicas.clone();
         for b in &gone {
-            let Some(dest) = fewest(&replicas, |d| !target.contains(&d)) else {
+            // Where it can, onto a rack the partition's other replicas are not on.
+            let others: Vec<i32> = target.iter().copied().filter(|x| x != b).collect();
+            let used = racks(&others);
+            let dest = fewest(&replicas, |d| {
+                !target.contains(&d) && !used.contains(&rack_of(d))
+            })
+            .or_else(|| fewest(&replicas, |d| !target.contains(&d)));
+            let Some(dest) = dest else {
                 break;
             };
             *replicas.get_mut(&dest).expect("eligible") += 1;
@@ -137,21 +156,77 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
     if !rules.balance || !moves.is_empty() || eligible.len() < 2 {
         return moves;
     }
-    // 2. Replica counts within one of each other; a move takes a replica that does not
-    // lead, where there is one, so leadership stays put.
-    while budget > 0 {
-        let (Some(most), Some(least)) = (most(&replicas), fewest(&replicas, |_| true)) else {
-            break;
-        };
-        if replicas[&most] <= replicas[&least] + 1 {
+    // 2. Rack spread: a partition on fewer racks than it could be gets a replica that
+    // shares its rack (not the leader, where it can) moved to a rack it lacks.
+    let rack_count = racks(&eligible).len();
+    for s in idle.clone() {
+        if budget == 0 {
             break;
         }
-        let candidates = idle.clone().filter(|s| {
-            !moved.contains(&(s.topic_id, s.partition))
-                && s.replicas.contains(&most)
-                && !s.replicas.contains(&least)
+        let used = racks(&s.replicas);
+        if used.len() >= s.replicas.len().min(rack_count) {
+            continue;
+        }
+        let shares = |b: i32| {
+            (s.replicas.iter())
+                .filter(|&&x| rack_of(x) == rack_of(b))
+                .count()
+                > 1
+        };
+        let Some(from) = (s.replicas.iter().rev().copied())
+            .filter(|&b| shares(b))
+            .min_by_key(|&b| b == s.leader)
+        else {
+            continue;
+        };
+        let Some(dest) = fewest(&replicas, |d| {
+            !s.replicas.contains(&d) && !used.contains(&rack_of(d))
+        }) else {
+            continue;
+        };
+        let target: Vec<i32> = (s.replicas.iter())
+            .map(|&b| if b == from { dest } else { b })
+            .collect();
+        shift(&mut replicas, &mut preferred, from, dest, &target);
+        moves.push(Move {
+            topic_id: s.topic_id,
+            partition: s.partition,
+            target,
+            why: Why::RackSpread,
         });
-        let Some(s) = candidates.min_by_key(|s| s.leader == most) else {
+        moved.insert((s.topic_id, s.partition));
+        budget -= 1;
+    }
+    if !moves.is_empty() {
+        return moves;
+    }
+    // 3. Replica counts within one of each other; a move takes a replica that does not
+    // lead, where there is one, so leadership stays put, and keeps the partition on as
+    // many racks. The pair of brokers furthest apart that has such a partition goes
+    // first (racks can leave the fullest broker nothing to give).
+    while budget > 0 {
+        let mut by_most: Vec<(i32, usize)> = replicas.iter().map(|(&b, &n)| (b, n)).collect();
+        by_most.sort_by_key(|&(b, n)| (std::cmp::Reverse(n), b));
+        let mut by_least = by_most.clone();
+        by_least.sort_by_key(|&(b, n)| (n, b));
+        let pairs = by_most.iter().flat_map(|&(most, m)| {
+            (by_least.iter())
+                .filter(move |&&(_, l)| m > l + 1)
+                .map(move |&(least, _)| (most, least))
+        });
+        let found = pairs.into_iter().find_map(|(most, least)| {
+            let candidates = idle.clone().filter(|s| {
+                let swapped: Vec<i32> = (s.replicas.iter())
+                    .map(|&b| if b == most { least } else { b })
+                    .collect();
+                !moved.contains(&(s.topic_id, s.partition))
+                    && s.replicas.contains(&most)
+                    && !s.replicas.contains(&least)
+                    && racks(&swapped).len() >= racks(&s.replicas).len()
+            });
+            (candidates.min_by_key(|s| s.leader == most)).map(|s| (most, least, s))
+        });
+        let Some((most, least, s)) = found else {
             break;
         };
         let target: Vec<i32> = s
@@ -159,12 +234,7 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
             .iter()
             .map(|&b| if b == most { least } else { b })
             .collect();
-        *replicas.get_mut(&most).expect("eligible") -= 1;
-        *replicas.get_mut(&least).expect("eligible") += 1;
-        if target.first() == Some(&least) {
-            *preferred.get_mut(&most).expect("eligible") -= 1;
-            *preferred.get_mut(&least).expect("eligible") += 1;
-        }
+        shift(&mut replicas, &mut preferred, most, least, &target);
         moves.push(Move {
             topic_id: s.topic_id,
             partition: s.partition,
@@ -177,7 +247,7 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
     if !moves.is_empty() {
         return moves;
     }
-    // 3. Preferred leaders within one of each other: a replica list reordered so that
+    // 4. Preferred leaders within one of each other: a replica list reordered so that
     // a replica of the broker preferred least comes first (no data moves).
     while budget > 0 {
         let (Some(most), Some(least)) = (most(&preferred), fewest(&preferred, |_| true)) else {
@@ -209,6 +279,27 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         budget -= 1;
     }
     moves
+}
+
+/// Counts a replica moved from `from` to `to` (and the preferred leadership, when it
+/// moved to the head of `target`).
+fn shift(
+    replicas: &mut BTreeMap<i32, usize>,
+    preferred: &mut BTreeMap<i32, usize>,
+    from: i32,
+    to: i32,
+    target: &[i32],
+) {
+    let mut counts = vec![&mut *replicas];
+    if target.first() == Some(&to) {
+        counts.push(preferred);
+    }
+    for c in counts {
+        if let Some(n) = c.get_mut(&from) {
+            *n = n.saturating_sub(1);
+        }
+        *c.entry(to).or_default() += 1;
+    }
 }
 
 /// The broker with the fewest (replicas, preferred leaderships, …) among those

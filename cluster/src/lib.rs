@@ -5,8 +5,9 @@
 //! is a rule checked. Over the metastore: the controller, which writes the elections'
 //! decisions (`controller`). And this process's standing in the cluster
 //! (`membership`: data-directory claim, incarnation, lease). Partition reassignment
-//! (`reassignment`), whose finishing step the controller takes, and the balancer's
-//! plan of moves (`balancer`).
+//! (`reassignment`), whose finishing step the controller takes, the balancer's
+//! plan of moves (`balancer`), and racks: where new replicas go and which replica a
+//! consumer reads from (`placement`).
 
 pub mod balancer;
 pub mod controller;
@@ -14,5 +15,6 @@ pub mod elections;
 pub mod membership;
 #[cfg(test)]
 mod model;
+pub mod placement;
 pub mod reassignment;
 pub mod rules;

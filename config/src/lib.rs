@@ -87,6 +87,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct BrokerSection {
     broker_id: Option<i32>,
+    rack: Option<String>,
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     metastore_url: Option<String>,
@@ -161,6 +162,10 @@ pub struct ListenerConfig {
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub broker_id: i32,
+    /// `[broker] rack` (Kafka's `broker.rack`): the rack or zone the broker runs in.
+    /// Replicas of a partition are spread over racks, and a consumer that names its
+    /// rack (`client.rack`) reads from a replica there.
+    pub rack: Option<String>,
     /// Every listener, by name.
     pub listeners: Vec<ListenerConfig>,
     pub data_dir: PathBuf,
@@ -305,6 +310,7 @@ impl BrokerConfig {
         }
         let mut config = Self {
             broker_id: args.broker_id.or(file.broker.broker_id).unwrap_or(0),
+            rack: file.broker.rack,
             listeners,
             data_dir,
             metastore_url,
@@ -329,6 +335,14 @@ impl BrokerConfig {
         let fail = |key: &str, reason: &str| Err(invalid(key, reason));
         if self.broker_id < 0 {
             return fail("broker_id", "must be >= 0");
+        }
+        if let Some(rack) = &self.rack
+            && (rack.is_empty() || rack.len() > 255 || rack.chars().any(char::is_control))
+        {
+            return fail(
+                "broker.rack",
+                "must be 1 to 255 characters, without control characters",
+            );
         }
         if !(self.metastore_url.starts_with("sqlite:")
             || self.metastore_url.starts_with("postgres"))

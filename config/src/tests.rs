@@ -77,10 +77,13 @@ fn errors_name_the_key() {
             "retention.ms",
         ),
         ("[topic_defaults]\n\"no.such\" = 1\n", "no.such"),
+        ("[broker]\nrack = \"\"\n", "broker.rack"),
     ] {
         let e = with_file(text).unwrap_err().to_string();
         assert!(e.contains(key), "{e}");
     }
+    let racked = with_file("[broker]\nrack = \"eu-west-1a\"\n").unwrap();
+    assert_eq!(racked.rack.as_deref(), Some("eu-west-1a"));
 }
 
 fn grpc(c: &BrokerConfig) -> &ListenerConfig {

@@ -509,6 +509,7 @@ impl Admin for Front {
                     replica_partitions: b.replica_partitions,
                     decommissioned: b.lease.decommissioned,
                     moving_partitions: b.moving_partitions,
+                    rack: b.lease.rack.unwrap_or_default(),
                     address: b.lease.address,
                 })
                 .collect(),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use shale_broker::fetch::FetchSpec;
+use shale_broker::fetch::{FetchSpec, ReadFrom};
 use shale_broker::produce::ProduceData;
 use shale_broker::service::{self, DeleteRecordsQuery, OffsetQuery};
 use shale_proto::v1::data_server::Data;
@@ -125,6 +125,7 @@ impl Data for Front {
             max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),
             min_bytes: req.min_bytes,
             max_bytes: req.max_bytes,
+            read_from: ReadFrom::Leader,
         };
         let answer = self.service.fetch(&ctx, req).await;
         let partitions = answer

@@ -123,6 +123,7 @@ async fn brokers_json(s: &Call) -> ApiResult<Value> {
                 "replica_partitions": b.replica_partitions,
                 "moving_partitions": b.moving_partitions,
                 "decommissioned": b.lease.decommissioned,
+                "rack": b.lease.rack,
             })
         })
         .collect();

@@ -14,6 +14,8 @@ pub struct PartitionAnswer {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// The replica to fetch from instead (v11+, KIP-392); -1: none.
+    pub preferred_read_replica: i32,
     pub records: Bytes,
 }
 
@@ -67,7 +69,7 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<By
             // aborted_transactions: none (no transactions), as an empty array.
             array_len(&mut buf, flexible, 0);
             if version >= 11 {
-                buf.put_i32(-1); // preferred_read_replica
+                buf.put_i32(p.preferred_read_replica);
             }
             if flexible {
                 uvarint(&mut buf, p.records.len() as u64 + 1);
@@ -147,6 +149,10 @@ mod tests {
                 d.high_watermark = p.high_watermark;
                 d.last_stable_offset = p.last_stable_offset;
                 d.log_start_offset = p.log_start_offset;
+                if version >= 11 {
+                    // Older versions have no such field (the codec refuses a value).
+                    d.preferred_read_replica = p.preferred_read_replica.into();
+                }
                 d.aborted_transactions = Some(Vec::new());
                 d.records = Some(p.records.clone());
                 topic.partitions.push(d);
@@ -163,15 +169,17 @@ mod tests {
             any::<i64>(),
             any::<i64>(),
             any::<i64>(),
+            any::<i32>(),
             proptest::collection::vec(any::<u8>(), 0..300),
         )
             .prop_map(
-                |(index, error_code, hw, lso, lstart, records)| PartitionAnswer {
+                |(index, error_code, hw, lso, lstart, preferred, records)| PartitionAnswer {
                     index,
                     error_code,
                     high_watermark: hw,
                     last_stable_offset: lso,
                     log_start_offset: lstart,
+                    preferred_read_replica: preferred,
                     records: Bytes::from(records),
                 },
             );

@@ -28,6 +28,8 @@ pub struct BrokerLease {
     /// Being decommissioned: its replicas move to other brokers, and new partitions
     /// are not placed on it.
     pub decommissioned: bool,
+    /// The rack it runs in (`[broker] rack`), if it said.
+    pub rack: Option<String>,
 }
 
 impl BrokerLease {

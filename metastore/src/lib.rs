@@ -168,12 +168,13 @@ pub trait Metastore: Send + Sync + 'static {
     /// ([`BrokerLease::is_alive`], [`StateGuard::alive`]): that takes a renewal by the
     /// new incarnation itself.
     /// `address` is where other brokers reach it, `endpoints` its address on each
-    /// listener by name.
+    /// listener by name, `rack` the rack it runs in (`None`: not said).
     async fn register_broker(
         &self,
         broker_id: i32,
         address: &str,
         endpoints: &[(String, String)],
+        rack: Option<&str>,
     ) -> Result<i64>;
     /// The cluster's id, created by the first caller.
     async fn cluster_id(&self) -> Result<Uuid>;

@@ -251,8 +251,10 @@ macro_rules! sql_metastore {
                 broker_id: i32,
                 address: &str,
                 endpoints: &[(String, String)],
+                rack: Option<&str>,
             ) -> Result<i64> {
-                self.register_broker(broker_id, address, endpoints).await
+                self.register_broker(broker_id, address, endpoints, rack)
+                    .await
             }
 
             async fn cluster_id(&self) -> Result<Uuid> {

@@ -207,13 +207,16 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
 
     // Broker leases: a registration is a new incarnation with an expired lease; only
     // the newest incarnation renews; times are the metastore's own clock.
-    let e1 = m.register_broker(1, "127.0.0.1:1", &[]).await.unwrap();
+    let e1 = m
+        .register_broker(1, "127.0.0.1:1", &[], None)
+        .await
+        .unwrap();
     let endpoints = [
         ("grpc".to_string(), "127.0.0.1:2".to_string()),
         ("kafka".to_string(), "[::1]:9092".to_string()),
     ];
     let e2 = m
-        .register_broker(2, "127.0.0.1:2", &endpoints)
+        .register_broker(2, "127.0.0.1:2", &endpoints, Some("rack-b"))
         .await
         .unwrap();
     let brokers = m.list_brokers().await.unwrap();
@@ -224,6 +227,10 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     assert_eq!(brokers[1].endpoint("kafka"), Some("[::1]:9092"));
     assert_eq!(brokers[0].endpoint("grpc"), Some("127.0.0.1:1"));
     assert_eq!(brokers[0].endpoint("kafka"), None);
+    assert_eq!(
+        (brokers[0].rack.as_deref(), brokers[1].rack.as_deref()),
+        (None, Some("rack-b"))
+    );
     assert!(brokers.iter().all(|b| !b.is_alive()), "{brokers:?}");
     m.renew_broker_lease(1, e1, "127.0.0.1:11", 60_000)
         .await
@@ -246,7 +253,10 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     // A restart registers a newer incarnation: the older one can no longer renew. The
     // lease keeps its expiry for the older one (a process that still runs trusts it),
     // but makes the new one live only once it renews it itself.
-    let e1b = m.register_broker(1, "127.0.0.1:1", &[]).await.unwrap();
+    let e1b = m
+        .register_broker(1, "127.0.0.1:1", &[], None)
+        .await
+        .unwrap();
     assert_eq!(e1b, e1 + 1);
     assert!(!m.list_brokers().await.unwrap()[0].is_alive());
     let err = m
@@ -329,7 +339,10 @@ async fn cluster_leases_and_partition_state(m: &dyn Metastore) {
     assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
     // Broker 2 restarts within its lease: the lease still fences leadership away from
     // the older incarnation, but makes the new one electable only once it renewed it.
-    let e2b = m.register_broker(2, "127.0.0.1:2", &[]).await.unwrap();
+    let e2b = m
+        .register_broker(2, "127.0.0.1:2", &[], None)
+        .await
+        .unwrap();
     for guard in [elect(e2), elect(e2b)] {
         let err = m.update_partition_state(&next, guard).await.unwrap_err();
         assert!(matches!(err, Error::BrokerNotAlive(2)), "{err:?}");
@@ -894,7 +907,10 @@ async fn producer_ids_and_group_offsets(m: &dyn Metastore) {
     assert_eq!(m.committed_offsets("g1").await.unwrap().len(), 2);
     // A commit fenced by the live brokers is written only while exactly those hold
     // running leases.
-    let epoch = m.register_broker(5, "127.0.0.1:5", &[]).await.unwrap();
+    let epoch = m
+        .register_broker(5, "127.0.0.1:5", &[], None)
+        .await
+        .unwrap();
     let err = m
         .commit_offsets("g1", &[commit(2, 1)], Some(&[5]))
         .await
@@ -1162,7 +1178,10 @@ async fn reassignments_are_kept_with_the_partition_state(m: &dyn Metastore) {
 /// A broker's decommissioning is a flag on its row, kept across restarts of it; a
 /// lease ended at shutdown counts as expired from then on.
 async fn decommissioning_is_kept_per_broker(m: &dyn Metastore) {
-    let e = m.register_broker(4, "127.0.0.1:4", &[]).await.unwrap();
+    let e = m
+        .register_broker(4, "127.0.0.1:4", &[], None)
+        .await
+        .unwrap();
     m.renew_broker_lease(4, e, "127.0.0.1:4", 60_000)
         .await
         .unwrap();
@@ -1172,7 +1191,10 @@ async fn decommissioning_is_kept_per_broker(m: &dyn Metastore) {
     assert_eq!(fresh.dead_for_ms(), 0);
     m.set_decommissioned(4, true).await.unwrap();
     assert!(b(m.list_brokers().await.unwrap()).unwrap().decommissioned);
-    let again = m.register_broker(4, "127.0.0.1:4", &[]).await.unwrap();
+    let again = m
+        .register_broker(4, "127.0.0.1:4", &[], None)
+        .await
+        .unwrap();
     assert!(b(m.list_brokers().await.unwrap()).unwrap().decommissioned);
     m.set_decommissioned(4, false).await.unwrap();
     assert!(!b(m.list_brokers().await.unwrap()).unwrap().decommissioned);

@@ -82,9 +82,10 @@ impl Metastore for FaultyMetastore {
         broker_id: i32,
         address: &str,
         endpoints: &[(String, String)],
+        rack: Option<&str>,
     ) -> R<i64> {
         self.inner
-            .register_broker(broker_id, address, endpoints)
+            .register_broker(broker_id, address, endpoints, rack)
             .await
     }
     async fn cluster_id(&self) -> R<Uuid> {

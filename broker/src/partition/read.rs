@@ -48,10 +48,18 @@ impl Partition {
     /// high watermark) or, below the local log start, the object store; below the
     /// offset records were deleted below, nowhere (out of range). Decided under
     /// the partition's lock, so local retention cannot move the local log start between
-    /// the decision and the plan.
-    pub fn plan_fetch(&self, offset: i64) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
+    /// the decision and the plan. A follower answers too when `any_replica` (a
+    /// consumer sent here by [`shale_cluster::placement::preferred_read_replica`]),
+    /// up to the high watermark it knows.
+    pub fn plan_fetch(
+        &self,
+        offset: i64,
+        any_replica: bool,
+    ) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
         let r = self.replica();
-        self.ensure_leader(&r.role)?;
+        if !any_replica || r.closed || !r.role.replicas.contains(&self.broker_id) {
+            self.ensure_leader(&r.role)?;
+        }
         let offsets = self.offsets_of(&r.log);
         if offset < r.log.deleted_below() {
             return Err(Error::OffsetOutOfRange {

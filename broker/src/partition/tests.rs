@@ -493,3 +493,29 @@ fn a_replica_added_back_empty_does_not_join_the_isr_on_its_old_position() {
     let read = a.serve_replica(&fetch(2, 0, (5, 0)), 0).unwrap();
     assert!(read.isr_change.is_some_and(|(_, isr)| isr == vec![1, 2]));
 }
+
+#[test]
+fn a_follower_serves_consumers_up_to_the_high_watermark_it_knows() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+    a.append(&batch(5, 10), Some(2), 0).unwrap();
+    replicate_once(&a, &b, 2);
+    let read = |p: &Partition, offset: i64, any_replica: bool| {
+        let (plan, offsets) = p.plan_fetch(offset, any_replica)?;
+        let bytes = plan.expect("local").read(1 << 20, true)?;
+        Ok::<_, Error>((bytes.len(), offsets.high_watermark))
+    };
+    // Only a fetch that may read from any replica (Kafka v11+) is answered here.
+    let err = read(&b, 0, false).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::NotLeaderOrFollower);
+    // The follower holds the 5 records but knows of no high watermark yet.
+    assert_eq!(b.offsets().log_end_offset, 5);
+    assert_eq!(read(&b, 0, true).unwrap(), (0, 0));
+    replicate_once(&a, &b, 2);
+    let (bytes, hw) = read(&b, 0, true).unwrap();
+    assert!(bytes > 50 && hw == 5, "{bytes} bytes, hw {hw}");
+    assert_eq!(read(&b, 5, true).unwrap(), (0, 5));
+    // Past its log end: out of range (a consumer goes back to the leader).
+    let err = read(&b, 6, true).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::OffsetOutOfRange);
+}

@@ -21,6 +21,8 @@ pub struct BrokerEndpoint {
     pub broker_id: i32,
     /// `host:port` on the asking client's listener.
     pub address: String,
+    /// Its `[broker] rack`.
+    pub rack: Option<String>,
 }
 
 impl BrokerEndpoint {
@@ -578,6 +580,7 @@ impl Service {
         Some(BrokerEndpoint {
             broker_id: b.broker_id,
             address: b.endpoint(&ctx.listener)?.to_string(),
+            rack: b.rack.clone(),
         })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Keyed, RequestContext, Service};
 use crate::error::{Error, Result};
-use crate::fetch::{FetchSpec, Fetched};
+use crate::fetch::{FetchSpec, Fetched, ReadFrom};
 use crate::partition::Appended;
 use crate::produce::ProduceData;
 use shale_security::acl::{Operation, ResourceType};
@@ -40,6 +40,7 @@ pub struct FetchRequest {
     pub max_wait: Duration,
     pub min_bytes: i32,
     pub max_bytes: i32,
+    pub read_from: ReadFrom,
 }
 
 /// One partition of a ListOffsets request: the first offset whose timestamp is at
@@ -117,13 +118,17 @@ impl Service {
                 .map(|s| (s.topic.clone(), s.partition))
                 .collect();
             let (max_wait, min_bytes, max_bytes) = (req.max_wait, req.min_bytes, req.max_bytes);
+            let read_from = &req.read_from;
             let results = self
                 .on_allowed_topics(
                     ctx,
                     Operation::Read,
                     req.partitions,
                     |s| &s.topic,
-                    |parts| self.broker.fetch(parts, max_wait, min_bytes, max_bytes),
+                    |parts| {
+                        self.broker
+                            .fetch(parts, max_wait, min_bytes, max_bytes, read_from)
+                    },
                 )
                 .await;
             let bytes: u64 = results

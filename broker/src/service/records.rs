@@ -76,7 +76,10 @@ impl Service {
         let mut bytes_out = 0;
         while out.len() < count && bytes_out < MAX_BYTES_PER_READ && offset < offsets.high_watermark
         {
-            let fetched = self.broker.read_one(&p, offset, 1 << 20, true).await?;
+            let fetched = self
+                .broker
+                .read_one(&p, offset, 1 << 20, true, false)
+                .await?;
             if fetched.records.is_empty() {
                 break;
             }

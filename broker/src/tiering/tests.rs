@@ -11,7 +11,7 @@ use object_store::ObjectStore;
 use shale_metastore::{PartitionState, RemoteSegmentState};
 use shale_records::ErrorCode;
 
-use crate::fetch::FetchSpec;
+use crate::fetch::{FetchSpec, ReadFrom};
 use crate::partition::{Partition, RemoteState};
 use crate::produce::ProduceData;
 use crate::testing::{StoreOp, TestBroker, batch};
@@ -65,7 +65,7 @@ async fn fetch_code(t: &TestBroker, offset: i64) -> ErrorCode {
     };
     let r = t
         .broker
-        .fetch(vec![spec], Duration::ZERO, 0, 1 << 20)
+        .fetch(vec![spec], Duration::ZERO, 0, 1 << 20, &ReadFrom::Leader)
         .await
         .into_iter()
         .next()

@@ -11,8 +11,70 @@ fn live(ids: &[i32]) -> Vec<BrokerView> {
             alive: true,
             dead_for_ms: 0,
             decommissioned: false,
+            rack: None,
         })
         .collect()
+}
+
+/// Live brokers with racks.
+fn racked(brokers: &[(i32, &str)]) -> Vec<BrokerView> {
+    brokers
+        .iter()
+        .map(|&(id, rack)| BrokerView {
+            rack: Some(rack.to_string()),
+            ..live(&[id]).remove(0)
+        })
+        .collect()
+}
+
+fn racks_of(replicas: &[i32], brokers: &[BrokerView]) -> usize {
+    let racks: HashSet<_> = replicas
+        .iter()
+        .map(|b| &brokers.iter().find(|v| v.id == *b).unwrap().rack)
+        .collect();
+    racks.len()
+}
+
+#[test]
+fn partitions_spread_over_racks_and_stay_spread_while_counts_balance() {
+    // Racks a (0, 1), b (2, 3), c (4): partitions placed without regard to racks.
+    let brokers = racked(&[(0, "a"), (1, "a"), (2, "b"), (3, "b"), (4, "c")]);
+    let mut states: Vec<PartitionState> = (0..10)
+        .map(|p| match p % 3 {
+            0 => part(p, &[0, 1, 2]),
+            1 => part(p, &[2, 3, 0]),
+            _ => part(p, &[1, 0, 3]),
+        })
+        .collect();
+    converge(&mut states, &brokers, RULES);
+    for s in &states {
+        assert_eq!(racks_of(&s.replicas, &brokers), 3, "{s:?}");
+    }
+    // Rack c's one broker holds every partition: the others' counts balance around it.
+    let (replicas, leaders) = counts(&states, &[0, 1, 2, 3, 4]);
+    assert_eq!(replicas[4], 10, "{replicas:?}");
+    assert!(within_one(&replicas[..4]), "{replicas:?}");
+    assert!(within_one(&leaders), "{leaders:?}");
+    assert!(plan(&states, &brokers, RULES).is_empty());
+}
+
+#[test]
+fn a_dead_brokers_replica_is_replaced_in_a_rack_the_partition_lacks() {
+    let mut brokers = racked(&[(0, "a"), (1, "a"), (2, "b"), (3, "c")]);
+    brokers[3].alive = false;
+    brokers[3].dead_for_ms = 120_000;
+    let states = vec![part(0, &[0, 2, 3])];
+    let moves = plan(&states, &brokers, RULES);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    // 1 is in rack a with 0, but it is the only broker left: better than nowhere.
+    assert_eq!(moves[0].target, vec![0, 2, 1]);
+    let brokers = racked(&[(0, "a"), (1, "b"), (2, "b"), (3, "c"), (4, "c")]);
+    let mut brokers = brokers;
+    brokers[3].alive = false;
+    brokers[3].dead_for_ms = 120_000;
+    let states = vec![part(0, &[0, 1, 3])];
+    // 4 (rack c) over 2 (rack b, which 1 is on), though both hold nothing.
+    assert_eq!(plan(&states, &brokers, RULES)[0].target, vec![0, 1, 4]);
 }
 
 const RULES: BalanceRules = BalanceRules {

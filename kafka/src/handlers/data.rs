@@ -14,7 +14,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
-use shale_broker::fetch::FetchSpec;
+use shale_broker::fetch::{FetchSpec, ReadFrom};
 use shale_broker::produce::ProduceData;
 use shale_broker::service::{
     self, DeleteRecordsQuery, EpochQuery, Keyed, OffsetQuery, RequestContext, Service,
@@ -177,6 +177,14 @@ pub async fn fetch(
         max_wait: Duration::from_millis(r.max_wait_ms.max(0) as u64),
         min_bytes: r.min_bytes,
         max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },
+        // KIP-392: from v11 any replica answers, and a consumer naming its rack is
+        // sent to a replica there.
+        read_from: match version >= 11 {
+            true => ReadFrom::AnyReplica {
+                client_rack: Some(r.rack_id.to_string()).filter(|rack| !rack.is_empty()),
+            },
+            false => ReadFrom::Leader,
+        },
     };
     let answer = s.fetch(ctx, req).await;
     // Sessionless: every answer is whole, and the client sends whole requests.
@@ -197,6 +205,7 @@ pub async fn fetch(
                         // No transactions: everything below the high watermark is stable.
                         last_stable_offset: f.offsets.high_watermark,
                         log_start_offset: f.offsets.log_start_offset,
+                        preferred_read_replica: f.preferred_read_replica.unwrap_or(-1),
                         records: f.records,
                     },
                     Err(_) => PartitionAnswer {
@@ -205,6 +214,7 @@ pub async fn fetch(
                         high_watermark: -1,
                         last_stable_offset: -1,
                         log_start_offset: -1,
+                        preferred_read_replica: -1,
                         records: Bytes::new(),
                     },
                 }

@@ -41,6 +41,7 @@ pub async fn metadata(
             out.node_id = b.broker_id.into();
             out.host = str(host);
             out.port = i32::from(port);
+            out.rack = b.rack.as_deref().map(str);
             out
         })
         .collect();
@@ -99,6 +100,7 @@ pub async fn describe_cluster(
             out.broker_id = b.broker_id.into();
             out.host = str(host);
             out.port = i32::from(port);
+            out.rack = b.rack.as_deref().map(str);
             out
         })
         .collect();

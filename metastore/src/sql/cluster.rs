@@ -74,17 +74,19 @@ macro_rules! cluster_sql {
                 broker_id: i32,
                 address: &str,
                 endpoints: &[(String, String)],
+                rack: Option<&str>,
             ) -> Result<i64> {
                 let (epoch,): (i64,) = sqlx::query_as(concat!(
-                    "INSERT INTO brokers (broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms) \
-                     VALUES ($1, $2, $3, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
-                     SET address = excluded.address, endpoints = excluded.endpoints, \
+                    "INSERT INTO brokers (broker_id, address, endpoints, rack, broker_epoch, lease_expires_ms, registered_at_ms) \
+                     VALUES ($1, $2, $3, $4, 1, 0, ", $now, ") ON CONFLICT (broker_id) DO UPDATE \
+                     SET address = excluded.address, endpoints = excluded.endpoints, rack = excluded.rack, \
                        broker_epoch = brokers.broker_epoch + 1, registered_at_ms = excluded.registered_at_ms \
                      RETURNING broker_epoch",
                 ))
                 .bind(broker_id)
                 .bind(address)
                 .bind(crate::cluster::encode_endpoints(endpoints))
+                .bind(rack)
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(epoch)
@@ -141,12 +143,13 @@ macro_rules! cluster_sql {
             }
 
             pub(super) async fn list_brokers(&self) -> Result<Vec<BrokerLease>> {
-                type Row = (i32, String, String, i64, i64, i64, i64, bool, i64);
+                type Row = (i32, String, String, i64, i64, i64, i64, bool, i64, Option<String>);
                 let rows: Vec<Row> = sqlx::query_as(concat!(
                     "SELECT broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, \
                        CASE WHEN lease_epoch = broker_epoch THEN lease_expires_ms - ", $now, " ELSE 0 END, \
                        decommissioned, \
-                       CASE WHEN lease_expires_ms < ", $now, " THEN ", $now, " - lease_expires_ms ELSE 0 END \
+                       CASE WHEN lease_expires_ms < ", $now, " THEN ", $now, " - lease_expires_ms ELSE 0 END, \
+                       rack \
                      FROM brokers ORDER BY broker_id",
                 ))
                 .fetch_all(&self.pool)
@@ -154,7 +157,7 @@ macro_rules! cluster_sql {
                 let read_at = std::time::Instant::now();
                 Ok(rows
                     .into_iter()
-                    .map(|(broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms, decommissioned, expired_for_ms)| {
+                    .map(|(broker_id, address, endpoints, broker_epoch, lease_expires_ms, registered_at_ms, remaining_ms, decommissioned, expired_for_ms, rack)| {
                         BrokerLease {
                             broker_id,
                             address,
@@ -166,6 +169,7 @@ macro_rules! cluster_sql {
                             read_at,
                             decommissioned,
                             expired_for_ms,
+                            rack,
                         }
                     })
                     .collect())

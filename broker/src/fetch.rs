@@ -31,6 +31,9 @@ pub struct FetchSpec {
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,
+    /// The leader epoch the client knows (-1: not said): a follower answering a
+    /// consumer refuses another (Kafka's KIP-320).
+    pub current_leader_epoch: i32,
 }
 
 pub struct Fetched {
@@ -44,12 +47,14 @@ pub struct Fetched {
 /// Which replicas may answer a fetch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ReadFrom {
-    /// The leader only (Kafka Fetch before v11, Shale's own clients).
+    /// The leader only (Shale's own clients; Kafka consumers without `client.rack`).
     #[default]
     Leader,
-    /// Any replica (Kafka Fetch v11+); a leader sends a consumer in `client_rack` to
-    /// an in-sync follower there.
-    AnyReplica { client_rack: Option<String> },
+    /// The replica nearest a consumer in `rack` (Kafka Fetch v11+ with `client.rack`,
+    /// KIP-392): a follower answers up to the high watermark it knows; a leader sends
+    /// the consumer to an in-sync follower in `rack` that holds its offset and is
+    /// reachable on the consumer's `listener`.
+    Nearest { rack: String, listener: String },
 }
 
 impl Broker {
@@ -62,19 +67,19 @@ impl Broker {
         read_from: &ReadFrom,
     ) -> Vec<Result<Fetched>> {
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
-        let any_replica = matches!(read_from, ReadFrom::AnyReplica { .. });
+        let any_replica = matches!(read_from, ReadFrom::Nearest { .. });
         let lookups: Vec<Result<Arc<Partition>>> = specs
             .iter()
             .map(|s| match any_replica {
-                true => self.partition(&s.topic, s.partition),
+                true => self.replica_for_consumer(s),
                 false => self.leader_partition(&s.topic, s.partition),
             })
             .collect();
         let redirects: Vec<Option<i32>> = match read_from {
-            ReadFrom::AnyReplica {
-                client_rack: Some(rack),
-            } => self.preferred_read_replicas(rack, &lookups),
-            _ => vec![None; lookups.len()],
+            ReadFrom::Nearest { rack, listener } => {
+                self.preferred_read_replicas(rack, listener, &lookups, &specs)
+            }
+            ReadFrom::Leader => vec![None; lookups.len()],
         };
         if lookups.iter().any(Result::is_err) || redirects.iter().any(Option::is_some) {
             // An unknown partition, or one to be read elsewhere, answers at once, with
@@ -102,7 +107,7 @@ impl Broker {
                 .map(|r| r.as_ref().ok().map(|(p, ..)| p.clone()))
                 .collect();
             let read = self.read_all(reads, max_bytes, any_replica).await;
-            self.count_fetch(read_from.iter().flatten(), &read);
+            self.count_fetch(read_from.iter().map(Option::as_ref), &read);
             let mut read = read.into_iter();
             return answers
                 .into_iter()
@@ -130,7 +135,7 @@ impl Broker {
                 || tokio::time::Instant::now() >= deadline
                 || self.cancel.is_cancelled();
             if done {
-                self.count_fetch(partitions.iter(), &results);
+                self.count_fetch(partitions.iter().map(Some), &results);
                 return results;
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
@@ -143,16 +148,17 @@ impl Broker {
     }
 
     /// Counts a fetch answered: its bytes, and those this broker read as a follower.
+    /// `partitions`: the partition of each result, if it was found.
     fn count_fetch<'a>(
         &self,
-        partitions: impl Iterator<Item = &'a Arc<Partition>>,
+        partitions: impl Iterator<Item = Option<&'a Arc<Partition>>>,
         results: &[Result<Fetched>],
     ) {
         let bytes = |f: &Result<Fetched>| f.as_ref().map_or(0, |f| f.records.len() as u64);
         let total: u64 = results.iter().map(bytes).sum();
         let as_follower: u64 = partitions
             .zip(results)
-            .filter(|(p, _)| !p.is_leader())
+            .filter(|(p, _)| p.is_some_and(|p| !p.is_leader()))
             .map(|(_, f)| bytes(f))
             .sum();
         let stats = &self.stats.requests;
@@ -161,33 +167,46 @@ impl Broker {
         crate::stats::RequestStats::add(&stats.follower_fetched_bytes, as_follower);
     }
 
+    /// This broker's replica of a partition for a consumer that may read from any
+    /// replica: a follower checks the leader epoch the consumer knows, as Kafka's do
+    /// (KIP-320), so that one with stale metadata learns of the change.
+    fn replica_for_consumer(&self, s: &FetchSpec) -> Result<Arc<Partition>> {
+        let p = self.partition(&s.topic, s.partition)?;
+        let (sent, current) = (s.current_leader_epoch, p.leader_epoch());
+        match sent {
+            _ if p.is_leader() || sent < 0 || sent == current => Ok(p),
+            _ if sent < current => Err(Error::FencedLeaderEpoch { sent, current }),
+            _ => Err(Error::UnknownLeaderEpoch { sent, current }),
+        }
+    }
+
     /// For each partition this broker leads, the in-sync follower in `client_rack`
-    /// the consumer should read from instead, if any
-    /// ([`placement::preferred_read_replica`]).
+    /// that holds the consumer's offset and that it can reach on `listener`, to read
+    /// from instead, if any ([`placement::preferred_read_replica`]).
     fn preferred_read_replicas(
         &self,
         client_rack: &str,
+        listener: &str,
         partitions: &[Result<Arc<Partition>>],
+        specs: &[FetchSpec],
     ) -> Vec<Option<i32>> {
         let me = self.config.broker_id;
         let racks: HashMap<i32, Option<String>> = self
             .brokers()
             .into_iter()
-            .filter(|b| b.is_alive() && b.broker_id != me)
+            .filter(|b| b.is_alive() && b.broker_id != me && b.endpoint(listener).is_some())
             .map(|b| (b.broker_id, b.rack))
             .chain([(me, self.config.rack.clone())])
             .collect();
         let rack_of = |b: i32| racks.get(&b).and_then(Option::as_deref);
         partitions
             .iter()
-            .map(|p| {
+            .zip(specs)
+            .map(|(p, s)| {
                 let p = p.as_ref().ok()?;
-                let role = p.role();
-                if role.leader != me {
-                    return None;
-                }
+                let holding = p.followers_holding(s.offset);
                 let spread = p.index.max(0) as usize;
-                placement::preferred_read_replica(client_rack, me, &role.isr, rack_of, spread)
+                placement::preferred_read_replica(client_rack, me, &holding, rack_of, spread)
             })
             .collect()
     }

@@ -292,6 +292,7 @@ impl Partition {
                         caught_up_ms: now_ms,
                         leader_leo_at_last_fetch: leo,
                         broker_epoch: -1,
+                        log_start: None,
                     };
                     (b, p)
                 })
@@ -326,6 +327,7 @@ impl Partition {
                     caught_up_ms: now_ms,
                     leader_leo_at_last_fetch: leo,
                     broker_epoch: -1,
+                    log_start: None,
                 });
             }
         } else if state.leader != self.broker_id && was_leading_epoch.is_some() {

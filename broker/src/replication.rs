@@ -82,6 +82,7 @@ impl Broker {
                     fetch_offset: p.fetch_offset,
                     last_fetched_epoch: p.last_fetched_epoch,
                     state_version: p.state_version,
+                    log_start_offset: p.log_start_offset,
                     max_bytes: p.partition_max_bytes.clamp(1, PARTITION_MAX_BYTES) as usize,
                 };
                 let partition = match incarnation {

@@ -34,6 +34,9 @@ pub struct ReplicaFetchPartition {
     pub partition_max_bytes: i32,
     /// The version of the partition state the follower last applied.
     pub state_version: i64,
+    /// The first offset the follower serves to consumers, remote log included
+    /// (`None`: not said).
+    pub log_start_offset: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -7,7 +7,7 @@
 //! (first replicas). Brokers without a rack count as one rack. The controller starts the moves as
 //! reassignments ([`crate::reassignment`]), at most `max_in_flight` at a time.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use shale_metastore::PartitionState;
 use uuid::Uuid;
@@ -88,13 +88,16 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
                         .is_some_and(|after| !v.alive && v.dead_for_ms >= after))
         })
     };
-    let rack_of = |b: i32| {
-        brokers
-            .iter()
-            .find(|v| v.id == b)
-            .and_then(|v| v.rack.as_deref())
-    };
+    let rack_by_id: HashMap<i32, Option<&str>> = (brokers.iter())
+        .map(|v| (v.id, v.rack.as_deref()))
+        .collect();
+    let rack_of = |b: i32| rack_by_id.get(&b).copied().flatten();
     let racks = |ids: &[i32]| ids.iter().map(|&b| rack_of(b)).collect::<HashSet<_>>();
+    // Whether `replicas` with `out` replaced by `into` are on as many racks.
+    let keeps_racks = |replicas: &[i32], out: i32, into: i32| {
+        let others = |rack| replicas.iter().any(|&x| x != out && rack_of(x) == rack);
+        others(rack_of(out)) || !others(rack_of(into))
+    };
     // Replicas per eligible broker once the moves in flight finish.
     let mut replicas: BTreeMap<i32, usize> = eligible.iter().map(|&b| (b, 0)).collect();
     let mut preferred: BTreeMap<i32, usize> = replicas.clone();
@@ -157,7 +160,8 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         return moves;
     }
     // 2. Rack spread: a partition on fewer racks than it could be gets a replica that
-    // shares its rack (not the leader, where it can) moved to a rack it lacks.
+    // shares its rack (not the leader nor the preferred one, where it can) moved to a
+    // rack it lacks.
     let rack_count = racks(&eligible).len();
     for s in idle.clone() {
         if budget == 0 {
@@ -175,7 +179,7 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         };
         let Some(from) = (s.replicas.iter().rev().copied())
             .filter(|&b| shares(b))
-            .min_by_key(|&b| b == s.leader)
+            .min_by_key(|&b| (b == s.leader, s.replicas.first() == Some(&b)))
         else {
             continue;
         };
@@ -184,10 +188,23 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         }) else {
             continue;
         };
-        let target: Vec<i32> = (s.replicas.iter())
+        let mut target: Vec<i32> = (s.replicas.iter())
             .map(|&b| if b == from { dest } else { b })
             .collect();
-        shift(&mut replicas, &mut preferred, from, dest, &target);
+        // The new replica does not become the preferred leader: the leader does, where
+        // it stays (so no election follows).
+        if target[0] == dest
+            && let Some(at) = target.iter().position(|&b| b == s.leader)
+        {
+            target.swap(0, at);
+        }
+        shift(
+            &mut replicas,
+            &mut preferred,
+            (from, dest),
+            &s.replicas,
+            &target,
+        );
         moves.push(Move {
             topic_id: s.topic_id,
             partition: s.partition,
@@ -204,6 +221,12 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
     // lead, where there is one, so leadership stays put, and keeps the partition on as
     // many racks. The pair of brokers furthest apart that has such a partition goes
     // first (racks can leave the fullest broker nothing to give).
+    let mut on: HashMap<i32, Vec<&PartitionState>> = HashMap::new();
+    for s in idle.clone() {
+        for &b in &s.replicas {
+            on.entry(b).or_default().push(s);
+        }
+    }
     while budget > 0 {
         let mut by_most: Vec<(i32, usize)> = replicas.iter().map(|(&b, &n)| (b, n)).collect();
         by_most.sort_by_key(|&(b, n)| (std::cmp::Reverse(n), b));
@@ -215,16 +238,12 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
                 .map(move |&(least, _)| (most, least))
         });
         let found = pairs.into_iter().find_map(|(most, least)| {
-            let candidates = idle.clone().filter(|s| {
-                let swapped: Vec<i32> = (s.replicas.iter())
-                    .map(|&b| if b == most { least } else { b })
-                    .collect();
+            let candidates = (on.get(&most).into_iter().flatten()).filter(|s| {
                 !moved.contains(&(s.topic_id, s.partition))
-                    && s.replicas.contains(&most)
                     && !s.replicas.contains(&least)
-                    && racks(&swapped).len() >= racks(&s.replicas).len()
+                    && keeps_racks(&s.replicas, most, least)
             });
-            (candidates.min_by_key(|s| s.leader == most)).map(|s| (most, least, s))
+            (candidates.min_by_key(|s| s.leader == most)).map(|s| (most, least, *s))
         });
         let Some((most, least, s)) = found else {
             break;
@@ -234,7 +253,13 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
             .iter()
             .map(|&b| if b == most { least } else { b })
             .collect();
-        shift(&mut replicas, &mut preferred, most, least, &target);
+        shift(
+            &mut replicas,
+            &mut preferred,
+            (most, least),
+            &s.replicas,
+            &target,
+        );
         moves.push(Move {
             topic_id: s.topic_id,
             partition: s.partition,
@@ -281,24 +306,26 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
     moves
 }
 
-/// Counts a replica moved from `from` to `to` (and the preferred leadership, when it
-/// moved to the head of `target`).
+/// Counts a move from replicas `old` to `target`: one replica from `from` to `to`, and
+/// the preferred leadership from the old head to the new when they differ.
 fn shift(
     replicas: &mut BTreeMap<i32, usize>,
     preferred: &mut BTreeMap<i32, usize>,
-    from: i32,
-    to: i32,
+    (from, to): (i32, i32),
+    old: &[i32],
     target: &[i32],
 ) {
-    let mut counts = vec![&mut *replicas];
-    if target.first() == Some(&to) {
-        counts.push(preferred);
-    }
-    for c in counts {
-        if let Some(n) = c.get_mut(&from) {
+    let one = |counts: &mut BTreeMap<i32, usize>, from: i32, to: i32| {
+        if let Some(n) = counts.get_mut(&from) {
             *n = n.saturating_sub(1);
         }
-        *c.entry(to).or_default() += 1;
+        *counts.entry(to).or_default() += 1;
+    };
+    one(replicas, from, to);
+    if let (Some(&was), Some(&now)) = (old.first(), target.first())
+        && was != now
+    {
+        one(preferred, was, now);
     }
 }
 

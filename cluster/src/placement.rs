@@ -54,25 +54,23 @@ fn rack_alternated(brokers: &[Candidate]) -> Vec<i32> {
 }
 
 /// KIP-392: the replica a consumer in `client_rack` should fetch from instead of the
-/// leader, if any. `None` when the leader is in that rack or no in-sync follower is;
-/// otherwise one of the in-sync followers there (by `spread`, so a consumer's
-/// partitions spread over them). `rack_of` gives the rack of a live broker (`None` for
-/// a broker without a rack or not alive).
-///
-/// An in-sync follower holds every offset below the leader's high watermark, the
-/// furthest a consumer can be, so it never answers such a consumer "out of range"
-/// (which would send it back to the leader and here again).
+/// leader, if any. `followers`: those that may serve the consumer's offset (in the
+/// ISR and holding it, so that none answers it "out of range", which would send it
+/// back to the leader and here again). `None` when the leader is in that rack or none
+/// of them is; otherwise one of them there (by `spread`, so a consumer's partitions
+/// spread over them). `rack_of` gives the rack of a broker the consumer can reach
+/// (`None` for a broker without a rack, dead, or unreachable).
 pub fn preferred_read_replica<'a>(
     client_rack: &str,
     leader: i32,
-    isr: &[i32],
+    followers: &[i32],
     rack_of: impl Fn(i32) -> Option<&'a str>,
     spread: usize,
 ) -> Option<i32> {
     if rack_of(leader) == Some(client_rack) {
         return None;
     }
-    let mut there: Vec<i32> = isr
+    let mut there: Vec<i32> = followers
         .iter()
         .copied()
         .filter(|&b| b != leader && rack_of(b) == Some(client_rack))
@@ -149,7 +147,7 @@ mod tests {
             preferred_read_replica("c", 0, &[0, 1, 2], racks, 0),
             Some(2)
         );
-        // Not one that left the ISR.
+        // Not one that cannot serve the offset (out of the ISR, or not holding it).
         assert_eq!(preferred_read_replica("c", 0, &[0, 1], racks, 0), None);
         // No replica in that rack (or a rack nobody has).
         assert_eq!(preferred_read_replica("d", 0, &[0, 1, 2], racks, 0), None);

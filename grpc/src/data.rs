@@ -120,6 +120,7 @@ impl Data for Front {
                     partition: p.partition,
                     offset: p.fetch_offset,
                     max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: -1,
                 })
                 .collect(),
             max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),

@@ -65,6 +65,7 @@ fn decode_request(r: ReplicaFetchRequest) -> domain::ReplicaFetchRequest {
                 last_fetched_epoch: p.last_fetched_epoch,
                 partition_max_bytes: p.partition_max_bytes,
                 state_version: p.state_version,
+                log_start_offset: p.log_start_offset,
             })
             .collect(),
     }
@@ -87,6 +88,7 @@ fn encode_request(r: domain::ReplicaFetchRequest) -> ReplicaFetchRequest {
                 last_fetched_epoch: p.last_fetched_epoch,
                 partition_max_bytes: p.partition_max_bytes,
                 state_version: p.state_version,
+                log_start_offset: p.log_start_offset,
             })
             .collect(),
     }

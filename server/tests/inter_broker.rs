@@ -81,6 +81,7 @@ async fn replica_fetch(
             last_fetched_epoch: -1,
             partition_max_bytes: 1 << 20,
             state_version: 0,
+            log_start_offset: None,
         }],
     };
     let mut call = tonic::Request::new(futures::stream::iter([request]));

@@ -17,6 +17,8 @@ pub struct FollowerPosition {
     pub state_version: i64,
     /// A replica a reassignment is adding (its copy is throttled).
     pub moving: bool,
+    /// The first offset it serves to consumers, its remote log included.
+    pub log_start_offset: i64,
 }
 
 impl Partition {
@@ -34,6 +36,7 @@ impl Partition {
             leader_epoch: r.role.leader_epoch,
             state_version: r.role.version,
             moving: r.role.adding.contains(&self.broker_id),
+            log_start_offset: self.offsets_of(&r.log).log_start_offset,
         })
     }
 

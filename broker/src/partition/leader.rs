@@ -18,6 +18,8 @@ pub struct FollowerFetch {
     pub last_fetched_epoch: i32,
     /// The version of the partition state the follower applied last (0: unknown).
     pub state_version: i64,
+    /// The first offset it serves to consumers (`None`: not said).
+    pub log_start_offset: Option<i64>,
     pub max_bytes: usize,
 }
 
@@ -46,6 +48,9 @@ pub(super) struct FollowerProgress {
     pub(super) leader_leo_at_last_fetch: i64,
     /// The follower's incarnation that fetched last (-1: none yet).
     pub(super) broker_epoch: i64,
+    /// The first offset it serves to consumers, as its last fetch said (`None`: not
+    /// heard).
+    pub(super) log_start: Option<i64>,
 }
 
 impl Partition {
@@ -246,6 +251,7 @@ impl Partition {
                     };
                     p.leader_leo_at_last_fetch = leo;
                     p.broker_epoch = f.replica_epoch;
+                    p.log_start = f.log_start_offset;
                     (may_join_isr(p.leo, hw, epoch_start), went_back)
                 }
                 None => return Err(Error::NotReplica(f.replica_id)),

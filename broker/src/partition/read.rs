@@ -75,6 +75,30 @@ impl Partition {
         Ok((Some(plan), offsets))
     }
 
+    /// Leader: the followers a consumer at `offset` may be sent to (KIP-392): in the
+    /// ISR, not leaving it by a reassignment, and holding `offset` as their last
+    /// fetch said (their log start, remote log included, to their log end); none
+    /// unless `offset` is readable here (log start to high watermark), so that a
+    /// consumer out of range is answered here, not sent back and forth.
+    pub fn followers_holding(&self, offset: i64) -> Vec<i32> {
+        let r = self.replica();
+        if r.closed || r.role.leader != self.broker_id {
+            return Vec::new();
+        }
+        let here = self.offsets_of(&r.log);
+        if offset < here.log_start_offset || offset > here.high_watermark {
+            return Vec::new();
+        }
+        (r.role.isr.iter().copied())
+            .filter(|b| *b != self.broker_id && !r.role.removing.contains(b))
+            .filter(|b| {
+                r.followers.get(b).is_some_and(|f| {
+                    f.log_start.is_some_and(|start| start <= offset) && f.leo >= offset
+                })
+            })
+            .collect()
+    }
+
     /// Plans a read from `offset` bounded by the high watermark.
     pub fn plan_read(&self, offset: i64) -> Result<(ReadPlan, PartitionOffsets)> {
         let r = self.replica();

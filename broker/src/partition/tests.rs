@@ -38,6 +38,7 @@ fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
         fetch_offset: at.0,
         last_fetched_epoch: at.1,
         state_version: 0,
+        log_start_offset: Some(0),
         max_bytes: 1 << 20,
     }
 }
@@ -518,4 +519,36 @@ fn a_follower_serves_consumers_up_to_the_high_watermark_it_knows() {
     // Past its log end: out of range (a consumer goes back to the leader).
     let err = read(&b, 6, true).unwrap_err();
     assert_eq!(err.code(), shale_records::ErrorCode::OffsetOutOfRange);
+}
+
+#[test]
+fn a_leader_sends_consumers_only_to_followers_holding_their_offset() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = two_replicas(d1.path(), d2.path(), Uuid::new_v4());
+    a.append(&batch(5, 10), Some(2), 0).unwrap();
+    replicate_once(&a, &b, 2);
+    replicate_once(&a, &b, 2);
+    assert_eq!(a.high_watermark(), 5);
+    // Follower 2 said its log starts at 0 and ends at 5.
+    assert_eq!(a.followers_holding(0), vec![2]);
+    assert_eq!(a.followers_holding(5), vec![2]);
+    // Past the high watermark the leader answers (out of range) itself.
+    assert!(a.followers_holding(6).is_empty());
+    // A follower whose log starts later does not hold the offsets before.
+    let later = FollowerFetch {
+        log_start_offset: Some(3),
+        ..fetch(2, 0, (5, 0))
+    };
+    a.serve_replica(&later, 0).unwrap();
+    assert!(a.followers_holding(2).is_empty());
+    assert_eq!(a.followers_holding(3), vec![2]);
+    // One that did not say (an older broker) holds nothing as far as this goes.
+    let unsaid = FollowerFetch {
+        log_start_offset: None,
+        ..fetch(2, 0, (5, 0))
+    };
+    a.serve_replica(&unsaid, 0).unwrap();
+    assert!(a.followers_holding(3).is_empty());
+    // Only a leader sends consumers anywhere.
+    assert!(b.followers_holding(0).is_empty());
 }

@@ -130,6 +130,7 @@ impl Broker {
                             PARTITION_MAX_BYTES
                         },
                         state_version: pos.state_version,
+                        log_start_offset: Some(pos.log_start_offset),
                     })
                     .collect(),
             };

@@ -62,6 +62,7 @@ async fn fetch_code(t: &TestBroker, offset: i64) -> ErrorCode {
         partition: 0,
         offset,
         max_bytes: 1 << 20,
+        current_leader_epoch: -1,
     };
     let r = t
         .broker
@@ -286,6 +287,7 @@ async fn a_new_leader_with_a_stale_remote_view_takes_the_whole_bucket_over() {
         leader_epoch: role.leader_epoch,
         state_version: role.version,
         moving: false,
+        log_start_offset: 0,
     };
     assert!(p.truncate_diverged(&at, 0, first_end + 2).unwrap());
     let stale = RemoteState {

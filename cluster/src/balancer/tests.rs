@@ -215,3 +215,16 @@ fn a_decommissioned_broker_with_nowhere_to_go_keeps_its_replicas() {
     brokers[0].decommissioned = true;
     assert_eq!(plan(&states, &brokers, RULES), Vec::new());
 }
+
+#[test]
+fn a_rack_spread_move_keeps_the_leader_preferred() {
+    // 0 and 1 share rack a; 1 leads, 0 is the preferred leader (first).
+    let brokers = racked(&[(0, "a"), (1, "a"), (2, "b"), (3, "c")]);
+    let mut s = part(0, &[0, 1, 2]);
+    s.leader = 1;
+    let moves = plan(&[s], &brokers, RULES);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0].why, Why::RackSpread);
+    // 0 (not the leader) goes to rack c; the leader, not the newcomer, heads the list.
+    assert_eq!(moves[0].target, vec![1, 3, 2]);
+}

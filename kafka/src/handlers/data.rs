@@ -168,6 +168,7 @@ pub async fn fetch(
                 partition: p.partition,
                 offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
             })
         })
         .collect();
@@ -177,13 +178,14 @@ pub async fn fetch(
         max_wait: Duration::from_millis(r.max_wait_ms.max(0) as u64),
         min_bytes: r.min_bytes,
         max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },
-        // KIP-392: from v11 any replica answers, and a consumer naming its rack is
-        // sent to a replica there.
-        read_from: match version >= 11 {
-            true => ReadFrom::AnyReplica {
-                client_rack: Some(r.rack_id.to_string()).filter(|rack| !rack.is_empty()),
+        // KIP-392: from v11 a consumer naming its rack reads from the replica nearest
+        // it (others, and older versions, from leaders).
+        read_from: match (version >= 11, r.rack_id.as_str()) {
+            (true, rack) if !rack.is_empty() => ReadFrom::Nearest {
+                rack: rack.to_string(),
+                listener: ctx.listener.to_string(),
             },
-            false => ReadFrom::Leader,
+            _ => ReadFrom::Leader,
         },
     };
     let answer = s.fetch(ctx, req).await;

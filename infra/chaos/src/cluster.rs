@@ -1,5 +1,6 @@
-//! The system under test: three `shale-broker` processes (each in a network namespace
-//! of its own when the machine allows it, else on loopback), a fresh PostgreSQL
+//! The system under test: four `shale-broker` processes (each in a network namespace
+//! of its own when the machine allows it, else on loopback) holding a topic of
+//! replication factor 3, with the controller's balancer on, a fresh PostgreSQL
 //! database and an `s3s-fs` server, both reached through failing proxies.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +16,14 @@ pub const BUCKET: &str = "chaos";
 const S3_KEY: &str = "shale-chaos";
 const S3_SECRET: &str = "shale-chaos-secret";
 
-/// Short leases and intervals, so faults resolve in seconds.
-const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\nauto_balance_enable = false\n\
+/// Brokers in the cluster (ids 1 to `BROKERS`): one more than the topic's replicas,
+/// so that replicas have somewhere to move.
+pub const BROKERS: usize = 4;
+
+/// Short leases and intervals, so faults resolve in seconds; the balancer plans every
+/// second, so that its moves run among the faults.
+const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
+    auto_balance_interval_ms = 1000\nauto_balance_max_moves = 2\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
     [tiering]\nupload_interval_ms = 300\n\
     [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 500\n\
@@ -246,13 +253,13 @@ impl Cluster {
                     .bytes()
                     .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
                     % 60) as u8;
-            Hosts::Namespaces(Net::create(tag, net, 3)?)
+            Hosts::Namespaces(Net::create(tag, net, BROKERS)?)
         } else {
             Hosts::Loopback
         };
         let bin = workspace_bin("shale-broker")?;
         let mut brokers = Vec::new();
-        for i in 0..3usize {
+        for i in 0..BROKERS {
             let id = i as i32 + 1;
             let dir = work.join(format!("broker{id}"));
             std::fs::create_dir_all(&dir)?;

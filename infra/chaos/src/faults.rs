@@ -1,8 +1,10 @@
 //! The faults, and a seeded schedule of them: one broker-level fault at a time
 //! (SIGKILL, SIGSTOP, a restart that lost its unflushed tail, a network cut, a slow
-//! disk, a partition's replica reassigned away and back), sometimes combined with an
-//! outage of PostgreSQL or the object store, each held for a random while and then
-//! healed.
+//! disk, a partition's replica reassigned away and back, a broker decommissioned and
+//! recommissioned), sometimes combined with an outage of PostgreSQL or the object
+//! store, each held for a random while and then healed. The controller's balancer
+//! runs throughout: it moves replicas back onto a recommissioned broker among the
+//! later faults.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use anyhow::Context;
 use shale_client::Client;
 use shale_proto::v1::PartitionReassignment;
 
-use crate::cluster::Cluster;
+use crate::cluster::{BROKERS, Cluster};
 use crate::netns::Cut;
 use crate::tally::{PARTITIONS, TOPIC};
 
@@ -41,10 +43,14 @@ pub enum Fault {
     /// it deletes its copy), and back when healed (it copies the leader's local log
     /// again and rejoins the ISR).
     Move,
+    /// The broker is decommissioned (the controller moves its replicas to the broker
+    /// of the four that lacks each partition), and recommissioned when healed (the
+    /// balancer then moves replicas back onto it).
+    Decommission,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::Pause,
         Fault::LoseTail,
@@ -55,6 +61,7 @@ impl Fault {
         Fault::ObjectStoreOutage,
         Fault::SlowDisk,
         Fault::Move,
+        Fault::Decommission,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +76,7 @@ impl Fault {
             Fault::ObjectStoreOutage => "s3-outage",
             Fault::SlowDisk => "slow-disk",
             Fault::Move => "move",
+            Fault::Decommission => "decommission",
         }
     }
 
@@ -163,7 +171,7 @@ pub fn next_step(rng: &mut Rng, faults: &[Fault], leader: Option<i32>) -> Step {
     let fault = faults[rng.below(faults.len() as u64) as usize];
     let broker = match leader {
         Some(l) if rng.below(10) < 6 => l,
-        _ => 1 + rng.below(3) as i32,
+        _ => 1 + rng.below(BROKERS as u64) as i32,
     };
     let outages: Vec<Fault> = faults
         .iter()
@@ -237,10 +245,12 @@ fn moved_partition(cut_at: f64) -> i32 {
     ((cut_at * PARTITIONS as f64) as i32).clamp(0, PARTITIONS - 1)
 }
 
-/// Reassigns `partition`'s replica on `broker` away (`back`: adds it back, or keeps
-/// it if its move away is still in flight). A refusal (an outage) leaves the partition
-/// as it is: moving is not the fault under test, what it does to the log is. Whether
-/// the partition has its three replicas and no move in flight.
+/// Reassigns `partition`'s replica on `broker` away, down to two replicas, when it has
+/// three and no move in flight (`back`: up to three again, with `broker` if the
+/// partition lacks it, waiting for any move in flight, the balancer's included). A
+/// refusal (an outage) leaves the partition as it is: moving is not the fault under
+/// test, what it does to the log is. Whether the partition has its three replicas and
+/// no move in flight.
 async fn reassign(
     client: &Client,
     partition: i32,
@@ -251,20 +261,28 @@ async fn reassign(
     let Some(p) = d.partitions.iter().find(|p| p.partition == partition) else {
         return Ok(false);
     };
-    let moving = (client.list_partition_reassignments(TOPIC).await?)
-        .iter()
-        .any(|r| r.partition == partition);
-    let target: Vec<i32> = match (back, p.replicas.contains(&broker)) {
-        (false, true) if p.replicas.len() == 3 && !moving => p
-            .replicas
-            .iter()
-            .copied()
-            .filter(|b| *b != broker)
+    let ongoing = (client.list_partition_reassignments(TOPIC).await?)
+        .into_iter()
+        .find(|r| r.partition == partition);
+    // The replicas once the move in flight, if any, finishes.
+    let current: Vec<i32> = match &ongoing {
+        Some(r) => (r.replicas.iter().copied())
+            .filter(|b| !r.removing.contains(b))
             .collect(),
-        // Its move away still in flight: the replica list names it still.
-        (true, true) if moving => p.replicas.clone(),
-        (true, false) => p.replicas.iter().copied().chain([broker]).collect(),
-        _ => return Ok(!moving && p.replicas.len() == 3),
+        None => p.replicas.clone(),
+    };
+    let target: Vec<i32> = match back {
+        false if ongoing.is_none() && current.len() == 3 && current.contains(&broker) => {
+            current.into_iter().filter(|b| *b != broker).collect()
+        }
+        true if current.len() < 3 => {
+            // The broker it left (cancelling that move if still in flight), or another.
+            let add = (std::iter::once(broker).chain(1..=BROKERS as i32))
+                .find(|b| !current.contains(b))
+                .expect("a broker without a replica");
+            current.into_iter().chain([add]).collect()
+        }
+        _ => return Ok(ongoing.is_none() && p.replicas.len() == 3),
     };
     let results = client
         .alter_partition_reassignments(vec![PartitionReassignment {
@@ -293,6 +311,11 @@ pub async fn apply(
         Fault::Move => {
             if let Err(e) = reassign(client, moved_partition(cut_at), broker, false).await {
                 eprintln!("move not started: {e}");
+            }
+        }
+        Fault::Decommission => {
+            if let Err(e) = client.decommission_broker(broker, false).await {
+                eprintln!("decommission of broker {broker} refused: {e}");
             }
         }
         Fault::Kill => c.broker(broker).kill(),
@@ -342,6 +365,17 @@ pub async fn heal(
                 anyhow::ensure!(
                     std::time::Instant::now() < deadline,
                     "partition {partition} did not get its third replica back: {done:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        Fault::Decommission => {
+            // Recommissioned, whatever it takes (an outage may refuse it for a while).
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while let Err(e) = client.decommission_broker(broker, true).await {
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "broker {broker} could not be recommissioned: {e}"
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }

@@ -1,7 +1,8 @@
-//! `shale-chaos`: randomized, combined faults against a real three-broker cluster, in
+//! `shale-chaos`: randomized, combined faults against a real four-broker cluster, in
 //! the spirit of Jepsen. A seeded schedule applies SIGKILL, SIGSTOP, restarts that
 //! lost their unflushed tail, network partitions (brokers in network namespaces of
-//! their own), PostgreSQL and object-store outages and slow disks while idempotent
+//! their own), PostgreSQL and object-store outages, slow disks, reassignments and
+//! decommissions (with the balancer moving replicas back) while idempotent
 //! `acks=all` producers and a consumer group run; then everything is healed and the
 //! checker reads the whole log back (see `check`). A failure names the seed and the
 //! fault history, so the run can be replayed.
@@ -77,9 +78,38 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         .with_request_timeout(Duration::from_secs(5));
     let kafka = opts.kafka.then(|| cluster.kafka_bootstrap());
     let mut load = workload::Workload::start(&client, opts.producers, opts.rate, kafka).await?;
+    let mut history = Vec::new();
+    let run = faults_then_check(
+        &opts,
+        &mut cluster,
+        (&client, slow.as_ref()),
+        &mut load,
+        &mut history,
+    )
+    .await;
+    if let Err(e) = &run {
+        // Said now: stopping the producers below may take a while, and whatever
+        // drops them after this must not hide why the run ended.
+        eprintln!("shale-chaos: seed {}: {e:#}; faults:", opts.seed);
+        history.iter().for_each(|line| eprintln!("  {line}"));
+        let stop = tokio::time::timeout(Duration::from_secs(30), load.stop_producing());
+        if stop.await.is_err() {
+            eprintln!("shale-chaos: the producers did not stop within 30 s");
+        }
+    }
+    run
+}
+
+/// The fault schedule, then healing, settling and the checks.
+async fn faults_then_check(
+    opts: &Options,
+    cluster: &mut cluster::Cluster,
+    (client, slow): (&Client, Option<&SlowDisk>),
+    load: &mut workload::Workload,
+    history: &mut Vec<String>,
+) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let mut rng = Rng::new(opts.seed);
-    let mut history = Vec::new();
     let mut counts = BTreeMap::new();
     let mut script = opts.script.clone().map(|s| s.into_iter());
     loop {
@@ -89,7 +119,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
                     break;
                 };
                 let broker = match broker {
-                    0 => leader_of_partition_0(&client).await.unwrap_or(1),
+                    0 => leader_of_partition_0(client).await.unwrap_or(1),
                     b => b,
                 };
                 faults::Step {
@@ -102,7 +132,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
                 }
             }
             None if started.elapsed() < opts.duration => {
-                let leader = some_leader(&client).await;
+                let leader = some_leader(client).await;
                 faults::next_step(&mut rng, &opts.faults, leader)
             }
             None => break,
@@ -110,32 +140,32 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         let at = started.elapsed().as_secs_f64();
         history.push(format!("{at:7.1} s  {step}"));
         *counts.entry(step.fault).or_insert(0) += 1;
-        let (c, slow) = (&client, slow.as_ref());
-        faults::apply(&mut cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
+        let c = client;
+        faults::apply(cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
         if let Some(w) = step.with {
             *counts.entry(w).or_insert(0) += 1;
-            faults::apply(&mut cluster, c, slow, w, step.broker, 0.0).await?;
+            faults::apply(cluster, c, slow, w, step.broker, 0.0).await?;
         }
         tokio::time::sleep(step.hold).await;
         if let Some(w) = step.with {
-            faults::heal(&mut cluster, c, slow, w, step.broker, 0.0).await?;
+            faults::heal(cluster, c, slow, w, step.broker, 0.0).await?;
         }
-        faults::heal(&mut cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
+        faults::heal(cluster, c, slow, step.fault, step.broker, step.cut_at).await?;
         tokio::time::sleep(step.quiet).await;
     }
     history.push(format!(
         "{:7.1} s  healed; waiting for every replica",
         started.elapsed().as_secs_f64()
     ));
-    settle(&client).await?;
+    settle(client).await?;
     load.stop_producing().await;
-    wait_group_caught_up(&client, &load.tally).await;
+    wait_group_caught_up(client, &load.tally).await;
     load.stop_consuming().await;
-    let report = check::check(&client, &load.tally, &cluster.db).await?;
+    let report = check::check(client, &load.tally, &cluster.db).await?;
     let failed_sends = load.tally.failed.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Outcome {
         seed: opts.seed,
-        history,
+        history: std::mem::take(history),
         counts,
         report,
         failed_sends,
@@ -160,20 +190,32 @@ async fn some_leader(client: &Client) -> Option<i32> {
     d.partitions.iter().map(|p| p.leader).find(|l| *l > 0)
 }
 
-/// Waits until every partition has a leader and all three replicas in sync.
+/// Waits until every partition has a leader and its three replicas in sync, with no
+/// move in flight (the balancer's last moves finish).
 async fn settle(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Ok(d) = client.describe_topic(tally::TOPIC).await
+        let d = client.describe_topic(tally::TOPIC).await;
+        if let Ok(d) = &d
             && d.partitions
                 .iter()
-                .all(|p| p.leader > 0 && p.isr.len() == 3)
+                .all(|p| p.leader > 0 && p.replicas.len() == 3 && p.isr.len() == 3)
         {
             return Ok(());
         }
+        let seen = d.map(|d| {
+            (d.partitions.iter())
+                .map(|p| {
+                    format!(
+                        "{}: leader {} replicas {:?} isr {:?}",
+                        p.partition, p.leader, p.replicas, p.isr
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the cluster did not recover within 120 s of the last fault"
+            "the cluster did not recover within 120 s of the last fault: {seen:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

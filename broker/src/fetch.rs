@@ -6,9 +6,10 @@
 //! available it long-polls: it waits on the partitions' high-watermark channels until
 //! enough arrives or `max_wait` passes.
 //!
-//! Kafka Fetch v11+ may read from any replica (KIP-392): a follower answers up to the
-//! high watermark it knows, and a leader sends a consumer that names its rack to an
-//! in-sync follower in that rack (`preferred_read_replica`), answering at once.
+//! A Kafka consumer that names its rack (Fetch v11+, KIP-392) may read from a
+//! follower, which answers up to the high watermark it knows; its leader sends it to
+//! an in-sync follower in that rack holding its offset (`preferred_read_replica`),
+//! answering at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;

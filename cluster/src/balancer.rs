@@ -4,8 +4,9 @@
 //! partition has replicas (up to the racks there are), then from the broker with the
 //! most replicas to the one with the fewest until they differ by at most one (never
 //! spreading a partition over fewer racks), then the same for preferred leaders
-//! (first replicas). Brokers without a rack count as one rack. The controller starts the moves as
-//! reassignments ([`crate::reassignment`]), at most `max_in_flight` at a time.
+//! (first replicas). Brokers without a rack count as one rack. The controller starts
+//! the moves as reassignments ([`crate::reassignment`]), at most `max_in_flight` at a
+//! time.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

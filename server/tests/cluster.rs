@@ -1696,12 +1696,21 @@ async fn reassigning_onto_a_new_broker_copies_only_the_tail_and_loses_nothing() 
     let mut seen = std::collections::HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while acked.iter().any(|a| !seen.contains(&(a.0, a.1))) {
-        assert!(
-            Instant::now() < deadline,
-            "the group did not read every acknowledged record: {} of {}",
-            seen.len(),
-            acked.len()
-        );
+        if Instant::now() >= deadline {
+            // Where the member stopped, per partition: (first unread offset, unread).
+            let mut unread = std::collections::BTreeMap::new();
+            for a in acked.iter().filter(|a| !seen.contains(&(a.0, a.1))) {
+                let e = unread.entry(a.0).or_insert((i64::MAX, 0));
+                *e = (e.0.min(a.1), e.1 + 1);
+            }
+            panic!(
+                "the group did not read every acknowledged record: {} of {}; unread \
+                 (partition: first offset, count) {unread:?}; assignment {:?}",
+                seen.len(),
+                acked.len(),
+                member.assignment()
+            );
+        }
         if let Ok(Some(r)) =
             tokio::time::timeout(Duration::from_millis(200), member.records.recv()).await
         {

@@ -286,16 +286,7 @@ impl Partition {
                 .replicas
                 .iter()
                 .filter(|&&b| b != self.broker_id)
-                .map(|&b| {
-                    let p = FollowerProgress {
-                        leo: -1,
-                        caught_up_ms: now_ms,
-                        leader_leo_at_last_fetch: leo,
-                        broker_epoch: -1,
-                        log_start: None,
-                    };
-                    (b, p)
-                })
+                .map(|&b| (b, FollowerProgress::unheard(now_ms, leo)))
                 .collect();
             // Re-read the remote log before copying to it: the last leader moved it on.
             self.remote
@@ -322,13 +313,7 @@ impl Partition {
                 if !state.isr.contains(&b) {
                     r.followers.remove(&b);
                 }
-                r.followers.entry(b).or_insert(FollowerProgress {
-                    leo: -1,
-                    caught_up_ms: now_ms,
-                    leader_leo_at_last_fetch: leo,
-                    broker_epoch: -1,
-                    log_start: None,
-                });
+                (r.followers.entry(b)).or_insert(FollowerProgress::unheard(now_ms, leo));
             }
         } else if state.leader != self.broker_id && was_leading_epoch.is_some() {
             r.followers.clear();

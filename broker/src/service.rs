@@ -13,6 +13,7 @@ mod admin;
 mod authorize;
 mod data;
 mod groups;
+mod moves;
 mod node;
 mod offsets;
 mod records;

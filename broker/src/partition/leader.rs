@@ -53,6 +53,19 @@ pub(super) struct FollowerProgress {
     pub(super) log_start: Option<i64>,
 }
 
+impl FollowerProgress {
+    /// A follower not heard from yet, as of `now_ms` with the leader's log at `leo`.
+    pub(super) fn unheard(now_ms: i64, leo: i64) -> Self {
+        Self {
+            leo: -1,
+            caught_up_ms: now_ms,
+            leader_leo_at_last_fetch: leo,
+            broker_epoch: -1,
+            log_start: None,
+        }
+    }
+}
+
 impl Partition {
     /// Leader: raises the HW to the smallest log end over the maximal ISR (the ISR and
     /// the members whose addition was sent to the metastore), unless the ISR is below

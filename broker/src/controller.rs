@@ -3,13 +3,19 @@
 //! topic name.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use shale_cluster::balancer::BalanceRules;
 use shale_cluster::controller::{ControllerSettings, ElectionError};
 use shale_cluster::elections::TopicRules;
 
+use uuid::Uuid;
+
 use crate::broker::Broker;
 use crate::error::{Error, Result};
+
+/// How much a partition's local size changes before its leader reports it again.
+const SIZE_REPORT_STEP: u64 = 1 << 20;
 
 impl From<ElectionError> for Error {
     fn from(e: ElectionError) -> Self {
@@ -31,7 +37,40 @@ impl Broker {
             replace_dead_after_ms: (cluster.dead_broker_replace_after_ms > 0)
                 .then_some(cluster.dead_broker_replace_after_ms as i64),
             balance: cluster.auto_balance_enable,
+            disk_band_percent: cluster.auto_balance_disk_band_percent,
+            disk_band_min_bytes: cluster.auto_balance_disk_band_min_bytes,
         }
+    }
+
+    /// Reports the local size of each partition this broker leads where it changed by
+    /// [`SIZE_REPORT_STEP`] or more since `reported` (the last report written, which
+    /// this updates), or leadership came here: the controller's balancer keeps the
+    /// brokers' local disk use within a band with them.
+    pub(crate) async fn report_sizes(
+        &self,
+        reported: &Mutex<HashMap<(Uuid, i32), u64>>,
+    ) -> Result<()> {
+        let last = reported.lock().expect("not poisoned").clone();
+        let mut now = HashMap::new();
+        let mut changed = Vec::new();
+        for p in self.all_partitions().iter().filter(|p| p.is_leader()) {
+            let key = (p.topic_id, p.index);
+            let size = p.size_bytes();
+            match last.get(&key) {
+                Some(&was) if was.abs_diff(size) < SIZE_REPORT_STEP => {
+                    now.insert(key, was);
+                }
+                _ => {
+                    changed.push((p.topic_id, p.index, size as i64));
+                    now.insert(key, size);
+                }
+            }
+        }
+        if !changed.is_empty() {
+            self.metastore.report_partition_sizes(&changed).await?;
+        }
+        *reported.lock().expect("not poisoned") = now;
+        Ok(())
     }
 
     /// One controller round (see `shale_cluster::controller`). Does nothing on brokers

@@ -86,32 +86,36 @@ impl Broker {
                 .map(Into::into)
                 .collect();
         let states = self.metastore.list_partition_states().await?;
+        let sizes = shale_cluster::controller::partition_sizes(self.metastore.as_ref()).await?;
         let names: HashMap<uuid::Uuid, String> = (self.metastore.list_topics().await?)
             .into_iter()
             .map(|t| (t.id, t.name))
             .collect();
         use shale_cluster::balancer::Why;
-        Ok(shale_cluster::balancer::plan(&states, &brokers, rules)
-            .into_iter()
-            .filter_map(|m| {
-                let s = states
-                    .iter()
-                    .find(|s| s.topic_id == m.topic_id && s.partition == m.partition)?;
-                Some(PlannedMove {
-                    topic: names.get(&m.topic_id)?.clone(),
-                    partition: m.partition,
-                    replicas: s.replicas.clone(),
-                    target: m.target,
-                    reason: match m.why {
-                        Why::Decommissioned => "decommissioned",
-                        Why::Dead => "dead",
-                        Why::RackSpread => "rack spread",
-                        Why::ReplicaBalance => "replica balance",
-                        Why::LeaderBalance => "leader balance",
-                    },
+        Ok(
+            shale_cluster::balancer::plan(&states, &brokers, &sizes, rules)
+                .into_iter()
+                .filter_map(|m| {
+                    let s = states
+                        .iter()
+                        .find(|s| s.topic_id == m.topic_id && s.partition == m.partition)?;
+                    Some(PlannedMove {
+                        topic: names.get(&m.topic_id)?.clone(),
+                        partition: m.partition,
+                        replicas: s.replicas.clone(),
+                        target: m.target,
+                        reason: match m.why {
+                            Why::Decommissioned => "decommissioned",
+                            Why::Dead => "dead",
+                            Why::RackSpread => "rack spread",
+                            Why::DiskBalance => "disk balance",
+                            Why::ReplicaBalance => "replica balance",
+                            Why::LeaderBalance => "leader balance",
+                        },
+                    })
                 })
-            })
-            .collect())
+                .collect(),
+        )
     }
 
     /// Starts, replaces or cancels reassignments; one result per request, in order.

@@ -1,12 +1,17 @@
-//! Where replicas should move, as a pure function of the partitions' states and the
-//! brokers: off decommissioned brokers, off brokers dead for longer than the
-//! replacement timeout, and, with continuous balancing, onto as many racks as a
-//! partition has replicas (up to the racks there are), then from the broker with the
-//! most replicas to the one with the fewest until they differ by at most one (never
-//! spreading a partition over fewer racks), then the same for preferred leaders
-//! (first replicas). Brokers without a rack count as one rack. The controller starts
-//! the moves as reassignments ([`crate::reassignment`]), at most `max_in_flight` at a
-//! time.
+//! Where replicas should move, as a pure function of the partitions' states, their
+//! local sizes and the brokers: off decommissioned brokers, off brokers dead for longer
+//! than the replacement timeout, and, with continuous balancing, in this order of
+//! goals:
+//! 1. onto as many racks as a partition has replicas (up to the racks there are);
+//! 2. local disk use per broker within a band around the mean (a partition's size is
+//!    its leader's last report, the same for each of its replicas);
+//! 3. replica counts within one of each other;
+//! 4. preferred leaders (first replicas) within one of each other.
+//!
+//! A step runs only when the ones before it plan nothing, and none undoes an earlier
+//! goal: replica moves keep a partition's racks and the disk band. Brokers without a
+//! rack count as one rack. The controller starts the moves as reassignments
+//! ([`crate::reassignment`]), at most `max_in_flight` at a time.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -45,9 +50,19 @@ pub struct BalanceRules {
     pub max_in_flight: usize,
     /// Replicas on a broker dead this long are re-created elsewhere (`None`: never).
     pub replace_dead_after_ms: Option<i64>,
-    /// Balance replica and preferred-leader counts over the live brokers.
+    /// Balance racks, disk use, replica and preferred-leader counts over the live
+    /// brokers.
     pub balance: bool,
+    /// The disk band: a broker's local disk use may differ from the mean by this many
+    /// percent of the mean (0: no disk goal)…
+    pub disk_band_percent: u64,
+    /// …or by this many bytes, whichever is wider (so that small, changing sizes do not
+    /// cause moves).
+    pub disk_band_min_bytes: u64,
 }
+
+/// Partitions' local log sizes in bytes, by (topic id, partition).
+pub type Sizes = HashMap<(Uuid, i32), u64>;
 
 /// One move: the partition's new replicas, preferred leader first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,12 +78,18 @@ pub enum Why {
     Decommissioned,
     Dead,
     RackSpread,
+    DiskBalance,
     ReplicaBalance,
     LeaderBalance,
 }
 
 /// The moves to start now (see the module docs). A balanced cluster gets none.
-pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRules) -> Vec<Move> {
+pub fn plan(
+    states: &[PartitionState],
+    brokers: &[BrokerView],
+    sizes: &Sizes,
+    rules: BalanceRules,
+) -> Vec<Move> {
     let in_flight = states.iter().filter(|s| s.reassigning()).count();
     let mut budget = rules.max_in_flight.saturating_sub(in_flight);
     if budget == 0 {
@@ -99,20 +120,24 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         let others = |rack| replicas.iter().any(|&x| x != out && rack_of(x) == rack);
         others(rack_of(out)) || !others(rack_of(into))
     };
-    // Replicas per eligible broker once the moves in flight finish.
-    let mut replicas: BTreeMap<i32, usize> = eligible.iter().map(|&b| (b, 0)).collect();
-    let mut preferred: BTreeMap<i32, usize> = replicas.clone();
+    // Per eligible broker once the moves in flight finish.
+    let mut load = Load {
+        replicas: eligible.iter().map(|&b| (b, 0)).collect(),
+        preferred: eligible.iter().map(|&b| (b, 0)).collect(),
+        disk: Disk::new(states, &eligible, sizes, rules),
+    };
     for s in states {
         let target = target_replicas(s);
         for b in &target {
-            if let Some(n) = replicas.get_mut(b) {
+            if let Some(n) = load.replicas.get_mut(b) {
                 *n += 1;
             }
         }
-        if let Some(n) = target.first().and_then(|b| preferred.get_mut(b)) {
+        if let Some(n) = target.first().and_then(|b| load.preferred.get_mut(b)) {
             *n += 1;
         }
     }
+    let size = |s: &PartitionState| sizes.get(&(s.topic_id, s.partition)).copied().unwrap_or(0);
     let mut moves = Vec::new();
     let mut moved: HashSet<(Uuid, i32)> = HashSet::new();
     let idle = states.iter().filter(|s| !s.reassigning());
@@ -130,14 +155,14 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
             // Where it can, onto a rack the partition's other replicas are not on.
             let others: Vec<i32> = target.iter().copied().filter(|x| x != b).collect();
             let used = racks(&others);
-            let dest = fewest(&replicas, |d| {
+            let dest = fewest(&load.replicas, |d| {
                 !target.contains(&d) && !used.contains(&rack_of(d))
             })
-            .or_else(|| fewest(&replicas, |d| !target.contains(&d)));
+            .or_else(|| fewest(&load.replicas, |d| !target.contains(&d)));
             let Some(dest) = dest else {
                 break;
             };
-            *replicas.get_mut(&dest).expect("eligible") += 1;
+            *load.replicas.get_mut(&dest).expect("eligible") += 1;
             let at = target.iter().position(|x| x == b).expect("a replica");
             target[at] = dest;
         }
@@ -184,52 +209,69 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         else {
             continue;
         };
-        let Some(dest) = fewest(&replicas, |d| {
+        let Some(dest) = fewest(&load.replicas, |d| {
             !s.replicas.contains(&d) && !used.contains(&rack_of(d))
         }) else {
             continue;
         };
-        let mut target: Vec<i32> = (s.replicas.iter())
-            .map(|&b| if b == from { dest } else { b })
-            .collect();
-        // The new replica does not become the preferred leader: the leader does, where
-        // it stays (so no election follows).
-        if target[0] == dest
-            && let Some(at) = target.iter().position(|&b| b == s.leader)
-        {
-            target.swap(0, at);
-        }
-        shift(
-            &mut replicas,
-            &mut preferred,
-            (from, dest),
-            &s.replicas,
-            &target,
-        );
-        moves.push(Move {
-            topic_id: s.topic_id,
-            partition: s.partition,
-            target,
-            why: Why::RackSpread,
-        });
+        let m = replacing(s, (from, dest), Why::RackSpread);
+        load.shift((from, dest), size(s), &s.replicas, &m.target);
+        moves.push(m);
         moved.insert((s.topic_id, s.partition));
         budget -= 1;
     }
     if !moves.is_empty() {
         return moves;
     }
-    // 3. Replica counts within one of each other; a move takes a replica that does not
-    // lead, where there is one, so leadership stays put, and keeps the partition on as
-    // many racks. The pair of brokers furthest apart that has such a partition goes
-    // first (racks can leave the fullest broker nothing to give).
     let mut on: HashMap<i32, Vec<&PartitionState>> = HashMap::new();
     for s in idle.clone() {
         for &b in &s.replicas {
             on.entry(b).or_default().push(s);
         }
     }
+    // 3. Disk use within the band: from a broker outside it to the one furthest on the
+    // other side, the partition (keeping its racks) whose size comes nearest to half
+    // their difference, and always below it, so each move narrows the spread.
+    while budget > 0 && !load.disk.balanced() {
+        let mut by_most: Vec<i32> = eligible.clone();
+        by_most.sort_by_key(|b| (std::cmp::Reverse(load.disk.used[b]), *b));
+        let pairs = by_most
+            .iter()
+            .flat_map(|&most| by_most.iter().rev().map(move |&least| (most, least)));
+        let found = pairs
+            .filter(|&(most, least)| {
+                load.disk.used[&most] > load.disk.used[&least]
+                    && (load.disk.above(most) || load.disk.below(least))
+            })
+            .find_map(|(most, least)| {
+                let gap = load.disk.used[&most] - load.disk.used[&least];
+                let candidates = (on.get(&most).into_iter().flatten()).filter(|s| {
+                    !moved.contains(&(s.topic_id, s.partition))
+                        && !s.replicas.contains(&least)
+                        && (1..gap).contains(&size(s))
+                        && keeps_racks(&s.replicas, most, least)
+                });
+                (candidates.min_by_key(|s| (size(s).abs_diff(gap / 2), s.leader == most)))
+                    .map(|s| (most, least, *s))
+            });
+        let Some((most, least, s)) = found else {
+            break;
+        };
+        let m = replacing(s, (most, least), Why::DiskBalance);
+        load.shift((most, least), size(s), &s.replicas, &m.target);
+        moves.push(m);
+        moved.insert((s.topic_id, s.partition));
+        budget -= 1;
+    }
+    if !moves.is_empty() {
+        return moves;
+    }
+    // 4. Replica counts within one of each other; a move takes a replica that does not
+    // lead, where there is one, so leadership stays put, and keeps the partition on as
+    // many racks and the disk band. The pair of brokers furthest apart that has such a
+    // partition goes first (racks can leave the fullest broker nothing to give).
     while budget > 0 {
-        let mut by_most: Vec<(i32, usize)> = replicas.iter().map(|(&b, &n)| (b, n)).collect();
+        let mut by_most: Vec<(i32, usize)> = load.replicas.iter().map(|(&b, &n)| (b, n)).collect();
         by_most.sort_by_key(|&(b, n)| (std::cmp::Reverse(n), b));
         let mut by_least = by_most.clone();
         by_least.sort_by_key(|&(b, n)| (n, b));
@@ -243,43 +285,30 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
                 !moved.contains(&(s.topic_id, s.partition))
                     && !s.replicas.contains(&least)
                     && keeps_racks(&s.replicas, most, least)
+                    && load.disk.allows(most, least, size(s))
             });
             (candidates.min_by_key(|s| s.leader == most)).map(|s| (most, least, *s))
         });
         let Some((most, least, s)) = found else {
             break;
         };
-        let target: Vec<i32> = s
-            .replicas
-            .iter()
-            .map(|&b| if b == most { least } else { b })
-            .collect();
-        shift(
-            &mut replicas,
-            &mut preferred,
-            (most, least),
-            &s.replicas,
-            &target,
-        );
-        moves.push(Move {
-            topic_id: s.topic_id,
-            partition: s.partition,
-            target,
-            why: Why::ReplicaBalance,
-        });
+        let m = replacing(s, (most, least), Why::ReplicaBalance);
+        load.shift((most, least), size(s), &s.replicas, &m.target);
+        moves.push(m);
         moved.insert((s.topic_id, s.partition));
         budget -= 1;
     }
     if !moves.is_empty() {
         return moves;
     }
-    // 4. Preferred leaders within one of each other: a replica list reordered so that
+    // 5. Preferred leaders within one of each other: a replica list reordered so that
     // a replica of the broker preferred least comes first (no data moves).
     while budget > 0 {
-        let (Some(most), Some(least)) = (most(&preferred), fewest(&preferred, |_| true)) else {
+        let (Some(most), Some(least)) = (most(&load.preferred), fewest(&load.preferred, |_| true))
+        else {
             break;
         };
-        if preferred[&most] <= preferred[&least] + 1 {
+        if load.preferred[&most] <= load.preferred[&least] + 1 {
             break;
         }
         let candidates = idle.clone().filter(|s| {
@@ -293,8 +322,8 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
         };
         let mut target = vec![least];
         target.extend(s.replicas.iter().copied().filter(|&b| b != least));
-        *preferred.get_mut(&most).expect("eligible") -= 1;
-        *preferred.get_mut(&least).expect("eligible") += 1;
+        *load.preferred.get_mut(&most).expect("eligible") -= 1;
+        *load.preferred.get_mut(&least).expect("eligible") += 1;
         moves.push(Move {
             topic_id: s.topic_id,
             partition: s.partition,
@@ -307,26 +336,117 @@ pub fn plan(states: &[PartitionState], brokers: &[BrokerView], rules: BalanceRul
     moves
 }
 
-/// Counts a move from replicas `old` to `target`: one replica from `from` to `to`, and
-/// the preferred leadership from the old head to the new when they differ.
-fn shift(
-    replicas: &mut BTreeMap<i32, usize>,
-    preferred: &mut BTreeMap<i32, usize>,
-    (from, to): (i32, i32),
-    old: &[i32],
-    target: &[i32],
-) {
-    let one = |counts: &mut BTreeMap<i32, usize>, from: i32, to: i32| {
-        if let Some(n) = counts.get_mut(&from) {
-            *n = n.saturating_sub(1);
+/// Local disk use per eligible broker once the moves in flight finish, and its band.
+struct Disk {
+    used: BTreeMap<i32, u64>,
+    mean: u64,
+    /// How far from the mean a broker may be; `None`: no disk goal.
+    band: Option<u64>,
+}
+
+impl Disk {
+    fn new(
+        states: &[PartitionState],
+        eligible: &[i32],
+        sizes: &Sizes,
+        rules: BalanceRules,
+    ) -> Self {
+        let mut used: BTreeMap<i32, u64> = eligible.iter().map(|&b| (b, 0)).collect();
+        for s in states {
+            let size = sizes.get(&(s.topic_id, s.partition)).copied().unwrap_or(0);
+            for b in target_replicas(s) {
+                if let Some(n) = used.get_mut(&b) {
+                    *n += size;
+                }
+            }
         }
-        *counts.entry(to).or_default() += 1;
-    };
-    one(replicas, from, to);
-    if let (Some(&was), Some(&now)) = (old.first(), target.first())
-        && was != now
+        let mean = used.values().sum::<u64>() / (used.len() as u64).max(1);
+        let band = (rules.disk_band_percent > 0)
+            .then(|| (mean / 100 * rules.disk_band_percent).max(rules.disk_band_min_bytes));
+        Self { used, mean, band }
+    }
+
+    fn above(&self, b: i32) -> bool {
+        self.band
+            .is_some_and(|band| self.used[&b] > self.mean.saturating_add(band))
+    }
+
+    fn below(&self, b: i32) -> bool {
+        self.band
+            .is_some_and(|band| self.used[&b] < self.mean.saturating_sub(band))
+    }
+
+    fn balanced(&self) -> bool {
+        !self.used.keys().any(|&b| self.above(b) || self.below(b))
+    }
+
+    /// Whether moving `size` bytes from `from` to `to` keeps both within the band, or
+    /// no further out than the other was.
+    fn allows(&self, from: i32, to: i32, size: u64) -> bool {
+        let Some(band) = self.band else {
+            return true;
+        };
+        let (f, t) = (self.used[&from], self.used[&to]);
+        t + size <= (self.mean + band).max(f)
+            && f.saturating_sub(size) >= self.mean.saturating_sub(band).min(t)
+    }
+
+    fn shift(&mut self, from: i32, to: i32, size: u64) {
+        if let Some(n) = self.used.get_mut(&from) {
+            *n = n.saturating_sub(size);
+        }
+        if let Some(n) = self.used.get_mut(&to) {
+            *n += size;
+        }
+    }
+}
+
+/// The move of `s`'s replica on `from` to `to`, in its place in the replica list; the
+/// new replica does not become the preferred leader: the leader does, where it stays
+/// (so no election follows).
+fn replacing(s: &PartitionState, (from, to): (i32, i32), why: Why) -> Move {
+    let mut target: Vec<i32> = (s.replicas.iter())
+        .map(|&b| if b == from { to } else { b })
+        .collect();
+    if target[0] == to
+        && let Some(at) = target.iter().position(|&b| b == s.leader)
     {
-        one(preferred, was, now);
+        target.swap(0, at);
+    }
+    Move {
+        topic_id: s.topic_id,
+        partition: s.partition,
+        target,
+        why,
+    }
+}
+
+/// Replicas, preferred leaderships and local disk use per eligible broker, once the
+/// moves in flight and those planned finish.
+struct Load {
+    replicas: BTreeMap<i32, usize>,
+    preferred: BTreeMap<i32, usize>,
+    disk: Disk,
+}
+
+impl Load {
+    /// Counts a move from replicas `old` to `target`: one replica of `size` bytes from
+    /// `from` to `to`, and the preferred leadership from the old head to the new when
+    /// they differ.
+    fn shift(&mut self, (from, to): (i32, i32), size: u64, old: &[i32], target: &[i32]) {
+        let one = |counts: &mut BTreeMap<i32, usize>, from: i32, to: i32| {
+            if let Some(n) = counts.get_mut(&from) {
+                *n = n.saturating_sub(1);
+            }
+            *counts.entry(to).or_default() += 1;
+        };
+        one(&mut self.replicas, from, to);
+        if let (Some(&was), Some(&now)) = (old.first(), target.first())
+            && was != now
+        {
+            one(&mut self.preferred, was, now);
+        }
+        self.disk.shift(from, to, size);
     }
 }
 

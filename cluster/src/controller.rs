@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use shale_metastore::{BrokerLease, Metastore, PartitionState, StateGuard};
 
-use crate::balancer::{BalanceRules, BrokerView, Why, plan};
+use crate::balancer::{BalanceRules, BrokerView, Sizes, Why, plan};
 use crate::elections::{ControllerState, TopicRules, elect};
 use crate::reassignment::finish;
 
@@ -61,6 +61,13 @@ pub async fn live_incarnations(
         .into_iter()
         .filter(BrokerLease::is_alive)
         .map(|b| (b.broker_id, b.broker_epoch))
+        .collect())
+}
+
+/// Partitions' local sizes as their leaders last reported them.
+pub async fn partition_sizes(metastore: &dyn Metastore) -> shale_metastore::Result<Sizes> {
+    Ok((metastore.partition_sizes().await?.into_iter())
+        .map(|(topic, partition, bytes)| ((topic, partition), bytes.max(0) as u64))
         .collect())
 }
 
@@ -276,7 +283,12 @@ impl Controller {
             .map(BrokerView::from)
             .collect();
         let states = self.metastore.list_partition_states().await?;
-        for m in plan(&states, &brokers, rules) {
+        let sizes = if rules.disk_band_percent > 0 {
+            partition_sizes(self.metastore.as_ref()).await?
+        } else {
+            Sizes::new()
+        };
+        for m in plan(&states, &brokers, &sizes, rules) {
             let Some(state) = states
                 .iter()
                 .find(|s| s.topic_id == m.topic_id && s.partition == m.partition)

@@ -121,10 +121,19 @@ pub struct ClusterSection {
     /// Default: 300000 ms.
     pub leader_imbalance_check_interval_ms: u64,
     /// Continuous balancing: the controller moves replicas (copying only local tails)
-    /// until every live broker holds as many as the others, give or take one, and the
-    /// same for preferred leaders. Moves off decommissioned brokers and dead brokers'
-    /// replacements happen either way. Default: true.
+    /// until each partition spans as many racks as it can, every live broker's local
+    /// disk use is within the band, every broker holds as many replicas as the others,
+    /// give or take one, and the same for preferred leaders. Moves off decommissioned
+    /// brokers and dead brokers' replacements happen either way. Default: true.
     pub auto_balance_enable: bool,
+    /// The disk band: the balancer moves replicas from a broker whose local disk use
+    /// (the sizes its partitions' leaders report) is more than this many percent
+    /// above the brokers' mean, or to one as far below it (0: no disk goal).
+    /// Default: 10.
+    pub auto_balance_disk_band_percent: u64,
+    /// The band is at least this many bytes either side of the mean. Default:
+    /// 1073741824 (1 GiB).
+    pub auto_balance_disk_band_min_bytes: u64,
     /// Reassignments in flight at once before the controller starts more (those
     /// started by hand count). Default: 4.
     pub auto_balance_max_moves: usize,
@@ -160,6 +169,8 @@ impl Default for ClusterSection {
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,
             auto_balance_enable: true,
+            auto_balance_disk_band_percent: 10,
+            auto_balance_disk_band_min_bytes: 1 << 30,
             auto_balance_max_moves: 4,
             auto_balance_interval_ms: 10_000,
             dead_broker_replace_after_ms: 900_000,

@@ -222,6 +222,11 @@ pub trait Metastore: Send + Sync + 'static {
     /// Every partition whose records were deleted below some offset: (topic id,
     /// partition, offset), by topic id and partition.
     async fn log_start_offsets(&self) -> Result<Vec<(Uuid, i32, i64)>>;
+    /// Records partitions' local log sizes in bytes, (topic id, partition, bytes), as
+    /// their leaders measured them; sizes of partitions that do not exist are dropped.
+    async fn report_partition_sizes(&self, sizes: &[(Uuid, i32, i64)]) -> Result<()>;
+    /// Every partition's last reported local log size: (topic id, partition, bytes).
+    async fn partition_sizes(&self) -> Result<Vec<(Uuid, i32, i64)>>;
     /// Waits for change notifications and signals `notify` for each; returns only on
     /// error. Metastores without notifications return `Ok(())` at once (callers poll).
     async fn listen_for_changes(&self, notify: Arc<tokio::sync::Notify>) -> Result<()> {

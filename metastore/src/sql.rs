@@ -317,6 +317,14 @@ macro_rules! sql_metastore {
                 self.log_start_offsets().await
             }
 
+            async fn report_partition_sizes(&self, sizes: &[(Uuid, i32, i64)]) -> Result<()> {
+                self.report_partition_sizes(sizes).await
+            }
+
+            async fn partition_sizes(&self) -> Result<Vec<(Uuid, i32, i64)>> {
+                self.partition_sizes().await
+            }
+
             fn supports_replication(&self) -> bool {
                 self.supports_replication()
             }

@@ -1023,6 +1023,25 @@ async fn log_start_offsets_only_move_up(m: &dyn Metastore) {
     assert!(m.log_start_offsets().await.unwrap().is_empty());
 }
 
+async fn partition_sizes_are_replaced_and_go_with_the_topic(m: &dyn Metastore) {
+    let t = m.create_topic(new_topic("sized", 2)).await.unwrap();
+    let other = m.create_topic(new_topic("other", 1)).await.unwrap();
+    assert!(m.partition_sizes().await.unwrap().is_empty());
+    m.report_partition_sizes(&[(t.id, 0, 100), (t.id, 1, 7), (other.id, 0, 3)])
+        .await
+        .unwrap();
+    // A later report replaces a size; one of a partition that does not exist (a topic
+    // deleted meanwhile, a partition beyond its count) is dropped, not an error.
+    m.report_partition_sizes(&[(t.id, 0, 250), (t.id, 9, 1), (uuid::Uuid::new_v4(), 0, 1)])
+        .await
+        .unwrap();
+    let mut want = vec![(t.id, 0, 250), (t.id, 1, 7), (other.id, 0, 3)];
+    want.sort();
+    assert_eq!(m.partition_sizes().await.unwrap(), want);
+    m.delete_topic("sized").await.unwrap();
+    assert_eq!(m.partition_sizes().await.unwrap(), vec![(other.id, 0, 3)]);
+}
+
 async fn scram_credentials_are_kept_per_user_and_mechanism(m: &dyn Metastore) {
     let cred = |user: &str, mechanism: &str, iterations| shale_metastore::ScramCredential {
         user: user.into(),
@@ -1239,6 +1258,7 @@ macro_rules! metastore_suite {
             case!(producer_ids_and_group_offsets);
             case!(concurrent_writers_all_succeed);
             case!(log_start_offsets_only_move_up);
+            case!(partition_sizes_are_replaced_and_go_with_the_topic);
             case!(scram_credentials_are_kept_per_user_and_mechanism);
             case!(acls_are_kept_once_and_deleted_exactly);
             case!(reassignments_are_kept_with_the_partition_state);

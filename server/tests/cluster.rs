@@ -1753,6 +1753,56 @@ async fn wait_for_replicas(
     }
 }
 
+/// The balancer's disk goal: two brokers hold two partitions each (counts balanced),
+/// but both partitions with data are on one of them. Their leader reports their local
+/// sizes, and the controller moves one of them so that local disk use is within the
+/// band (1 MiB here), then a partition without data back so counts are even again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_balancer_evens_out_local_disk_use() {
+    let cluster = Cluster::start_with(
+        2,
+        None,
+        "auto_balance_enable = true\nauto_balance_interval_ms = 300\n\
+         auto_balance_disk_band_min_bytes = 1048576\n",
+    )
+    .await;
+    let c = cluster.client().await;
+    c.create_topic(TOPIC, 4, 1, BTreeMap::new()).await.unwrap();
+    let before = replicas(&cluster, 1).await;
+    let full = before[0][0];
+    let big: Vec<i32> = (0..4).filter(|&p| before[p as usize] == [full]).collect();
+    assert_eq!(big.len(), 2, "two partitions on each broker: {before:?}");
+    let mut producer = Producer::new(c.clone(), TOPIC, Acks::All).await.unwrap();
+    for &p in &big {
+        // 4 MiB in each.
+        for _ in 0..8 {
+            let records = (0..32)
+                .map(|_| ProducerRecord {
+                    partition: Some(p),
+                    value: Some(Bytes::from(vec![b'x'; 16 << 10])),
+                    ..Default::default()
+                })
+                .collect();
+            producer.send_all(records).await.unwrap();
+        }
+    }
+    let started = Instant::now();
+    wait_for_replicas(&cluster, 1, "the partitions with data apart", |all| {
+        let on = |b: i32| all.iter().filter(|r| r.contains(&b)).count();
+        all[big[0] as usize] != all[big[1] as usize] && on(1) == 2 && on(2) == 2
+    })
+    .await;
+    eprintln!(
+        "[balance] disk use evened out in {:?}: {before:?} -> {:?}",
+        started.elapsed(),
+        replicas(&cluster, 1).await
+    );
+    assert!(
+        c.balance_plan().await.unwrap().is_empty(),
+        "a balanced cluster plans no move"
+    );
+}
+
 /// The controller's own moves, under an acks=all producer: a broker that joins gets its
 /// share of replicas (counts within one) and the balancer then stays quiet; a broker
 /// decommissioned with `shale cluster decommission` is emptied (the command waits and

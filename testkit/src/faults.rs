@@ -142,6 +142,12 @@ impl Metastore for FaultyMetastore {
     async fn log_start_offsets(&self) -> R<Vec<(Uuid, i32, i64)>> {
         self.inner.log_start_offsets().await
     }
+    async fn report_partition_sizes(&self, sizes: &[(Uuid, i32, i64)]) -> R<()> {
+        self.inner.report_partition_sizes(sizes).await
+    }
+    async fn partition_sizes(&self) -> R<Vec<(Uuid, i32, i64)>> {
+        self.inner.partition_sizes().await
+    }
     fn supports_replication(&self) -> bool {
         self.inner.supports_replication()
     }

@@ -46,7 +46,7 @@ fn partitions_spread_over_racks_and_stay_spread_while_counts_balance() {
             _ => part(p, &[1, 0, 3]),
         })
         .collect();
-    converge(&mut states, &brokers, RULES);
+    converge(&mut states, &brokers, &Sizes::new(), RULES);
     for s in &states {
         assert_eq!(racks_of(&s.replicas, &brokers), 3, "{s:?}");
     }
@@ -55,7 +55,7 @@ fn partitions_spread_over_racks_and_stay_spread_while_counts_balance() {
     assert_eq!(replicas[4], 10, "{replicas:?}");
     assert!(within_one(&replicas[..4]), "{replicas:?}");
     assert!(within_one(&leaders), "{leaders:?}");
-    assert!(plan(&states, &brokers, RULES).is_empty());
+    assert!(plan(&states, &brokers, &Sizes::new(), RULES).is_empty());
 }
 
 #[test]
@@ -64,7 +64,7 @@ fn a_dead_brokers_replica_is_replaced_in_a_rack_the_partition_lacks() {
     brokers[3].alive = false;
     brokers[3].dead_for_ms = 120_000;
     let states = vec![part(0, &[0, 2, 3])];
-    let moves = plan(&states, &brokers, RULES);
+    let moves = plan(&states, &brokers, &Sizes::new(), RULES);
     assert_eq!(moves.len(), 1, "{moves:?}");
     // 1 is in rack a with 0, but it is the only broker left: better than nowhere.
     assert_eq!(moves[0].target, vec![0, 2, 1]);
@@ -74,20 +74,30 @@ fn a_dead_brokers_replica_is_replaced_in_a_rack_the_partition_lacks() {
     brokers[3].dead_for_ms = 120_000;
     let states = vec![part(0, &[0, 1, 3])];
     // 4 (rack c) over 2 (rack b, which 1 is on), though both hold nothing.
-    assert_eq!(plan(&states, &brokers, RULES)[0].target, vec![0, 1, 4]);
+    assert_eq!(
+        plan(&states, &brokers, &Sizes::new(), RULES)[0].target,
+        vec![0, 1, 4]
+    );
 }
 
 const RULES: BalanceRules = BalanceRules {
     max_in_flight: 100,
     replace_dead_after_ms: Some(60_000),
     balance: true,
+    disk_band_percent: 10,
+    disk_band_min_bytes: 0,
 };
 
 /// Applies the moves (as if each reassignment finished) and plans again, until the
 /// plan is empty; the number of rounds.
-fn converge(states: &mut [PartitionState], brokers: &[BrokerView], rules: BalanceRules) -> usize {
+fn converge(
+    states: &mut [PartitionState],
+    brokers: &[BrokerView],
+    sizes: &Sizes,
+    rules: BalanceRules,
+) -> usize {
     for round in 0..50 {
-        let moves = plan(states, brokers, rules);
+        let moves = plan(states, brokers, sizes, rules);
         if moves.is_empty() {
             return round;
         }
@@ -125,7 +135,10 @@ fn a_balanced_cluster_makes_no_moves() {
     let states: Vec<_> = (0..6)
         .map(|p| part(p, &[p % 3 + 1, (p + 1) % 3 + 1]))
         .collect();
-    assert_eq!(plan(&states, &live(&[1, 2, 3]), RULES), Vec::new());
+    assert_eq!(
+        plan(&states, &live(&[1, 2, 3]), &Sizes::new(), RULES),
+        Vec::new()
+    );
 }
 
 #[test]
@@ -135,7 +148,7 @@ fn a_new_broker_gets_its_share_of_replicas_and_leaders() {
         .map(|p| part(p, &[p % 3 + 1, (p + 1) % 3 + 1]))
         .collect();
     let brokers = live(&[1, 2, 3, 4]);
-    let rounds = converge(&mut states, &brokers, RULES);
+    let rounds = converge(&mut states, &brokers, &Sizes::new(), RULES);
     assert!(rounds >= 1);
     let (replicas, leaders) = counts(&states, &[1, 2, 3, 4]);
     assert!(within_one(&replicas), "replicas {replicas:?}");
@@ -146,7 +159,11 @@ fn a_new_broker_gets_its_share_of_replicas_and_leaders() {
         r.dedup();
         assert_eq!(r.len(), 2, "a partition lost a replica: {s:?}");
     }
-    assert_eq!(plan(&states, &brokers, RULES), Vec::new(), "stays quiet");
+    assert_eq!(
+        plan(&states, &brokers, &Sizes::new(), RULES),
+        Vec::new(),
+        "stays quiet"
+    );
 }
 
 #[test]
@@ -156,7 +173,7 @@ fn decommissioned_and_long_dead_brokers_are_emptied_first() {
     brokers[0].decommissioned = true;
     brokers[1].alive = false;
     brokers[1].dead_for_ms = 120_000;
-    let moves = plan(&states, &brokers, RULES);
+    let moves = plan(&states, &brokers, &Sizes::new(), RULES);
     assert_eq!(moves.len(), 4);
     for m in &moves {
         assert_eq!(m.why, Why::Dead);
@@ -177,13 +194,13 @@ fn decommissioned_and_long_dead_brokers_are_emptied_first() {
         balance: false,
         ..RULES
     };
-    assert_eq!(plan(&states, &brokers, quiet), Vec::new());
+    assert_eq!(plan(&states, &brokers, &Sizes::new(), quiet), Vec::new());
     brokers[1].dead_for_ms = 120_000;
     let never = BalanceRules {
         replace_dead_after_ms: None,
         ..quiet
     };
-    assert_eq!(plan(&states, &brokers, never), Vec::new());
+    assert_eq!(plan(&states, &brokers, &Sizes::new(), never), Vec::new());
 }
 
 #[test]
@@ -194,7 +211,7 @@ fn moves_wait_for_those_in_flight() {
         max_in_flight: 2,
         ..RULES
     };
-    let moves = plan(&states, &brokers, two);
+    let moves = plan(&states, &brokers, &Sizes::new(), two);
     assert_eq!(moves.len(), 2);
     // One in flight: one more may start, and it counts the first one's target.
     states[0] = PartitionState {
@@ -203,7 +220,7 @@ fn moves_wait_for_those_in_flight() {
         removing: vec![1],
         ..states[0].clone()
     };
-    let next = plan(&states, &brokers, two);
+    let next = plan(&states, &brokers, &Sizes::new(), two);
     assert_eq!(next.len(), 1);
     assert_ne!(next[0].partition, 0);
 }
@@ -213,7 +230,7 @@ fn a_decommissioned_broker_with_nowhere_to_go_keeps_its_replicas() {
     let states = vec![part(0, &[1, 2])];
     let mut brokers = live(&[1, 2]);
     brokers[0].decommissioned = true;
-    assert_eq!(plan(&states, &brokers, RULES), Vec::new());
+    assert_eq!(plan(&states, &brokers, &Sizes::new(), RULES), Vec::new());
 }
 
 #[test]
@@ -222,9 +239,85 @@ fn a_rack_spread_move_keeps_the_leader_preferred() {
     let brokers = racked(&[(0, "a"), (1, "a"), (2, "b"), (3, "c")]);
     let mut s = part(0, &[0, 1, 2]);
     s.leader = 1;
-    let moves = plan(&[s], &brokers, RULES);
+    let moves = plan(&[s], &brokers, &Sizes::new(), RULES);
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!(moves[0].why, Why::RackSpread);
     // 0 (not the leader) goes to rack c; the leader, not the newcomer, heads the list.
     assert_eq!(moves[0].target, vec![1, 3, 2]);
+}
+
+/// Each partition's size by its index (the test partitions share one topic id).
+fn sized(sizes: &[(i32, u64)]) -> Sizes {
+    sizes.iter().map(|&(p, n)| ((Uuid::nil(), p), n)).collect()
+}
+
+fn disk_use(states: &[PartitionState], sizes: &Sizes, broker: i32) -> u64 {
+    (states.iter())
+        .filter(|s| s.replicas.contains(&broker))
+        .map(|s| sizes[&(s.topic_id, s.partition)])
+        .sum()
+}
+
+#[test]
+fn disk_use_ends_within_the_band_and_then_stays_put() {
+    // Twelve partitions of 10 to 120 bytes, all on broker 0.
+    let mut states: Vec<PartitionState> = (0..12).map(|p| part(p, &[0])).collect();
+    let sizes = sized(
+        &(0..12)
+            .map(|p| (p, 10 * (p as u64 + 1)))
+            .collect::<Vec<_>>(),
+    );
+    let brokers = live(&[0, 1, 2]);
+    let first = plan(&states, &brokers, &sizes, RULES);
+    assert!(first.iter().all(|m| m.why == Why::DiskBalance), "{first:?}");
+    converge(&mut states, &brokers, &sizes, RULES);
+    // 780 bytes: a mean of 260, and a band of 10 % (26) either side.
+    for b in 0..3 {
+        let used = disk_use(&states, &sizes, b);
+        assert!((234..=286).contains(&used), "broker {b}: {used} {states:?}");
+    }
+    assert_eq!(plan(&states, &brokers, &sizes, RULES), Vec::new());
+}
+
+#[test]
+fn replica_counts_do_not_balance_at_the_disk_bands_expense() {
+    // Broker 0: four partitions of 110; broker 1: one of 460. Both within 10 % of 450.
+    let states: Vec<PartitionState> = (0..5)
+        .map(|p| part(p, if p < 4 { &[0] } else { &[1] }))
+        .collect();
+    let sizes = sized(&[(0, 110), (1, 110), (2, 110), (3, 110), (4, 460)]);
+    let brokers = live(&[0, 1]);
+    assert_eq!(plan(&states, &brokers, &sizes, RULES), Vec::new());
+    // Without the disk goal, the counts (4 and 1) are balanced.
+    let counts_only = BalanceRules {
+        disk_band_percent: 0,
+        ..RULES
+    };
+    let moves = plan(&states, &brokers, &sizes, counts_only);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(
+        (moves[0].target.clone(), moves[0].why),
+        (vec![1], Why::ReplicaBalance)
+    );
+    // A band too wide to matter (its floor) leaves the counts to balance too.
+    let wide = BalanceRules {
+        disk_band_min_bytes: 1 << 30,
+        ..RULES
+    };
+    assert_eq!(plan(&states, &brokers, &sizes, wide), moves);
+}
+
+#[test]
+fn a_disk_move_keeps_the_partitions_racks() {
+    // Racks a (0, 1) and b (2): partition 0 on 0 and 2 is big; moving its replica on
+    // 0 to 1 balances disk and keeps it on two racks, moving the one on 2 would not.
+    let brokers = racked(&[(0, "a"), (1, "a"), (2, "b")]);
+    let states = vec![part(0, &[0, 2]), part(1, &[2, 0]), part(2, &[1, 2])];
+    let sizes = sized(&[(0, 400), (1, 100), (2, 10)]);
+    let moves = plan(&states, &brokers, &sizes, RULES);
+    assert!(!moves.is_empty());
+    for m in &moves {
+        assert_eq!(m.why, Why::DiskBalance);
+        assert_eq!(racks_of(&m.target, &brokers), 2, "{m:?}");
+    }
 }

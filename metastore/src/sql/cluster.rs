@@ -315,6 +315,37 @@ macro_rules! cluster_sql {
                 .await?)
             }
 
+            pub(super) async fn report_partition_sizes(
+                &self,
+                sizes: &[(Uuid, i32, i64)],
+            ) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                for &(topic_id, partition, bytes) in sizes {
+                    sqlx::query(
+                        "INSERT INTO partition_sizes (topic_id, partition_id, local_bytes) \
+                         SELECT topic_id, partition_id, $3 FROM partition_state \
+                         WHERE topic_id = $1 AND partition_id = $2 \
+                         ON CONFLICT (topic_id, partition_id) DO UPDATE SET local_bytes = $3",
+                    )
+                    .bind(topic_id)
+                    .bind(partition)
+                    .bind(bytes.max(0))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            pub(super) async fn partition_sizes(&self) -> Result<Vec<(Uuid, i32, i64)>> {
+                Ok(sqlx::query_as(
+                    "SELECT topic_id, partition_id, local_bytes FROM partition_sizes \
+                     ORDER BY topic_id, partition_id",
+                )
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             pub(super) fn supports_replication(&self) -> bool {
                 $replicated
             }

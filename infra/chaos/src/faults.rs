@@ -245,6 +245,34 @@ fn moved_partition(cut_at: f64) -> i32 {
     ((cut_at * PARTITIONS as f64) as i32).clamp(0, PARTITIONS - 1)
 }
 
+/// `partition`'s replicas once the move in flight, if any, finishes, and whether one
+/// is in flight, as the metastore holds them. Not a broker's answer: its metadata can be
+/// a refresh behind (through a PostgreSQL outage, for seconds), and a move that had
+/// finished then looked as if it had never started.
+fn assignment(c: &Cluster, partition: i32) -> anyhow::Result<Option<(Vec<i32>, bool)>> {
+    let rows = c.db.query(&format!(
+        "SELECT s.replicas, s.adding_replicas, s.removing_replicas \
+             FROM partition_state s JOIN topics t ON t.id = s.topic_id \
+             WHERE t.name = '{TOPIC}' AND s.partition_id = {partition}"
+    ))?;
+    let Some(row) = rows.lines().next() else {
+        return Ok(None);
+    };
+    let ids = |field: &str| -> anyhow::Result<Vec<i32>> {
+        (field.split(',').filter(|f| !f.is_empty()))
+            .map(|f| f.trim().parse::<i32>().context("a broker id"))
+            .collect()
+    };
+    let fields: Vec<&str> = row.split('|').collect();
+    anyhow::ensure!(fields.len() == 3, "unexpected partition_state row {row:?}");
+    let (replicas, adding, removing) = (ids(fields[0])?, ids(fields[1])?, ids(fields[2])?);
+    let in_flight = !adding.is_empty() || !removing.is_empty();
+    let current = (replicas.into_iter())
+        .filter(|b| !removing.contains(b))
+        .collect();
+    Ok(Some((current, in_flight)))
+}
+
 /// Reassigns `partition`'s replica on `broker` away, down to two replicas, when it has
 /// three and no move in flight (`back`: up to three again, with `broker` if the
 /// partition lacks it, waiting for any move in flight, the balancer's included). A
@@ -252,27 +280,17 @@ fn moved_partition(cut_at: f64) -> i32 {
 /// test, what it does to the log is. Whether the partition has its three replicas and
 /// no move in flight.
 async fn reassign(
+    c: &Cluster,
     client: &Client,
     partition: i32,
     broker: i32,
     back: bool,
 ) -> anyhow::Result<bool> {
-    let d = client.describe_topic(TOPIC).await?;
-    let Some(p) = d.partitions.iter().find(|p| p.partition == partition) else {
+    let Some((current, in_flight)) = assignment(c, partition)? else {
         return Ok(false);
     };
-    let ongoing = (client.list_partition_reassignments(TOPIC).await?)
-        .into_iter()
-        .find(|r| r.partition == partition);
-    // The replicas once the move in flight, if any, finishes.
-    let current: Vec<i32> = match &ongoing {
-        Some(r) => (r.replicas.iter().copied())
-            .filter(|b| !r.removing.contains(b))
-            .collect(),
-        None => p.replicas.clone(),
-    };
     let target: Vec<i32> = match back {
-        false if ongoing.is_none() && current.len() == 3 && current.contains(&broker) => {
+        false if !in_flight && current.len() == 3 && current.contains(&broker) => {
             current.into_iter().filter(|b| *b != broker).collect()
         }
         true if current.len() < 3 => {
@@ -282,7 +300,7 @@ async fn reassign(
                 .expect("a broker without a replica");
             current.into_iter().chain([add]).collect()
         }
-        _ => return Ok(ongoing.is_none() && p.replicas.len() == 3),
+        _ => return Ok(!in_flight && current.len() == 3),
     };
     let results = client
         .alter_partition_reassignments(vec![PartitionReassignment {
@@ -309,7 +327,7 @@ pub async fn apply(
 ) -> anyhow::Result<()> {
     match fault {
         Fault::Move => {
-            if let Err(e) = reassign(client, moved_partition(cut_at), broker, false).await {
+            if let Err(e) = reassign(c, client, moved_partition(cut_at), broker, false).await {
                 eprintln!("move not started: {e}");
             }
         }
@@ -358,7 +376,7 @@ pub async fn heal(
             let partition = moved_partition(cut_at);
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
-                let done = reassign(client, partition, broker, true).await;
+                let done = reassign(c, client, partition, broker, true).await;
                 if matches!(done, Ok(true)) {
                     break;
                 }

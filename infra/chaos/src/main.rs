@@ -90,7 +90,18 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     // namespaces, cgroups and database as they go.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let outcome = tokio::select! {
-        outcome = run => outcome?,
+        outcome = run => match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // The brokers' logs and data say why: keep them.
+                eprintln!(
+                    "replay with: shale-chaos --seed {seed} --seconds {}; data kept in {}",
+                    cli.seconds,
+                    tmp.keep().display()
+                );
+                return Err(e);
+            }
+        },
         _ = tokio::signal::ctrl_c() => {
             eprintln!("shale-chaos: interrupted; cleaned up");
             return Ok(std::process::ExitCode::from(130));

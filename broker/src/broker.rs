@@ -75,6 +75,31 @@ fn create_data_dir(config: &BrokerConfig) -> Result<(), StartError> {
 }
 
 impl Broker {
+    /// Where topics, partition states, remote segments, offsets and credentials live.
+    pub fn metastore(&self) -> &Arc<dyn Metastore> {
+        &self.metastore
+    }
+
+    /// The group coordinator and producer ids.
+    pub fn coordinators(&self) -> &shale_coordinator::Coordinators {
+        &self.coordinators
+    }
+
+    /// What the broker counts, for metrics.
+    pub fn stats(&self) -> &crate::stats::Stats {
+        &self.stats
+    }
+
+    /// The tracker of every task the broker spawns (shutdown waits for them).
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Fires when the broker shuts down.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
     /// The id of the cluster this broker belongs to.
     pub fn cluster_id(&self) -> uuid::Uuid {
         self.membership.cluster_id()

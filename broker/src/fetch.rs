@@ -286,7 +286,7 @@ impl Broker {
         out
     }
 
-    pub(crate) async fn read_one(
+    pub async fn read_one(
         &self,
         p: &Partition,
         offset: i64,

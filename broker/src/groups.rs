@@ -58,13 +58,13 @@ pub struct Committed {
 
 impl Broker {
     /// The broker coordinating `group` and its inter-broker address.
-    pub(crate) fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
+    pub fn coordinator_for(&self, group: &str) -> Result<(i32, String)> {
         self.coordinator_among(group, &self.coordinator_candidates())
     }
 
     /// The brokers that may coordinate groups now: this one alone without replication,
     /// else every broker whose lease is valid.
-    pub(crate) fn coordinator_candidates(&self) -> Vec<shale_metastore::BrokerLease> {
+    pub fn coordinator_candidates(&self) -> Vec<shale_metastore::BrokerLease> {
         if !self.metastore.supports_replication() {
             return vec![shale_metastore::BrokerLease {
                 broker_id: self.config.broker_id,
@@ -230,7 +230,7 @@ impl Broker {
     }
 
     /// A partition's high watermark as this broker's replica knows it, if it holds one.
-    pub(crate) fn local_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+    pub fn local_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
         let p = self.partition(topic, partition).ok()?;
         Some(p.high_watermark())
     }

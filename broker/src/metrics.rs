@@ -30,7 +30,7 @@ fn gauge_families<T>(out: &mut String, gauges: &[Gauge<T>], rows: &[(&str, i32, 
 }
 
 /// The metrics page.
-pub(crate) async fn render(broker: &Broker) -> String {
+pub async fn render(broker: &Broker) -> String {
     let mut out = String::new();
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let s = &broker.stats.requests;

@@ -42,7 +42,7 @@ mod remote;
 pub(crate) use follower::FollowerPosition;
 use leader::FollowerProgress;
 pub(crate) use leader::{FollowerFetch, LeaderRead};
-pub(crate) use read::PartitionOffsets;
+pub use read::PartitionOffsets;
 pub(crate) use remote::RemoteState;
 
 use shale_log::layout::PARTITION_METADATA as METADATA_FILE;

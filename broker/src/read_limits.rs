@@ -8,7 +8,7 @@ pub const MAX_RECORDS_PER_READ: usize = 1000;
 pub const MAX_BYTES_PER_READ: usize = 16 << 20;
 
 /// Bytes of a record's key, value and header values.
-pub(crate) fn record_bytes(r: &shale_records::record::Record) -> usize {
+pub fn record_bytes(r: &shale_records::record::Record) -> usize {
     r.key.as_ref().map_or(0, |k| k.len())
         + r.value.as_ref().map_or(0, |v| v.len())
         + r.headers

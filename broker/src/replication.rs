@@ -44,7 +44,7 @@ const RESPONSE_MAX_BYTES: i32 = 32 << 20;
 
 impl Broker {
     /// Leader side of one replica fetch request (see the module docs).
-    pub(crate) async fn serve_replica_fetch(
+    pub async fn serve_replica_fetch(
         self: &Arc<Self>,
         req: ReplicaFetchRequest,
     ) -> ReplicaFetchResponse {

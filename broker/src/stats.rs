@@ -12,7 +12,7 @@ use shale_records::ErrorCode;
 
 /// Everything the broker counts.
 #[derive(Debug)]
-pub(crate) struct Stats {
+pub struct Stats {
     pub requests: RequestStats,
     pub cleaner: CleanerStats,
     /// Bytes of all local partition logs: recomputed every flush check, raised by each
@@ -46,7 +46,7 @@ pub struct CleanerStats {
 }
 
 impl CleanerStats {
-    pub(crate) fn add(&self, s: &shale_log::CleanStats) {
+    pub fn add(&self, s: &shale_log::CleanStats) {
         let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
         add(&self.runs, 1);
         add(&self.bytes_read, s.bytes_read);
@@ -58,7 +58,7 @@ impl CleanerStats {
 
 /// Counters of the data path.
 #[derive(Debug, Default)]
-pub(crate) struct RequestStats {
+pub struct RequestStats {
     pub produce_requests: AtomicU64,
     pub produced_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
@@ -82,25 +82,25 @@ pub(crate) struct RequestStats {
 }
 
 impl RequestStats {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 }
 
 /// Upper bounds of the latency buckets, in seconds (Prometheus `le`).
-pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
+pub const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// A latency histogram: counts per bucket (not cumulative), sum and count.
 #[derive(Debug, Default)]
-pub(crate) struct Histogram {
+pub struct Histogram {
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     sum_micros: AtomicU64,
 }
 
 impl Histogram {
-    pub(crate) fn observe(&self, d: Duration) {
+    pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let i = LATENCY_BUCKETS
             .iter()
@@ -113,7 +113,7 @@ impl Histogram {
 
     /// Cumulative counts per bucket (the last is +Inf, the total count), and the sum
     /// in seconds.
-    pub(crate) fn snapshot(&self) -> (Vec<u64>, f64) {
+    pub fn snapshot(&self) -> (Vec<u64>, f64) {
         let mut total = 0;
         let cumulative = self
             .buckets
@@ -130,12 +130,12 @@ impl Histogram {
 
 /// Latency histograms by listener and API.
 #[derive(Debug, Default)]
-pub(crate) struct Latencies {
+pub struct Latencies {
     by_listener: RwLock<BTreeMap<String, BTreeMap<&'static str, Arc<Histogram>>>>,
 }
 
 impl Latencies {
-    pub(crate) fn observe(&self, listener: &str, api: &'static str, d: Duration) {
+    pub fn observe(&self, listener: &str, api: &'static str, d: Duration) {
         let found = self
             .by_listener
             .read()
@@ -158,7 +158,7 @@ impl Latencies {
         h.observe(d);
     }
 
-    pub(crate) fn all(&self) -> Vec<((String, &'static str), Arc<Histogram>)> {
+    pub fn all(&self) -> Vec<((String, &'static str), Arc<Histogram>)> {
         let by_listener = self.by_listener.read().unwrap_or_else(|e| e.into_inner());
         by_listener
             .iter()
@@ -172,7 +172,7 @@ impl Latencies {
 
 /// Errors answered, by Kafka error code (codes -1..=126).
 #[derive(Debug)]
-pub(crate) struct ErrorCounts {
+pub struct ErrorCounts {
     by_code: [AtomicU64; 128],
 }
 
@@ -185,13 +185,13 @@ impl Default for ErrorCounts {
 }
 
 impl ErrorCounts {
-    pub(crate) fn count(&self, code: ErrorCode) {
+    pub fn count(&self, code: ErrorCode) {
         let i = (code as i32 + 1).clamp(0, 127) as usize;
         self.by_code[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Codes answered at least once, with their counts.
-    pub(crate) fn all(&self) -> Vec<(ErrorCode, u64)> {
+    pub fn all(&self) -> Vec<(ErrorCode, u64)> {
         self.by_code
             .iter()
             .enumerate()

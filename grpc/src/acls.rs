@@ -1,9 +1,9 @@
 //! The `Admin` service's ACL calls.
 
 use shale_broker::error::Error;
-use shale_broker::service::{AclFilter, PatternFilter, RequestContext, Service};
 use shale_proto::v1::*;
 use shale_security::acl::{Acl, Operation, PatternType, Permission, ResourceType};
+use shale_service::{AclFilter, PatternFilter, RequestContext, Service};
 
 use super::{error_fields, error_result};
 

@@ -1,10 +1,10 @@
 //! gRPC `Admin` service: topics, configs, partitions, metadata, cluster and tiering
 //! status, leader election, partition reassignment, users, ACLs.
 
-use shale_broker::service::{NewTopicRequest, ReassignRequest};
 use shale_metastore::Topic;
 use shale_proto::v1::admin_server::Admin;
 use shale_proto::v1::*;
+use shale_service::{NewTopicRequest, ReassignRequest};
 use tonic::{Request, Response, Status};
 
 use super::{Front, error_fields, error_result};
@@ -218,7 +218,7 @@ impl Admin for Front {
             limit: if r.limit <= 0 {
                 100
             } else {
-                (r.limit as usize).min(shale_broker::service::MAX_RECORDS_PER_READ)
+                (r.limit as usize).min(shale_service::MAX_RECORDS_PER_READ)
             },
         };
         let result = self.service.find_records(&ctx, q).await;

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use shale_broker::fetch::{FetchSpec, ReadFrom};
 use shale_broker::produce::ProduceData;
-use shale_broker::service::{self, DeleteRecordsQuery, OffsetQuery};
 use shale_proto::v1::data_server::Data;
 use shale_proto::v1::*;
+use shale_service::{DeleteRecordsQuery, OffsetQuery};
 use tonic::{Request, Response, Status};
 
 use super::{Front, error_fields, error_result};
@@ -19,7 +19,7 @@ impl Data for Front {
     ) -> Result<Response<ProduceResponse>, Status> {
         let ctx = self.context(&request)?;
         let req = request.into_inner();
-        let req = service::ProduceRequest {
+        let req = shale_service::ProduceRequest {
             acks: req.acks,
             timeout: (req.timeout_ms > 0).then(|| Duration::from_millis(u64::from(req.timeout_ms))),
             transactional_id: None,
@@ -109,7 +109,7 @@ impl Data for Front {
     ) -> Result<Response<FetchResponse>, Status> {
         let ctx = self.context(&request)?;
         let req = request.into_inner();
-        let req = service::FetchRequest {
+        let req = shale_service::FetchRequest {
             // gRPC has no throttle field: a throttled client's answer comes later.
             client_honors_throttle: false,
             partitions: req

@@ -1,9 +1,9 @@
 //! gRPC `Groups` service: the consumer-group coordinator and committed offsets.
 
 use shale_broker::groups::{JoinRequest, OffsetCommit};
-use shale_broker::service::{CoordinatorType, MemberRef, SyncRequest};
 use shale_proto::v1::groups_server::Groups;
 use shale_proto::v1::*;
+use shale_service::{CoordinatorType, MemberRef, SyncRequest};
 use tonic::{Request, Response, Status};
 
 use super::{Front, error_fields, error_result};

@@ -18,12 +18,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use shale_broker::error::Error;
-use shale_broker::service::{RequestContext, Service};
 use shale_proto::v1::ErrorResult;
 use shale_proto::v1::admin_server::AdminServer;
 use shale_proto::v1::data_server::DataServer;
 use shale_proto::v1::groups_server::GroupsServer;
 use shale_proto::v1::replication_server::ReplicationServer;
+use shale_service::{RequestContext, Service};
 use tonic::Status;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;

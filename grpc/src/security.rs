@@ -157,14 +157,14 @@ pub(crate) fn principal<T>(
 #[derive(Clone)]
 pub(crate) struct CheckCredentials<S> {
     inner: S,
-    service: shale_broker::service::Service,
+    service: shale_service::Service,
     listener: Arc<str>,
     required: bool,
 }
 
 impl<S> CheckCredentials<S> {
     pub(crate) fn layer(
-        service: shale_broker::service::Service,
+        service: shale_service::Service,
         listener: Arc<str>,
         required: bool,
     ) -> impl tower::Layer<S, Service = Self> + Clone {

@@ -1,8 +1,8 @@
 //! The `Admin` service's user calls: SCRAM credentials.
 
-use shale_broker::service::{RequestContext, ScramDeletion, ScramUpsertion, Service};
 use shale_proto::v1::*;
 use shale_security::ScramMechanism;
+use shale_service::{RequestContext, ScramDeletion, ScramUpsertion, Service};
 
 use super::{error_fields, error_result};
 

@@ -7,8 +7,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use shale_broker::service::{AclFilter, PatternFilter};
 use shale_security::acl::{Acl, Operation, PatternType, Permission, ResourceType};
+use shale_service::{AclFilter, PatternFilter};
 
 use crate::auth::Call;
 use crate::{ApiError, ApiResult, body};

@@ -14,9 +14,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, patch};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use shale_broker::service::NewTopicRequest;
 use shale_broker::tiering::TieringStatus;
 use shale_records::ErrorCode;
+use shale_service::NewTopicRequest;
 
 use crate::auth::Call;
 use crate::{ApiError, ApiResult, AppState, body};

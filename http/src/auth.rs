@@ -23,8 +23,8 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
-use shale_broker::service::RequestContext;
 use shale_security::{Users, user_principal};
+use shale_service::RequestContext;
 
 use crate::{ApiError, AppState};
 

@@ -8,8 +8,8 @@ use axum::extract::Path;
 use axum::extract::rejection::BytesRejection;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use shale_broker::service::{ResetScope, ResetTo};
 use shale_records::consumer_protocol;
+use shale_service::{ResetScope, ResetTo};
 
 use crate::auth::Call;
 use crate::{ApiError, ApiResult};

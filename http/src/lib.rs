@@ -27,10 +27,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use shale_broker::error::Error;
-use shale_broker::service::Service;
 use shale_records::ErrorCode;
 use shale_security::ListenerSecurity;
 use shale_security::tls::{TlsError, TlsServer, accept_loop};
+use shale_service::Service;
 use tokio::net::TcpListener;
 
 pub use rates::Rates;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use shale_broker::service::Service;
+use shale_service::Service;
 
 /// Seconds between samples.
 pub(crate) const SAMPLE_SECS: u64 = 5;

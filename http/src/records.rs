@@ -10,8 +10,8 @@ use axum::Json;
 use axum::extract::{Path, Query};
 use serde_json::{Value, json};
 use shale_broker::find::FindQuery;
-use shale_broker::service::{MAX_RECORDS_PER_READ, ReadFrom};
 use shale_records::record::Record;
+use shale_service::{MAX_RECORDS_PER_READ, ReadFrom};
 
 use crate::auth::Call;
 use crate::{ApiError, ApiResult};

@@ -28,7 +28,7 @@ use bytes::BytesMut;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
-use shale_broker::service::{RequestContext, Service};
+use shale_service::{RequestContext, Service};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 

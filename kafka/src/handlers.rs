@@ -16,8 +16,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestKind};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use shale_broker::error::Error;
-use shale_broker::service::{RequestContext, Service};
 use shale_records::ErrorCode;
+use shale_service::{RequestContext, Service};
 
 use crate::frame::{self, Body, Request};
 

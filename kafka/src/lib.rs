@@ -23,9 +23,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_broker::service::Service;
 use shale_security::ListenerSecurity;
 use shale_security::tls::{TlsError, TlsServer};
+use shale_service::Service;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 

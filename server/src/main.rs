@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use shale_broker::broker::Broker;
-use shale_broker::service::Service;
 use shale_config::{BrokerConfig, Protocol};
+use shale_service::Service;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 

@@ -10,8 +10,8 @@ use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeA
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use shale_broker::error::Error;
-use shale_broker::service::{AclFilter, PatternFilter, RequestContext, Service};
 use shale_security::acl::{Acl, Operation, PatternType, Permission, ResourceType};
+use shale_service::{AclFilter, PatternFilter, RequestContext, Service};
 
 use super::{code, message, str};
 

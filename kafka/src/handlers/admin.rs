@@ -16,10 +16,8 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::incremental_alter_configs_response as incremental;
 use kafka_protocol::messages::*;
 use shale_broker::error::Error;
-use shale_broker::service::{
-    ConfigEntry, NewTopicRequest, ReassignRequest, RequestContext, Service,
-};
 use shale_config::topic::ConfigSource;
+use shale_service::{ConfigEntry, NewTopicRequest, ReassignRequest, RequestContext, Service};
 
 use super::{code, message, str};
 

@@ -16,10 +16,8 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use shale_broker::fetch::{FetchSpec, ReadFrom};
 use shale_broker::produce::ProduceData;
-use shale_broker::service::{
-    self, DeleteRecordsQuery, EpochQuery, Keyed, OffsetQuery, RequestContext, Service,
-};
 use shale_records::ErrorCode;
+use shale_service::{DeleteRecordsQuery, EpochQuery, Keyed, OffsetQuery, RequestContext, Service};
 
 use super::{code, message};
 use crate::fetch_response::{FetchAnswer, PartitionAnswer, TopicAnswer};
@@ -55,7 +53,7 @@ pub async fn produce(
             })
         })
         .collect();
-    let req = service::ProduceRequest {
+    let req = shale_service::ProduceRequest {
         acks,
         timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms as u64)),
         transactional_id: r
@@ -172,7 +170,7 @@ pub async fn fetch(
             })
         })
         .collect();
-    let req = service::FetchRequest {
+    let req = shale_service::FetchRequest {
         partitions,
         client_honors_throttle: version >= 8,
         max_wait: Duration::from_millis(r.max_wait_ms.max(0) as u64),

@@ -22,9 +22,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use shale_broker::error::Error;
 use shale_broker::groups::{GroupError, JoinRequest, OffsetCommit};
-use shale_broker::service::{
-    CoordinatorType, Keyed, MemberRef, RequestContext, Service, SyncRequest,
-};
+use shale_service::{CoordinatorType, Keyed, MemberRef, RequestContext, Service, SyncRequest};
 
 use super::{code, message, str};
 

@@ -5,8 +5,8 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::*;
-use shale_broker::service::{RequestContext, Service};
 use shale_records::ErrorCode;
+use shale_service::{RequestContext, Service};
 
 use super::{code, str};
 

@@ -5,7 +5,7 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
 };
 use kafka_protocol::messages::*;
-use shale_broker::service::{RequestContext, ScramDeletion, ScramUpsertion, Service};
+use shale_service::{RequestContext, ScramDeletion, ScramUpsertion, Service};
 
 use super::{code, message, str};
 

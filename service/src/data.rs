@@ -5,10 +5,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use super::{Keyed, RequestContext, Service};
-use crate::error::{Error, Result};
-use crate::fetch::{FetchSpec, Fetched, ReadFrom};
-use crate::partition::Appended;
-use crate::produce::ProduceData;
+use shale_broker::error::{Error, Result};
+use shale_broker::fetch::{FetchSpec, Fetched, ReadFrom};
+use shale_broker::partition::Appended;
+use shale_broker::produce::ProduceData;
 use shale_security::acl::{Operation, ResourceType};
 
 /// Longest a produce waits for acks=all when the client names no timeout.
@@ -138,7 +138,10 @@ impl Service {
                 .sum();
             let throttle = self.fetch_quotas.record(&ctx.quota_key(), bytes);
             if !throttle.is_zero() {
-                crate::stats::RequestStats::add(&self.broker.stats.requests.throttled_fetches, 1);
+                shale_broker::stats::RequestStats::add(
+                    &self.broker.stats().requests.throttled_fetches,
+                    1,
+                );
             }
             FetchAnswer {
                 partitions: self.keyed(keys, results),
@@ -195,7 +198,7 @@ impl Service {
             let r = match transactional_id {
                 Some(_) => Err(Error::TransactionsUnsupported),
                 None => match self.may_write_idempotently(ctx) {
-                    Ok(()) => (self.broker.coordinators.producer_ids())
+                    Ok(()) => (self.broker.coordinators().producer_ids())
                         .init_producer_id()
                         .await
                         .map_err(Error::from),

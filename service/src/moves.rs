@@ -4,8 +4,8 @@
 use shale_security::acl::Operation;
 
 use super::{Keyed, RequestContext, Service};
-use crate::error::Result;
-use crate::reassignments::{PlannedMove, ReassignRequest, Reassignment};
+use shale_broker::error::Result;
+use shale_broker::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 
 impl Service {
     /// Kafka's AlterPartitionReassignments: starts, replaces or (`target` `None`)

@@ -3,7 +3,7 @@
 //! metastore announces changes).
 
 use super::{RequestContext, Service};
-use crate::error::{Error, Result};
+use shale_broker::error::{Error, Result};
 use shale_security::acl::{Acl, CLUSTER_NAME, Operation, PatternType, Permission, ResourceType};
 
 /// How a filter matches a binding's pattern.
@@ -93,7 +93,7 @@ impl Service {
                 .filter(|(_, c)| c.is_ok())
                 .map(|(a, _)| a.to_row())
                 .collect();
-            let stored = self.broker.metastore.create_acls(&rows).await;
+            let stored = self.broker.metastore().create_acls(&rows).await;
             self.refresh_acls().await;
             let stored = stored.map_err(|e| std::sync::Arc::new(Error::from(e)));
             checked
@@ -111,8 +111,13 @@ impl Service {
     pub async fn describe_acls(&self, ctx: &RequestContext, filter: AclFilter) -> Result<Vec<Acl>> {
         self.call(ctx, "DescribeAcls", async {
             self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
-            let rows =
-                self.counted(self.broker.metastore.list_acls().await.map_err(Error::from))?;
+            let rows = self.counted(
+                self.broker
+                    .metastore()
+                    .list_acls()
+                    .await
+                    .map_err(Error::from),
+            )?;
             Ok(rows
                 .iter()
                 .filter_map(Acl::from_row)
@@ -140,14 +145,14 @@ impl Service {
             let mut out = Vec::new();
             for filter in &filters {
                 let r = async {
-                    let rows = self.broker.metastore.list_acls().await?;
+                    let rows = self.broker.metastore().list_acls().await?;
                     let chosen: Vec<Acl> = rows
                         .iter()
                         .filter_map(Acl::from_row)
                         .filter(|a| filter.matches(a))
                         .collect();
                     let rows: Vec<_> = chosen.iter().map(Acl::to_row).collect();
-                    self.broker.metastore.delete_acls(&rows).await?;
+                    self.broker.metastore().delete_acls(&rows).await?;
                     Ok(chosen)
                 }
                 .await;
@@ -160,7 +165,7 @@ impl Service {
     }
 
     async fn refresh_acls(&self) {
-        match self.broker.metastore.list_acls().await {
+        match self.broker.metastore().list_acls().await {
             Ok(rows) => self.broker.security.authorizer().replace(&rows),
             Err(e) => tracing::warn!(error = %e, "cannot re-read the ACLs; the next refresh will"),
         }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 
 use super::{BrokerEndpoint, Keyed, RequestContext, Service};
-use crate::error::{Error, Result};
-use crate::groups::{
+use shale_broker::error::{Error, Result};
+use shale_broker::groups::{
     Committed, GroupDescription, GroupError, GroupListing, GroupState, JoinRequest, JoinResult,
     OffsetCommit,
 };
@@ -91,7 +91,7 @@ impl Service {
             let joined = async {
                 self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
                 self.broker.ensure_coordinator(&req.group)?;
-                let rx = self.broker.coordinators.groups().join(req)?;
+                let rx = self.broker.coordinators().groups().join(req)?;
                 Ok(rx.await.map_err(|_| dropped())??)
             }
             .await;
@@ -107,12 +107,12 @@ impl Service {
             let synced = async {
                 self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
                 self.broker.ensure_coordinator(&req.group)?;
-                self.broker.coordinators.groups().check_instance(
+                self.broker.coordinators().groups().check_instance(
                     &req.group,
                     &req.member_id,
                     req.group_instance_id.as_deref(),
                 )?;
-                let rx = self.broker.coordinators.groups().sync(
+                let rx = self.broker.coordinators().groups().sync(
                     &req.group,
                     req.generation,
                     &req.member_id,
@@ -136,7 +136,7 @@ impl Service {
         self.call(ctx, "Heartbeat", async {
             self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).and_then(|()| {
-                let groups = &self.broker.coordinators.groups();
+                let groups = &self.broker.coordinators().groups();
                 groups.check_instance(group, member.id, member.instance)?;
                 Ok(groups.heartbeat(group, generation, member.id)?)
             });
@@ -156,7 +156,7 @@ impl Service {
         self.call(ctx, "LeaveGroup", async {
             self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).and_then(|()| {
-                let groups = &self.broker.coordinators.groups();
+                let groups = &self.broker.coordinators().groups();
                 let id = match (member.id, member.instance) {
                     ("", Some(instance)) => groups
                         .member_of_instance(group, instance)
@@ -191,11 +191,11 @@ impl Service {
                 .map(|o| (o.topic.clone(), o.partition))
                 .collect();
             self.counted(self.authorize(ctx, Operation::Read, ResourceType::Group, group))?;
-            let fenced =
-                self.broker
-                    .coordinators
-                    .groups()
-                    .check_instance(group, member.id, member.instance);
+            let fenced = self.broker.coordinators().groups().check_instance(
+                group,
+                member.id,
+                member.instance,
+            );
             self.counted(fenced.map_err(Error::from))?;
             // Each topic needs READ; the rest of the commit goes on without the others.
             let mut refused = Ok(());
@@ -306,7 +306,7 @@ impl Service {
             self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Group, group))?;
             let r = self.broker.ensure_coordinator(group).map(|()| {
                 self.broker
-                    .coordinators
+                    .coordinators()
                     .groups()
                     .describe(group)
                     .unwrap_or_else(|| GroupDescription {

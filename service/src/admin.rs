@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use shale_metastore::{BrokerLease, ControllerLease, Topic};
 
 use super::{Keyed, RequestContext, Service};
-use crate::broker::TopicState;
-use crate::cluster::BrokerStatus;
-use crate::error::{Error, Result};
-use crate::tiering::TieringStatus;
-use crate::topics::TopicDescription;
+use shale_broker::broker::TopicState;
+use shale_broker::cluster::BrokerStatus;
+use shale_broker::error::{Error, Result};
+use shale_broker::tiering::TieringStatus;
+use shale_broker::topics::TopicDescription;
 use shale_config::topic::ConfigSource;
 use shale_security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
@@ -187,7 +187,7 @@ impl Service {
             };
             for t in &topics {
                 if let Err(e) = &t.result {
-                    self.broker.stats.requests.errors.count(e.code());
+                    self.broker.stats().requests.errors.count(e.code());
                 }
             }
             Metadata {

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use shale_records::consumer_protocol;
 
 use super::{MemberRef, OffsetQuery, RequestContext, Service};
-use crate::error::{Error, Result};
-use crate::groups::{GroupDescription, GroupError, OffsetCommit, lag};
+use shale_broker::error::{Error, Result};
+use shale_broker::groups::{GroupDescription, GroupError, OffsetCommit, lag};
 use shale_security::acl::{Operation, ResourceType};
 
 /// One partition of a group: where it is committed, the end of its log, and who

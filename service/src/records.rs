@@ -6,10 +6,10 @@ use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
 
 use super::{RequestContext, Service};
-use crate::error::{Error, Result};
-use crate::find::{FindQuery, FindReport};
-use crate::partition::PartitionOffsets;
-use crate::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, record_bytes};
+use shale_broker::error::{Error, Result};
+use shale_broker::find::{FindQuery, FindReport};
+use shale_broker::partition::PartitionOffsets;
+use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, record_bytes};
 use shale_security::acl::{Operation, ResourceType};
 
 /// Where a read of records starts.
@@ -111,7 +111,7 @@ impl Service {
     }
 
     /// Every record with the key in a topic within a time range (see
-    /// [`crate::find`]): the partitions this broker leads.
+    /// [`shale_broker::find`]): the partitions this broker leads.
     pub async fn find_records(&self, ctx: &RequestContext, q: FindQuery) -> Result<FindReport> {
         self.call(ctx, "FindRecords", async {
             self.counted(self.authorize(ctx, Operation::Read, ResourceType::Topic, &q.topic))?;

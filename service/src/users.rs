@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::{RequestContext, Service};
-use crate::error::{Error, Result};
+use shale_broker::error::{Error, Result};
 use shale_security::ScramMechanism;
 use shale_security::acl::Operation;
 use shale_security::scram::{MAX_ITERATIONS, MIN_ITERATIONS};
@@ -43,7 +43,7 @@ impl Service {
     ) -> Result<Vec<(String, Result<UserCredentials>)>> {
         self.call(ctx, "DescribeUserScramCredentials", async {
             self.counted(self.authorize_cluster(ctx, Operation::Describe))?;
-            let rows = self.broker.metastore.list_scram_credentials().await?;
+            let rows = self.broker.metastore().list_scram_credentials().await?;
             let mut all: std::collections::BTreeMap<String, UserCredentials> = Default::default();
             for row in rows {
                 if let Some(m) = ScramMechanism::from_name(&row.mechanism) {
@@ -113,7 +113,7 @@ impl Service {
                 out.push((user, self.counted(result)));
             }
             // This broker sees its own change at once; others on the notification.
-            if let Ok(rows) = self.broker.metastore.list_scram_credentials().await {
+            if let Ok(rows) = self.broker.metastore().list_scram_credentials().await {
                 self.broker.security.users().replace(rows);
             }
             out
@@ -177,7 +177,7 @@ impl Service {
                 iterations: u.iterations,
             });
         }
-        let existing = self.broker.metastore.list_scram_credentials().await?;
+        let existing = self.broker.metastore().list_scram_credentials().await?;
         for d in deletions {
             let m = mechanism(d.mechanism)?;
             if !existing
@@ -193,12 +193,12 @@ impl Service {
         for d in deletions {
             let m = mechanism(d.mechanism)?;
             self.broker
-                .metastore
+                .metastore()
                 .delete_scram_credential(user, m.name())
                 .await?;
         }
         for row in &rows {
-            self.broker.metastore.upsert_scram_credential(row).await?;
+            self.broker.metastore().upsert_scram_credential(row).await?;
         }
         Ok(())
     }

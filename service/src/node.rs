@@ -5,13 +5,13 @@ use futures::{Stream, StreamExt};
 use tokio_util::task::TaskTracker;
 
 use super::{RequestContext, Service};
-use crate::replication::{ReplicaFetchRequest, ReplicaFetchResponse, ReplicaPartitionData};
+use shale_broker::replication::{ReplicaFetchRequest, ReplicaFetchResponse, ReplicaPartitionData};
 use shale_security::acl::Operation;
 
 /// Every partition of a refused replica fetch answers the refusal.
 fn refused_replica_fetch(
     req: &ReplicaFetchRequest,
-    e: &crate::error::Error,
+    e: &shale_broker::error::Error,
 ) -> ReplicaFetchResponse {
     ReplicaFetchResponse {
         partitions: req
@@ -51,7 +51,7 @@ impl Service {
     ) -> impl Stream<Item = ReplicaFetchResponse> + Send + 'static {
         let service = self.clone();
         requests
-            .take_until(self.broker.cancel.clone().cancelled_owned())
+            .take_until(self.broker.cancellation().clone().cancelled_owned())
             .then(move |req| {
                 let (service, ctx) = (service.clone(), ctx.clone());
                 async move {
@@ -70,13 +70,13 @@ impl Service {
 
     /// The metrics in Prometheus text format 0.0.4.
     pub async fn metrics_text(&self) -> String {
-        crate::metrics::render(&self.broker).await
+        shale_broker::metrics::render(&self.broker).await
     }
 
     /// The broker's traffic counters since it started.
     pub fn traffic(&self) -> Traffic {
         use std::sync::atomic::Ordering::Relaxed;
-        let s = &self.broker.stats.requests;
+        let s = &self.broker.stats().requests;
         Traffic {
             produced_bytes: s.produced_bytes.load(Relaxed),
             fetched_bytes: s.fetched_bytes.load(Relaxed),
@@ -93,11 +93,11 @@ impl Service {
     /// The node's task tracker: front ends spawn their connection tasks here, so
     /// shutdown waits for them.
     pub fn tasks(&self) -> &TaskTracker {
-        &self.broker.tasks
+        self.broker.tasks()
     }
 
     /// Cancelled when the node stops: front ends stop accepting then.
     pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-        self.broker.cancel.clone().cancelled_owned()
+        self.broker.cancellation().clone().cancelled_owned()
     }
 }

@@ -16,6 +16,7 @@ mod groups;
 mod moves;
 mod node;
 mod offsets;
+mod quota;
 mod records;
 mod users;
 
@@ -25,11 +26,8 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use crate::broker::Broker;
+use shale_broker::broker::Broker;
 
-pub use crate::groups::GroupListing;
-pub use crate::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
-pub use crate::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 pub use acls::{AclFilter, PatternFilter};
 pub use admin::{
     BrokerEndpoint, ClusterStatus, ConfigEntry, Metadata, NewTopicRequest, PartitionMetadata,
@@ -41,9 +39,12 @@ pub use groups::{CoordinatorType, MemberRef, SyncRequest};
 pub use node::Traffic;
 pub use offsets::{GroupLag, PartitionLag, ResetScope, ResetTo, reset_offset};
 pub use records::{ReadFrom, RecordsRead};
+pub use shale_broker::groups::GroupListing;
+pub use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
+pub use shale_broker::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
-use crate::error::Result;
+use shale_broker::error::Result;
 
 /// One partition's answer.
 #[derive(Debug)]
@@ -144,7 +145,7 @@ impl Service {
         let started = Instant::now();
         let out = work.instrument(ctx.span(api)).await;
         self.broker
-            .stats
+            .stats()
             .requests
             .latency
             .observe(&ctx.listener, api, started.elapsed());
@@ -175,7 +176,7 @@ impl Service {
 
     fn count<T>(&self, r: &Result<T>) {
         if let Err(e) = r {
-            self.broker.stats.requests.errors.count(e.code());
+            self.broker.stats().requests.errors.count(e.code());
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::future::Future;
 
 use super::{RequestContext, Service};
-use crate::error::{Error, Result};
+use shale_broker::error::{Error, Result};
 use shale_security::acl::{ANONYMOUS, CLUSTER_NAME, Operation, ResourceType};
 
 impl Service {

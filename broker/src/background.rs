@@ -113,11 +113,13 @@ impl Broker {
             |b| async move { b.controller_pass().await },
         );
         // Leaders' local sizes, for the balancer's disk goal.
-        let reported = Arc::new(std::sync::Mutex::new(Default::default()));
-        self.spawn_every(cluster.auto_balance_interval_ms, "size reports", move |b| {
-            let reported = reported.clone();
-            async move { b.report_sizes(&reported).await }
-        });
+        if cluster.auto_balance_enable && cluster.auto_balance_disk_band_percent > 0 {
+            let reports = Arc::new(std::sync::Mutex::new(Default::default()));
+            self.spawn_every(cluster.auto_balance_interval_ms, "size reports", move |b| {
+                let reports = reports.clone();
+                async move { b.report_sizes(&reports).await }
+            });
+        }
         self.spawn_every(
             (cluster.replica_lag_time_max_ms / 4).max(1),
             "ISR shrink",

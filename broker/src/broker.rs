@@ -95,9 +95,9 @@ impl Broker {
         &self.tasks
     }
 
-    /// Fires when the broker shuts down.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+    /// Completes when the broker starts shutting down.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
     }
 
     /// The id of the cluster this broker belongs to.

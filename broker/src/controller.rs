@@ -17,6 +17,17 @@ use crate::error::{Error, Result};
 /// How much a partition's local size changes before its leader reports it again.
 const SIZE_REPORT_STEP: u64 = 1 << 20;
 
+/// Every this many passes a leader reports every size again (so that a report its
+/// predecessor wrote late is not left standing).
+const FULL_SIZE_REPORT_EVERY: u64 = 30;
+
+/// What a broker last reported of its partitions' sizes.
+#[derive(Debug, Default)]
+pub(crate) struct SizeReports {
+    last: HashMap<(Uuid, i32), u64>,
+    passes: u64,
+}
+
 impl From<ElectionError> for Error {
     fn from(e: ElectionError) -> Self {
         match e {
@@ -43,21 +54,22 @@ impl Broker {
     }
 
     /// Reports the local size of each partition this broker leads where it changed by
-    /// [`SIZE_REPORT_STEP`] or more since `reported` (the last report written, which
-    /// this updates), or leadership came here: the controller's balancer keeps the
-    /// brokers' local disk use within a band with them.
-    pub(crate) async fn report_sizes(
-        &self,
-        reported: &Mutex<HashMap<(Uuid, i32), u64>>,
-    ) -> Result<()> {
-        let last = reported.lock().expect("not poisoned").clone();
+    /// [`SIZE_REPORT_STEP`] or more since the last report written, or leadership came
+    /// here, and every size each [`FULL_SIZE_REPORT_EVERY`] passes: the controller's
+    /// balancer keeps the brokers' local disk use within a band with them.
+    pub(crate) async fn report_sizes(&self, reports: &Mutex<SizeReports>) -> Result<()> {
+        let (last, full) = {
+            let mut r = reports.lock().expect("not poisoned");
+            r.passes += 1;
+            (r.last.clone(), r.passes % FULL_SIZE_REPORT_EVERY == 1)
+        };
         let mut now = HashMap::new();
         let mut changed = Vec::new();
         for p in self.all_partitions().iter().filter(|p| p.is_leader()) {
             let key = (p.topic_id, p.index);
             let size = p.size_bytes();
             match last.get(&key) {
-                Some(&was) if was.abs_diff(size) < SIZE_REPORT_STEP => {
+                Some(&was) if !full && was.abs_diff(size) < SIZE_REPORT_STEP => {
                     now.insert(key, was);
                 }
                 _ => {
@@ -69,7 +81,7 @@ impl Broker {
         if !changed.is_empty() {
             self.metastore.report_partition_sizes(&changed).await?;
         }
-        *reported.lock().expect("not poisoned") = now;
+        reports.lock().expect("not poisoned").last = now;
         Ok(())
     }
 

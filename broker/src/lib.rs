@@ -21,7 +21,7 @@ pub mod find;
 pub mod groups;
 mod key_filters;
 pub mod metrics;
-pub mod partition;
+mod partition;
 pub mod produce;
 pub mod read_limits;
 pub mod reassignments;
@@ -36,3 +36,5 @@ mod tier;
 pub mod tiering;
 pub mod topics;
 mod transport;
+
+pub use partition::{Appended, PartitionOffsets};

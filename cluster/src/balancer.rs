@@ -345,6 +345,9 @@ struct Disk {
 }
 
 impl Disk {
+    /// Without a size for every partition that has a leader (one created since the
+    /// last reports, brokers not reporting yet), or while a replica is on a broker that
+    /// is down or leaving, the figures would mislead: no disk goal then.
     fn new(
         states: &[PartitionState],
         eligible: &[i32],
@@ -352,16 +355,19 @@ impl Disk {
         rules: BalanceRules,
     ) -> Self {
         let mut used: BTreeMap<i32, u64> = eligible.iter().map(|&b| (b, 0)).collect();
+        let mut known = true;
         for s in states {
-            let size = sizes.get(&(s.topic_id, s.partition)).copied().unwrap_or(0);
+            let size = sizes.get(&(s.topic_id, s.partition)).copied();
+            known &= size.is_some() || s.leader < 0;
             for b in target_replicas(s) {
-                if let Some(n) = used.get_mut(&b) {
-                    *n += size;
+                match used.get_mut(&b) {
+                    Some(n) => *n += size.unwrap_or(0),
+                    None => known = false,
                 }
             }
         }
         let mean = used.values().sum::<u64>() / (used.len() as u64).max(1);
-        let band = (rules.disk_band_percent > 0)
+        let band = (known && rules.disk_band_percent > 0)
             .then(|| (mean / 100 * rules.disk_band_percent).max(rules.disk_band_min_bytes));
         Self { used, mean, band }
     }
@@ -380,15 +386,17 @@ impl Disk {
         !self.used.keys().any(|&b| self.above(b) || self.below(b))
     }
 
-    /// Whether moving `size` bytes from `from` to `to` keeps both within the band, or
-    /// no further out than the other was.
+    /// Whether moving `size` bytes from `from` to `to` (for another goal) keeps both
+    /// within half the band, or no further out than the other was: the margin keeps
+    /// brokers off the band's edge, where a little uneven growth would bring the disk
+    /// step back.
     fn allows(&self, from: i32, to: i32, size: u64) -> bool {
         let Some(band) = self.band else {
             return true;
         };
         let (f, t) = (self.used[&from], self.used[&to]);
-        t + size <= (self.mean + band).max(f)
-            && f.saturating_sub(size) >= self.mean.saturating_sub(band).min(t)
+        t + size <= (self.mean + band / 2).max(f)
+            && f.saturating_sub(size) >= self.mean.saturating_sub(band / 2).min(t)
     }
 
     fn shift(&mut self, from: i32, to: i32, size: u64) {

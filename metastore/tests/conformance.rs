@@ -1040,6 +1040,14 @@ async fn partition_sizes_are_replaced_and_go_with_the_topic(m: &dyn Metastore) {
     assert_eq!(m.partition_sizes().await.unwrap(), want);
     m.delete_topic("sized").await.unwrap();
     assert_eq!(m.partition_sizes().await.unwrap(), vec![(other.id, 0, 3)]);
+    // A broker's first report holds every partition it leads: more than one statement.
+    let many = m.create_topic(new_topic("many", 1200)).await.unwrap();
+    let sizes: Vec<(uuid::Uuid, i32, i64)> =
+        (0..1200).rev().map(|p| (many.id, p, p as i64)).collect();
+    m.report_partition_sizes(&sizes).await.unwrap();
+    let stored = m.partition_sizes().await.unwrap();
+    assert_eq!(stored.iter().filter(|s| s.0 == many.id).count(), 1200);
+    assert!(stored.contains(&(many.id, 1199, 1199)) && stored.contains(&(many.id, 0, 0)));
 }
 
 async fn scram_credentials_are_kept_per_user_and_mechanism(m: &dyn Metastore) {

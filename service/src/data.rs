@@ -5,9 +5,9 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use super::{Keyed, RequestContext, Service};
+use shale_broker::Appended;
 use shale_broker::error::{Error, Result};
 use shale_broker::fetch::{FetchSpec, Fetched, ReadFrom};
-use shale_broker::partition::Appended;
 use shale_broker::produce::ProduceData;
 use shale_security::acl::{Operation, ResourceType};
 

@@ -51,7 +51,7 @@ impl Service {
     ) -> impl Stream<Item = ReplicaFetchResponse> + Send + 'static {
         let service = self.clone();
         requests
-            .take_until(self.broker.cancellation().clone().cancelled_owned())
+            .take_until(self.broker.stopping())
             .then(move |req| {
                 let (service, ctx) = (service.clone(), ctx.clone());
                 async move {
@@ -98,6 +98,6 @@ impl Service {
 
     /// Cancelled when the node stops: front ends stop accepting then.
     pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-        self.broker.cancellation().clone().cancelled_owned()
+        self.broker.stopping()
     }
 }

@@ -6,9 +6,9 @@ use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
 
 use super::{RequestContext, Service};
+use shale_broker::PartitionOffsets;
 use shale_broker::error::{Error, Result};
 use shale_broker::find::{FindQuery, FindReport};
-use shale_broker::partition::PartitionOffsets;
 use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ, record_bytes};
 use shale_security::acl::{Operation, ResourceType};
 

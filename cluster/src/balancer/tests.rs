@@ -321,3 +321,28 @@ fn a_disk_move_keeps_the_partitions_racks() {
         assert_eq!(racks_of(&m.target, &brokers), 2, "{m:?}");
     }
 }
+
+#[test]
+fn the_disk_goal_waits_for_every_size_and_every_broker() {
+    // Broker 0 holds all the data: a disk move is due.
+    let states: Vec<PartitionState> = (0..4)
+        .map(|p| part(p, if p < 2 { &[0] } else { &[1] }))
+        .collect();
+    let sizes = sized(&[(0, 400), (1, 400), (2, 0), (3, 0)]);
+    let brokers = live(&[0, 1]);
+    let moves = plan(&states, &brokers, &sizes, RULES);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0].why, Why::DiskBalance);
+    // A partition not reported yet: its size is unknown, not 0.
+    let partial = sized(&[(0, 400), (1, 400), (2, 0)]);
+    assert_eq!(plan(&states, &brokers, &partial, RULES), Vec::new());
+    // A broker holding replicas is down (not yet replaced): the mean would be wrong.
+    let mut three = live(&[0, 1, 2]);
+    three[2].alive = false;
+    let mut with_dead = states.clone();
+    with_dead[3].replicas = vec![1, 2];
+    assert_eq!(plan(&with_dead, &three, &sizes, RULES), Vec::new());
+    // Once it is back, the move is planned.
+    three[2].alive = true;
+    assert!((plan(&with_dead, &three, &sizes, RULES).iter()).any(|m| m.why == Why::DiskBalance));
+}

@@ -66,6 +66,9 @@ fn controller_lease(
 
 /// The broker, controller and partition state methods of one backend (see
 /// `for_each_backend!`).
+/// Partition sizes written per statement (three parameters each).
+const SIZES_PER_STATEMENT: usize = 500;
+
 macro_rules! cluster_sql {
     ($ty:ty, $db:ty, $for_update:literal, $replicated:literal, $now:literal) => {
         impl $ty {
@@ -319,21 +322,32 @@ macro_rules! cluster_sql {
                 &self,
                 sizes: &[(Uuid, i32, i64)],
             ) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
-                for &(topic_id, partition, bytes) in sizes {
-                    sqlx::query(
-                        "INSERT INTO partition_sizes (topic_id, partition_id, local_bytes) \
-                         SELECT topic_id, partition_id, $3 FROM partition_state \
-                         WHERE topic_id = $1 AND partition_id = $2 \
-                         ON CONFLICT (topic_id, partition_id) DO UPDATE SET local_bytes = $3",
-                    )
-                    .bind(topic_id)
-                    .bind(partition)
-                    .bind(bytes.max(0))
-                    .execute(&mut *tx)
-                    .await?;
+                // In key order, in statements of many rows: a broker's first report
+                // holds every partition it leads, and rows locked in one order cannot
+                // deadlock with a topic's deletion.
+                let mut sorted = sizes.to_vec();
+                sorted.sort_unstable();
+                for chunk in sorted.chunks(SIZES_PER_STATEMENT) {
+                    let rows = (0..chunk.len())
+                        .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    // The join drops sizes of partitions that do not exist.
+                    let sql = format!(
+                        "WITH v (topic_id, partition_id, local_bytes) AS (VALUES {rows}) \
+                         INSERT INTO partition_sizes (topic_id, partition_id, local_bytes) \
+                         SELECT v.topic_id, v.partition_id, v.local_bytes \
+                         FROM v, partition_state s \
+                         WHERE s.topic_id = v.topic_id AND s.partition_id = v.partition_id \
+                         ON CONFLICT (topic_id, partition_id) \
+                         DO UPDATE SET local_bytes = excluded.local_bytes"
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for &(topic_id, partition, bytes) in chunk {
+                        q = q.bind(topic_id).bind(partition).bind(bytes.max(0));
+                    }
+                    q.execute(&self.pool).await?;
                 }
-                tx.commit().await?;
                 Ok(())
             }
 

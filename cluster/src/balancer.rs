@@ -140,7 +140,9 @@ pub fn plan(
     let size = |s: &PartitionState| sizes.get(&(s.topic_id, s.partition)).copied().unwrap_or(0);
     let mut moves = Vec::new();
     let mut moved: HashSet<(Uuid, i32)> = HashSet::new();
-    let idle = states.iter().filter(|s| !s.reassigning());
+    // Partitions without a leader are left alone: a move could not finish, and would
+    // hold one of the slots.
+    let idle = states.iter().filter(|s| !s.reassigning() && s.leader >= 0);
     // 1. Off decommissioned brokers and brokers dead for good.
     for s in idle.clone() {
         if budget == 0 {

@@ -346,3 +346,16 @@ fn the_disk_goal_waits_for_every_size_and_every_broker() {
     three[2].alive = true;
     assert!((plan(&with_dead, &three, &sizes, RULES).iter()).any(|m| m.why == Why::DiskBalance));
 }
+
+#[test]
+fn a_partition_without_a_leader_is_not_moved() {
+    // Its move could not finish (nobody to copy from) and would hold a slot.
+    let mut brokers = live(&[0, 1, 2]);
+    brokers[0].decommissioned = true;
+    let mut offline = part(0, &[0, 1]);
+    offline.leader = -1;
+    offline.isr = vec![];
+    let moves = plan(&[offline, part(1, &[0, 2])], &brokers, &Sizes::new(), RULES);
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0].partition, 1);
+}

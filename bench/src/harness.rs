@@ -2,7 +2,7 @@
 //! an `s3s-fs` server, and readings of a process's peak RSS and CPU time.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -28,7 +28,7 @@ pub(crate) struct BrokerProcess {
     pub dir: tempfile::TempDir,
     pub port: u16,
     args: Vec<String>,
-    child: Option<Child>,
+    process: shale_testkit::broker::BrokerProcess,
 }
 
 impl BrokerProcess {
@@ -41,10 +41,10 @@ impl BrokerProcess {
         let mut all = vec!["--config".to_string(), cfg.display().to_string()];
         all.extend(args.iter().cloned());
         let mut b = BrokerProcess {
+            process: shale_testkit::broker::BrokerProcess::new(dir.path().join("broker.log")),
             dir,
             port: free_port(),
             args: all,
-            child: None,
         };
         b.spawn().await?;
         Ok(b)
@@ -59,14 +59,14 @@ impl BrokerProcess {
     }
 
     pub(crate) fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.process.pid().unwrap_or(0)
     }
 
     /// Starts the process and waits until it answers; returns how long that took.
     pub(crate) async fn spawn(&mut self) -> anyhow::Result<Duration> {
-        let log = std::fs::File::create(self.dir.path().join("broker.log"))?;
         let start = Instant::now();
-        let child = Command::new(broker_bin()?)
+        let mut command = Command::new(broker_bin()?);
+        command
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")
@@ -75,12 +75,8 @@ impl BrokerProcess {
             .env(
                 "RUST_LOG",
                 std::env::var("SHALE_BENCH_BROKER_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("cannot start shale-broker")?;
-        self.child = Some(child);
+            );
+        (self.process.spawn(command)).context("cannot start shale-broker")?;
         let deadline = start + Duration::from_secs(120);
         loop {
             if let Ok(c) = Client::connect(&self.address()).await
@@ -88,11 +84,7 @@ impl BrokerProcess {
             {
                 return Ok(start.elapsed());
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.process.exited() {
                 bail!("shale-broker exited with {status}: {}", self.log_tail());
             }
             if Instant::now() > deadline {
@@ -103,7 +95,7 @@ impl BrokerProcess {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default();
+        let log = self.process.started_log();
         log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
     }
 
@@ -112,10 +104,7 @@ impl BrokerProcess {
     }
 
     pub(crate) fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.kill();
     }
 }
 

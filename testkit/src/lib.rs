@@ -7,11 +7,13 @@
 //!   programs of this workspace;
 //! - [`postgres`]: fresh databases on the server `SHALE_TEST_POSTGRES_URL` names;
 //! - [`s3`]: `s3s-fs` servers (a real S3-protocol server) on loopback ports;
+//! - [`broker`]: a `shale-broker` process (start, log, readiness, signals, kill);
 //! - `faults` (with the `faults` feature): a metastore and an object store that fail,
 //!   stall or run a test's code in the middle of a request, for unit tests.
 //!
 //! Errors are strings meant for a person: they say what is missing and how to start it.
 
+pub mod broker;
 #[cfg(feature = "faults")]
 pub mod faults;
 pub mod postgres;

@@ -4,10 +4,12 @@
 //! database and an `s3s-fs` server, both reached through failing proxies.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use shale_testkit::broker::BrokerProcess;
 
 use crate::netns::{Cut, Net};
 use crate::proxy::Proxy;
@@ -94,8 +96,7 @@ pub struct Broker {
     pub grpc: String,
     pub kafka: String,
     command: Vec<String>,
-    child: Option<Child>,
-    paused: bool,
+    process: BrokerProcess,
 }
 
 impl Broker {
@@ -103,50 +104,26 @@ impl Broker {
         self.dir.join("data")
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.join("broker.log")
-    }
-
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process.is_running()
     }
 
     /// Starts the process and waits until this start logged that it is ready.
     pub async fn start(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())?;
-        let since = log.metadata()?.len();
-        let child = Command::new(&self.command[0])
-            .args(&self.command[1..])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("cannot start shale-broker")?;
-        self.child = Some(child);
-        self.paused = false;
+        let mut command = Command::new(&self.command[0]);
+        command.args(&self.command[1..]).env("RUST_LOG", "info");
+        (self.process.spawn(command)).context("cannot start shale-broker")?;
         let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let text = std::fs::read(self.log_path()).unwrap_or_default();
-            if String::from_utf8_lossy(&text[since as usize..]).contains("shale-broker ready") {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
+        while !self.process.logged_ready() {
+            if let Some(status) = self.process.exited() {
                 bail!(
                     "broker {} exited with {status}; see {}",
                     self.id,
-                    self.log_path().display()
+                    self.process.log_path().display()
                 );
             }
             if Instant::now() > deadline {
@@ -154,36 +131,19 @@ impl Broker {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-
-    fn signal(&self, sig: rustix::process::Signal) {
-        if let Some(pid) = self
-            .pid()
-            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-        {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
+        Ok(())
     }
 
     pub fn kill(&mut self) {
-        if self.paused {
-            self.signal(rustix::process::Signal::CONT);
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.paused = false;
+        self.process.kill();
     }
 
     pub fn pause(&mut self) {
-        self.signal(rustix::process::Signal::STOP);
-        self.paused = true;
+        self.process.pause();
     }
 
     pub fn resume(&mut self) {
-        self.signal(rustix::process::Signal::CONT);
-        self.paused = false;
+        self.process.resume();
     }
 
     /// The active (newest) segment file of every partition directory.
@@ -206,12 +166,6 @@ impl Broker {
             }
         }
         out
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -306,14 +260,14 @@ impl Cluster {
                 "--object-store-url".into(),
                 format!("s3://{BUCKET}/cluster"),
             ]);
+            let log_path = dir.join("broker.log");
             let mut b = Broker {
                 id,
                 dir,
                 grpc,
                 kafka,
                 command,
-                child: None,
-                paused: false,
+                process: BrokerProcess::new(log_path),
             };
             b.start().await?;
             brokers.push(b);

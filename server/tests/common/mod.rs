@@ -10,10 +10,11 @@ pub(crate) mod wire;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use shale_client::Client;
+use shale_testkit::broker::BrokerProcess;
 
 pub(crate) fn broker_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shale-broker"))
@@ -40,7 +41,7 @@ pub(crate) struct Broker {
     envs: Vec<(String, String)>,
     /// Open-files limit (soft and hard) the process starts under.
     fd_limit: Option<u64>,
-    child: Option<Child>,
+    process: BrokerProcess,
 }
 
 impl Broker {
@@ -52,8 +53,10 @@ impl Broker {
 
     /// Like [`Broker::start`], with extra environment variables (`SHALE_*`).
     pub(crate) async fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
         let mut b = Broker {
-            dir: tempfile::tempdir().unwrap(),
+            process: BrokerProcess::new(dir.path().join("broker.log")),
+            dir,
             port: free_port(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             envs: envs
@@ -61,7 +64,6 @@ impl Broker {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             fd_limit: None,
-            child: None,
         };
         b.spawn_first().await;
         b
@@ -75,12 +77,12 @@ impl Broker {
         fd_limit: u64,
     ) -> Self {
         let mut b = Broker {
+            process: BrokerProcess::new(dir.path().join("broker.log")),
             dir,
             port: free_port(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             envs: Vec::new(),
             fd_limit: Some(fd_limit),
-            child: None,
         };
         b.spawn_first().await;
         b
@@ -95,7 +97,7 @@ impl Broker {
     }
 
     pub(crate) fn log_path(&self) -> PathBuf {
-        self.dir.path().join("broker.log")
+        self.process.log_path().to_path_buf()
     }
 
     /// The first start: a port that another process took between `free_port` and the
@@ -123,12 +125,6 @@ impl Broker {
     /// Starts the process and waits until it is ready; `Err` with this start's log if
     /// it exited first.
     async fn try_spawn(&mut self) -> Result<(), String> {
-        let since = std::fs::metadata(self.log_path()).map_or(0, |m| m.len() as usize);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
         let mut command = match self.fd_limit {
             None => Command::new(broker_bin()),
             Some(limit) => {
@@ -139,36 +135,36 @@ impl Broker {
                 c
             }
         };
-        let child = command
+        command
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")
             .arg(self.address())
             .args(&self.extra_args)
             .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+            .env("RUST_LOG", "info");
+        self.process
+            .spawn(command)
             .expect("cannot start shale-broker");
-        self.child = Some(child);
-        self.wait_ready(since).await
+        self.wait_ready().await
     }
 
     /// Ready: this start logged that it is ready (so the broker answering on the port
     /// is this one, not a process that took the port), and it answers.
-    async fn wait_ready(&mut self, since: usize) -> Result<(), String> {
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let started = self.log().get(since..).unwrap_or("").to_string();
-            if started.contains("shale-broker ready")
+            if self.process.logged_ready()
                 && let Ok(c) = Client::connect(&self.address()).await
                 && c.list_topics().await.is_ok()
             {
                 return Ok(());
             }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                return Err(format!("(exited with {status})\n{started}"));
+            if let Some(status) = self.process.exited() {
+                return Err(format!(
+                    "(exited with {status})\n{}",
+                    self.process.started_log()
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -180,20 +176,19 @@ impl Broker {
     }
 
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.process.log()
     }
 
     pub(crate) fn pid(&self) -> u32 {
-        self.child.as_ref().expect("broker is running").id()
+        self.process.pid().expect("broker is running")
     }
 
     /// Waits for the broker to exit by itself (e.g. at a failpoint).
     pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        assert!(self.process.is_running(), "broker is not running");
         let deadline = Instant::now() + timeout;
-        let child = self.child.as_mut().expect("broker is running");
         loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
+            if let Some(status) = self.process.exited() {
                 return status;
             }
             assert!(
@@ -215,9 +210,7 @@ impl Broker {
 
     /// Whether the process is still running.
     pub(crate) fn is_alive(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.process.exited().is_none() && self.process.is_running()
     }
 
     pub(crate) async fn client(&self) -> Client {
@@ -226,32 +219,23 @@ impl Broker {
 
     /// SIGKILL: no flush, no goodbye.
     pub(crate) fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        self.process.kill();
     }
 
     /// SIGSTOP: the process freezes (no heartbeat, no answers) until [`Broker::resume`].
     pub(crate) fn pause(&self) {
-        signal(self.pid(), "-STOP");
+        self.process.pause();
     }
 
     /// SIGCONT.
     pub(crate) fn resume(&self) {
-        signal(self.pid(), "-CONT");
+        self.process.resume();
     }
 
     /// SIGTERM and wait for a clean exit.
     pub(crate) fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let ok = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status()
-                .unwrap();
-            assert!(ok.success());
-            let status = child.wait().unwrap();
+        if let Some(status) = self.process.terminate() {
+            let status = status.unwrap();
             assert!(
                 status.success(),
                 "graceful shutdown exited with {status}; log:\n{}",
@@ -266,7 +250,7 @@ impl Broker {
     }
 
     pub(crate) async fn start_again(&mut self) {
-        assert!(self.child.is_none(), "broker still running");
+        assert!(!self.process.is_running(), "broker still running");
         self.spawn().await;
     }
 
@@ -289,18 +273,10 @@ impl Broker {
 }
 
 impl Drop for Broker {
+    /// Killed before its directory goes.
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(sig)
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "kill {sig} {pid} failed");
 }
 
 pub(crate) fn run_cli(address: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {

@@ -159,6 +159,30 @@ impl Cluster {
         self.create_topic_with(&[]).await
     }
 
+    /// Waits until every broker knows `TOPIC` with a leader for each partition: a
+    /// broker learns of a new topic at its next metadata refresh, and a client that
+    /// asks it before then is told the topic does not exist.
+    async fn wait_for_topic_everywhere(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for broker in &self.brokers {
+            let c = Client::connect(&broker.address()).await.unwrap();
+            loop {
+                let known = c.describe_topic(TOPIC).await;
+                if let Ok(t) = &known {
+                    if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader > 0) {
+                        break;
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {} to know {TOPIC}: {known:?}",
+                    broker.address()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
     async fn create_topic_with(&self, extra: &[(&str, &str)]) {
         let mut configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
         configs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -1768,6 +1792,7 @@ async fn the_balancer_evens_out_local_disk_use() {
     .await;
     let c = cluster.client().await;
     c.create_topic(TOPIC, 4, 1, BTreeMap::new()).await.unwrap();
+    cluster.wait_for_topic_everywhere().await;
     let before = replicas(&cluster, 1).await;
     let full = before[0][0];
     let big: Vec<i32> = (0..4).filter(|&p| before[p as usize] == [full]).collect();

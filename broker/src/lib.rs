@@ -9,7 +9,7 @@
 mod background;
 pub mod broker;
 mod cleaner;
-mod clock;
+pub mod clock;
 pub mod cluster;
 mod controller;
 mod datadir;

@@ -77,6 +77,16 @@ pub async fn render(broker: &Broker) -> String {
             load(&s.throttled_fetches),
         ),
         (
+            "shale_produce_message_conversions_total",
+            "Records produced in a message format before RecordBatch v2 (Produce v0-2) and converted up.",
+            load(&s.produce_message_conversions),
+        ),
+        (
+            "shale_fetch_message_conversions_total",
+            "Records converted down to an old message format for Fetch v0-3.",
+            load(&s.fetch_message_conversions),
+        ),
+        (
             "shale_replicated_bytes_total",
             "Record-batch bytes copied from leaders (as a follower).",
             load(&s.replicated_bytes),

@@ -71,6 +71,10 @@ pub struct RequestStats {
     pub preferred_replica_redirects: AtomicU64,
     /// Fetches answered with a throttle (the client exceeded its fetch quota).
     pub throttled_fetches: AtomicU64,
+    /// Records converted from the message formats before RecordBatch v2 (Produce
+    /// v0–2), and to them (Fetch v0–3).
+    pub produce_message_conversions: AtomicU64,
+    pub fetch_message_conversions: AtomicU64,
     /// Batch bytes this broker copied from leaders as a follower.
     pub replicated_bytes: AtomicU64,
     /// Idempotent batches that repeated one already written (answered with its offsets).

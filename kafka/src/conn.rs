@@ -32,6 +32,7 @@ use shale_service::{RequestContext, Service};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
+use crate::fetch_session::FetchSessions;
 use crate::frame::{self, Frame};
 use crate::handlers::{self, Reply};
 use crate::limits::Limits;
@@ -55,6 +56,7 @@ pub async fn serve<R, W>(
     let mut pending = FuturesOrdered::new();
     let mut stopping = std::pin::pin!(service.stopping());
     let base = RequestContext::new(listener).with_peer(Some(peer));
+    let sessions = Arc::new(FetchSessions::default());
     // Signalled when the last request of the serial chain finishes.
     let mut chain: Option<oneshot::Receiver<()>> = None;
     // A throttled client's connection is not read from until then (KIP-219).
@@ -95,7 +97,7 @@ pub async fn serve<R, W>(
                     let mut ctx = base.clone().with_client_id(req.client_id.clone());
                     ctx.principal = session.principal().map(str::to_string);
                     let api = req.api;
-                    let answer = handlers::handle(service.clone(), ctx, req);
+                    let answer = handlers::handle(service.clone(), ctx, req, sessions.clone());
                     pending.push_back(in_order(answer, api, &mut chain));
                 }
                 Ok(Frame::Answer(bytes)) => pending.push_back(ready(Reply::Send(bytes))),

@@ -1,4 +1,4 @@
-//! The Fetch response (v4–12), encoded by hand so that record bytes are never copied:
+//! The Fetch response (v4–17), encoded by hand so that record bytes are never copied:
 //! the frame is a list of chunks, the fields around the records in small buffers and
 //! each partition's records as the `Bytes` the log (or the read cache) handed out,
 //! written to the socket with one vectored write. The layout is Kafka's; the tests
@@ -22,20 +22,27 @@ pub struct PartitionAnswer {
 /// One topic's answers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TopicAnswer {
+    /// Written up to v12.
     pub name: String,
+    /// Written from v13 (KIP-516: topics by id).
+    pub id: uuid::Uuid,
     pub partitions: Vec<PartitionAnswer>,
 }
 
-/// A whole sessionless Fetch response.
+/// A whole Fetch response.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FetchAnswer {
+    /// A top-level error (v7+: a fetch session's), with no topics.
+    pub error_code: i16,
+    /// The fetch session this answer belongs to (v7+, KIP-227); 0: none.
+    pub session_id: i32,
     pub topics: Vec<TopicAnswer>,
     /// How long the client is throttled for exceeding its fetch quota.
     pub throttle: std::time::Duration,
 }
 
 /// Lowest and highest version this encoder writes.
-pub const VERSIONS: (i16, i16) = (4, 12);
+pub const VERSIONS: (i16, i16) = (4, 17);
 
 /// The whole response frame (length, header, body) as chunks; record bytes are not
 /// copied. `version` must be in [`VERSIONS`].
@@ -51,12 +58,16 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<By
     }
     buf.put_i32(answer.throttle.as_millis().min(i32::MAX as u128) as i32);
     if version >= 7 {
-        buf.put_i16(0); // error_code
-        buf.put_i32(0); // session_id: sessionless
+        buf.put_i16(answer.error_code);
+        buf.put_i32(answer.session_id);
     }
     array_len(&mut buf, flexible, answer.topics.len());
     for t in &answer.topics {
-        string(&mut buf, flexible, &t.name);
+        if version >= 13 {
+            buf.put_slice(t.id.as_bytes());
+        } else {
+            string(&mut buf, flexible, &t.name);
+        }
         array_len(&mut buf, flexible, t.partitions.len());
         for p in &t.partitions {
             buf.put_i32(p.index);
@@ -137,11 +148,18 @@ mod tests {
     /// The same answer through the `kafka-protocol` codec.
     fn reference(version: i16, correlation_id: i32, a: &FetchAnswer) -> Bytes {
         let mut resp = FetchResponse::default();
-        resp.session_id = 0;
+        if version >= 7 {
+            resp.error_code = a.error_code;
+            resp.session_id = a.session_id;
+        }
         resp.throttle_time_ms = a.throttle.as_millis() as i32;
         for t in &a.topics {
             let mut topic = FetchableTopicResponse::default();
-            topic.topic = StrBytes::from_string(t.name.clone()).into();
+            if version >= 13 {
+                topic.topic_id = t.id;
+            } else {
+                topic.topic = StrBytes::from_string(t.name.clone()).into();
+            }
             for p in &t.partitions {
                 let mut d = PartitionData::default();
                 d.partition_index = p.index;
@@ -185,15 +203,26 @@ mod tests {
             );
         let topic = (
             "[a-z._-]{0,200}",
+            any::<u128>(),
             proptest::collection::vec(partition, 0..4),
         )
-            .prop_map(|(name, partitions)| TopicAnswer { name, partitions });
-        (proptest::collection::vec(topic, 0..4), 0u64..100_000).prop_map(|(topics, ms)| {
-            FetchAnswer {
+            .prop_map(|(name, id, partitions)| TopicAnswer {
+                name,
+                id: uuid::Uuid::from_u128(id),
+                partitions,
+            });
+        (
+            proptest::collection::vec(topic, 0..4),
+            0u64..100_000,
+            any::<i16>(),
+            any::<i32>(),
+        )
+            .prop_map(|(topics, ms, error_code, session_id)| FetchAnswer {
+                error_code,
+                session_id,
                 topics,
                 throttle: std::time::Duration::from_millis(ms),
-            }
-        })
+            })
     }
 
     proptest! {
@@ -220,6 +249,7 @@ mod tests {
         let answer = FetchAnswer {
             topics: vec![TopicAnswer {
                 name: "t".into(),
+                id: uuid::Uuid::from_u128(7),
                 partitions: vec![PartitionAnswer {
                     records: records.clone(),
                     ..Default::default()

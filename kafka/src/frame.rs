@@ -34,13 +34,9 @@ pub struct Request {
     pub version: i16,
     pub correlation_id: i32,
     pub client_id: Option<String>,
-    pub body: Body,
-}
-
-pub enum Body {
-    Decoded(Box<RequestKind>),
-    /// Produce v0–2: advertised, answered UNSUPPORTED_VERSION (the codec reads 3+).
-    OldProduce(Bytes),
+    /// Read by the codec, or by hand for versions it no longer reads
+    /// ([`crate::legacy`]).
+    pub body: Box<RequestKind>,
 }
 
 /// What a frame asks for: a request to handle, or an answer ready at once.
@@ -93,13 +89,13 @@ pub fn parse(mut frame: Bytes) -> Result<Frame, FrameError> {
     let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
         .map_err(|e| malformed(api, version, e))?;
     let client_id = header.client_id.map(|c| c.to_string());
-    let body = if api == ApiKey::Produce && version < versions::PRODUCE_DECODED_FROM {
-        Body::OldProduce(frame)
+    let kind = if crate::legacy::is_legacy(api, version) {
+        crate::legacy::decode(api, version, frame)
     } else {
-        let kind = RequestKind::decode(api, &mut frame, version)
-            .map_err(|e| malformed(api, version, e))?;
-        Body::Decoded(Box::new(kind))
-    };
+        RequestKind::decode(api, &mut frame, version).map_err(anyhow::Error::from)
+    }
+    .map_err(|e| malformed(api, version, e))?;
+    let body = Box::new(kind);
     Ok(Frame::Request(Request {
         api,
         version,

@@ -4,12 +4,15 @@
 mod acls;
 mod admin;
 mod data;
+mod fetch;
 mod groups;
+mod legacy;
 mod metadata;
 mod users;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +22,8 @@ use shale_broker::error::Error;
 use shale_records::ErrorCode;
 use shale_service::{RequestContext, Service};
 
-use crate::frame::{self, Body, Request};
+use crate::fetch_session::FetchSessions;
+use crate::frame::{self, Request};
 
 /// What a request's handling leaves to write on the connection.
 pub enum Reply {
@@ -37,17 +41,23 @@ pub enum Reply {
 
 pub type Answer = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
-/// Handles one request; the answer is encoded in the request's version.
-pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
+/// Handles one request; the answer is encoded in the request's version. `sessions`
+/// is the connection's fetch session.
+pub fn handle(
+    service: Service,
+    ctx: RequestContext,
+    req: Request,
+    sessions: Arc<FetchSessions>,
+) -> Answer {
     Box::pin(async move {
         let (api, version, id) = (req.api, req.version, req.correlation_id);
-        let kind = match req.body {
-            Body::OldProduce(body) => return reply(data::old_produce(version, id, body)),
-            Body::Decoded(kind) => *kind,
-        };
+        let kind = *req.body;
         let s = &service;
         let ctx = &ctx;
         let v = version;
+        if crate::legacy::is_legacy(api, v) {
+            return legacy::handle(s, ctx, kind, v, id, &sessions).await;
+        }
         let encoded = match kind {
             RequestKind::ApiVersions(_) => {
                 let body = crate::versions::api_versions(ErrorCode::None);
@@ -62,7 +72,7 @@ pub fn handle(service: Service, ctx: RequestContext, req: Request) -> Answer {
                 None => return Reply::Nothing,
             },
             RequestKind::Fetch(r) => {
-                let answer = data::fetch(s, ctx, r, v).await;
+                let answer = fetch::fetch(s, ctx, r, v, &sessions).await;
                 // A throttled v8+ client backs off by the time it is told, and its
                 // connection is not read meanwhile (KIP-219); older ones were answered
                 // that much later already.

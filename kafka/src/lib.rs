@@ -11,10 +11,12 @@
 pub mod alloc;
 mod conn;
 mod fetch_response;
+mod fetch_session;
 mod frame;
 #[cfg(test)]
 mod fuzz_tests;
 mod handlers;
+mod legacy;
 mod limits;
 mod sasl;
 mod versions;

@@ -25,7 +25,7 @@ use kafka_protocol::protocol::StrBytes;
 use shale_records::ErrorCode;
 use shale_security::{SaslError, SaslExchange, SaslMechanism, SaslStep, Users};
 
-use crate::frame::{self, Body, Request};
+use crate::frame::{self, Request};
 use crate::handlers::Reply;
 
 /// Largest frame an unauthenticated client may send.
@@ -137,10 +137,7 @@ impl Session {
     /// follows the answer when the connection must end.
     pub async fn handle(&mut self, users: &Users, req: Request) -> Vec<Reply> {
         let (api, version, id) = (req.api, req.version, req.correlation_id);
-        let Body::Decoded(kind) = req.body else {
-            return vec![Reply::Close];
-        };
-        match *kind {
+        match *req.body {
             RequestKind::SaslHandshake(r) => self.handshake(version, id, r.mechanism.as_str()),
             RequestKind::SaslAuthenticate(r) => {
                 let (token, close) = self.token(users, &r.auth_bytes, api, version).await;

@@ -4,7 +4,7 @@
 //! librdkafka before 2.11.1 turns features on only when a range includes one old
 //! version (Produce 0 for compression, FindCoordinator/JoinGroup/SyncGroup/Heartbeat/
 //! LeaveGroup 0 for groups, ListOffsets 1 for offsets-for-times, InitProducerId 0 for
-//! idempotence), and Fetch stops at 12 because 13+ names topics only by id.
+//! idempotence).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
@@ -13,11 +13,11 @@ use shale_records::ErrorCode;
 /// (API, lowest, highest) version advertised.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 11),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Fetch, 0, 17),
+    (ApiKey::ListOffsets, 0, 8),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetCommit, 0, 9),
+    (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -26,11 +26,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreateTopics, 0, 7),
+    (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
@@ -42,16 +42,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
-    (ApiKey::DescribeAcls, 1, 3),
-    (ApiKey::CreateAcls, 1, 3),
-    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeAcls, 0, 3),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
 ];
-
-/// Produce versions advertised but answered UNSUPPORTED_VERSION (the codec reads
-/// 3+; 0 is advertised for librdkafka's feature checks).
-pub const PRODUCE_DECODED_FROM: i16 = 3;
 
 /// The advertised range of `key`, if it is served.
 pub fn range(key: ApiKey) -> Option<(i16, i16)> {

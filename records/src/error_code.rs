@@ -99,6 +99,10 @@ pub enum ErrorCode {
     InconsistentTopicId = 103,
     InconsistentClusterId = 104,
     TransactionalIdNotFound = 105,
+    FencedMemberEpoch = 110,
+    UnreleasedInstanceId = 111,
+    UnsupportedAssignor = 112,
+    StaleMemberEpoch = 113,
 }
 
 impl ErrorCode {
@@ -198,6 +202,10 @@ impl ErrorCode {
             Self::InconsistentTopicId => "INCONSISTENT_TOPIC_ID",
             Self::InconsistentClusterId => "INCONSISTENT_CLUSTER_ID",
             Self::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
+            Self::FencedMemberEpoch => "FENCED_MEMBER_EPOCH",
+            Self::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
+            Self::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
+            Self::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
         }
     }
 
@@ -297,6 +305,10 @@ impl ErrorCode {
             "INCONSISTENT_TOPIC_ID" => Self::InconsistentTopicId,
             "INCONSISTENT_CLUSTER_ID" => Self::InconsistentClusterId,
             "TRANSACTIONAL_ID_NOT_FOUND" => Self::TransactionalIdNotFound,
+            "FENCED_MEMBER_EPOCH" => Self::FencedMemberEpoch,
+            "UNRELEASED_INSTANCE_ID" => Self::UnreleasedInstanceId,
+            "UNSUPPORTED_ASSIGNOR" => Self::UnsupportedAssignor,
+            "STALE_MEMBER_EPOCH" => Self::StaleMemberEpoch,
             _ => return None,
         })
     }
@@ -448,6 +460,10 @@ impl TryFrom<i32> for ErrorCode {
             103 => Self::InconsistentTopicId,
             104 => Self::InconsistentClusterId,
             105 => Self::TransactionalIdNotFound,
+            110 => Self::FencedMemberEpoch,
+            111 => Self::UnreleasedInstanceId,
+            112 => Self::UnsupportedAssignor,
+            113 => Self::StaleMemberEpoch,
             other => return Err(other),
         })
     }

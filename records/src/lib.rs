@@ -18,6 +18,7 @@ mod fuzz_tests;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod keyfilter;
+pub mod legacy;
 pub mod record;
 
 pub use error_code::ErrorCode;

@@ -265,6 +265,20 @@ impl Service {
         .await
     }
 
+    /// The names of the topics with these ids that this broker knows (Kafka's Fetch
+    /// v13+ names topics by id only). Access is checked where the names are used.
+    pub fn topic_names(&self, ids: &[uuid::Uuid]) -> std::collections::HashMap<uuid::Uuid, String> {
+        if ids.is_empty() {
+            return Default::default();
+        }
+        self.broker
+            .topics_snapshot()
+            .iter()
+            .filter(|t| ids.contains(&t.meta.id))
+            .map(|t| (t.meta.id, t.meta.name.clone()))
+            .collect()
+    }
+
     /// A topic's partitions (with this broker's offsets of each) and configs.
     pub async fn describe_topic(
         &self,

@@ -1,0 +1,189 @@
+//! Fetch: topics by name (v4–12) or by id (v13–17, KIP-516), whole or in an
+//! incremental fetch session (v7+, KIP-227).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::FetchRequest;
+use shale_broker::fetch::{FetchSpec, ReadFrom};
+use shale_records::ErrorCode;
+use shale_service::{RequestContext, Service};
+
+use super::code;
+use crate::fetch_response::{FetchAnswer, PartitionAnswer, TopicAnswer};
+use crate::fetch_session::{self, FetchSessions, Key, Outcome, Plan, Wanted};
+
+pub async fn fetch(
+    s: &Service,
+    ctx: &RequestContext,
+    r: FetchRequest,
+    version: i16,
+    sessions: &FetchSessions,
+) -> FetchAnswer {
+    let by_id = version >= 13;
+    let names = if by_id {
+        let ids: Vec<uuid::Uuid> = r.topics.iter().map(|t| t.topic_id).collect();
+        s.topic_names(&ids)
+    } else {
+        Default::default()
+    };
+    // An id this broker does not know keeps an empty name, and is answered
+    // UNKNOWN_TOPIC_ID without being read.
+    let key = |name: &str, id: uuid::Uuid, partition: i32| -> Key {
+        if by_id {
+            let name = names.get(&id).cloned().unwrap_or_default();
+            (id, name, partition)
+        } else {
+            (uuid::Uuid::nil(), name.to_string(), partition)
+        }
+    };
+    let partitions: Vec<(Key, Wanted)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let wanted = Wanted {
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                };
+                (key(&t.topic.0, t.topic_id, p.partition), wanted)
+            })
+        })
+        .collect();
+    let plan = if version >= 7 {
+        let forgotten = r
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| key(&t.topic.0, t.topic_id, p)))
+            .collect();
+        sessions.plan(fetch_session::Request {
+            session_id: r.session_id,
+            epoch: r.session_epoch,
+            partitions,
+            forgotten,
+        })
+    } else {
+        Plan::Full {
+            session_id: 0,
+            partitions,
+        }
+    };
+    let (session_id, partitions, incremental) = match plan {
+        Plan::Refuse(error) => {
+            return FetchAnswer {
+                error_code: error as i16,
+                ..FetchAnswer::default()
+            };
+        }
+        Plan::Full {
+            session_id,
+            partitions,
+        } => (session_id, partitions, false),
+        Plan::Incremental {
+            session_id,
+            partitions,
+        } => (session_id, partitions, true),
+    };
+    let specs = partitions
+        .iter()
+        .filter(|((_, name, _), _)| !name.is_empty())
+        .map(|((_, name, partition), w)| FetchSpec {
+            topic: name.clone(),
+            partition: *partition,
+            offset: w.offset,
+            max_bytes: w.max_bytes,
+            current_leader_epoch: w.current_leader_epoch,
+        })
+        .collect();
+    let req = shale_service::FetchRequest {
+        partitions: specs,
+        client_honors_throttle: version >= 8,
+        max_wait: Duration::from_millis(r.max_wait_ms.max(0) as u64),
+        min_bytes: r.min_bytes,
+        max_bytes: if version >= 3 { r.max_bytes } else { i32::MAX },
+        // KIP-392: from v11 a consumer naming its rack reads from the replica nearest
+        // it (others, and older versions, from leaders).
+        read_from: match (version >= 11, r.rack_id.as_str()) {
+            (true, rack) if !rack.is_empty() => ReadFrom::Nearest {
+                rack: rack.to_string(),
+                listener: ctx.listener.to_string(),
+            },
+            _ => ReadFrom::Leader,
+        },
+    };
+    let answer = s.fetch(ctx, req).await;
+    let mut read = answer.partitions.into_iter();
+    let mut out = FetchAnswer {
+        session_id,
+        throttle: answer.throttle,
+        ..FetchAnswer::default()
+    };
+    for (key, _) in partitions {
+        let p = if key.1.is_empty() {
+            unanswered(key.2, ErrorCode::UnknownTopicId)
+        } else {
+            match read.next() {
+                Some(k) => answer_of(k.partition, k.result),
+                // The service answers every partition it is given.
+                None => unanswered(key.2, ErrorCode::UnknownServerError),
+            }
+        };
+        let outcome = Outcome {
+            error_code: p.error_code,
+            has_records: !p.records.is_empty(),
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            preferred_read_replica: p.preferred_read_replica,
+        };
+        let news = session_id == 0 || sessions.news(session_id, &key, &outcome);
+        if incremental && !news {
+            continue;
+        }
+        match out.topics.last_mut() {
+            Some(t) if t.id == key.0 && t.name == key.1 => t.partitions.push(p),
+            _ => out.topics.push(TopicAnswer {
+                name: key.1,
+                id: key.0,
+                partitions: vec![p],
+            }),
+        }
+    }
+    out
+}
+
+fn answer_of(
+    partition: i32,
+    result: shale_broker::error::Result<shale_broker::fetch::Fetched>,
+) -> PartitionAnswer {
+    let error_code = code(&result);
+    match result {
+        Ok(f) => PartitionAnswer {
+            index: partition,
+            error_code,
+            high_watermark: f.offsets.high_watermark,
+            // No transactions: everything below the high watermark is stable.
+            last_stable_offset: f.offsets.high_watermark,
+            log_start_offset: f.offsets.log_start_offset,
+            preferred_read_replica: f.preferred_read_replica.unwrap_or(-1),
+            records: f.records,
+        },
+        Err(_) => PartitionAnswer {
+            index: partition,
+            error_code,
+            ..unanswered(partition, ErrorCode::None)
+        },
+    }
+}
+
+fn unanswered(partition: i32, error: ErrorCode) -> PartitionAnswer {
+    PartitionAnswer {
+        index: partition,
+        error_code: error as i16,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        preferred_read_replica: -1,
+        records: Bytes::new(),
+    }
+}

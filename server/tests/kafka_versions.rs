@@ -1,0 +1,659 @@
+//! Kafka versions on the wire against a real `shale-broker`, with raw frames: Fetch
+//! naming topics by id (v13–17, KIP-516), incremental fetch sessions (KIP-227), and
+//! every version Kafka 3.9 accepts of the APIs old clients use, including the ones
+//! read by hand (Produce 0–2 and Fetch 0–3 in the message formats before RecordBatch
+//! v2, OffsetCommit 0–1, OffsetFetch 0, ListOffsets 0, CreateTopics 0–1,
+//! DescribeConfigs 0, DeleteTopics 0, OffsetForLeaderEpoch 0–1).
+
+mod common;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use common::wire::Conn;
+use common::{Broker, free_port};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use shale_records::ErrorCode;
+use shale_records::batch::BatchHeader;
+use shale_records::record::{BatchBuilder, Record};
+
+/// Creates a topic (Metadata v12 auto-creation), waits for its leader, and returns
+/// its id.
+async fn create(c: &mut Conn, topic: &str) -> uuid::Uuid {
+    for _ in 0..100 {
+        let mut r = MetadataRequest::default();
+        let mut t = metadata_request::MetadataRequestTopic::default();
+        t.name = Some(StrBytes::from_string(topic.into()).into());
+        r.topics = Some(vec![t]);
+        r.allow_auto_topic_creation = true;
+        let m: MetadataResponse = c.call(ApiKey::Metadata, 12, &r).await;
+        let t = &m.topics[0];
+        if t.error_code == 0 && t.partitions.first().is_some_and(|p| p.leader_id.0 >= 0) {
+            assert!(!t.topic_id.is_nil(), "Metadata v12 gives the topic's id");
+            return t.topic_id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("topic {topic} has no leader");
+}
+
+async fn produce(c: &mut Conn, topic: &str, values: &[&str]) {
+    for v in values {
+        let r = common::auth::produce(topic, v);
+        let resp: ProduceResponse = c.call(ApiKey::Produce, 9, &r).await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    }
+}
+
+/// A Fetch naming topics by id (partition 0 of each, from `offset`).
+fn by_id(topics: &[(uuid::Uuid, i64)], session_id: i32, epoch: i32) -> FetchRequest {
+    let mut r = FetchRequest::default();
+    r.replica_id = (-1).into();
+    r.max_wait_ms = 50;
+    r.min_bytes = 1;
+    r.max_bytes = 1 << 20;
+    r.session_id = session_id;
+    r.session_epoch = epoch;
+    r.topics = topics
+        .iter()
+        .map(|&(id, offset)| {
+            let mut p = fetch_request::FetchPartition::default();
+            p.fetch_offset = offset;
+            p.partition_max_bytes = 1 << 20;
+            p.current_leader_epoch = -1;
+            let mut t = fetch_request::FetchTopic::default();
+            t.topic_id = id;
+            t.partitions = vec![p];
+            t
+        })
+        .collect();
+    r
+}
+
+/// The values of every record in a partition's answer (any number of batches).
+fn values(p: &fetch_response::PartitionData) -> Vec<String> {
+    let mut records = p.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while !records.is_empty() {
+        let size = BatchHeader::parse(&records).unwrap().total_size();
+        let batch = records.split_to(size);
+        for r in shale_records::record::decode_records(&batch).unwrap() {
+            out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+    }
+    out
+}
+
+/// (topic id, partition error, values) of each partition answered.
+fn answered(f: &FetchResponse) -> Vec<(uuid::Uuid, i16, Vec<String>)> {
+    f.responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.topic_id, p.error_code, values(p)))
+        })
+        .collect()
+}
+
+/// Every version from 13 to 17 reads a topic by its id and answers with the id; an
+/// id the broker does not know is UNKNOWN_TOPIC_ID, and the topic beside it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_v13_to_v17_name_topics_by_id() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&["--kafka-listen", &addr]).await;
+    let mut c = Conn::connect(&addr).await;
+    let id = create(&mut c, "by-id").await;
+    produce(&mut c, "by-id", &["a", "b", "c"]).await;
+    let unknown = uuid::Uuid::from_u128(12345);
+    for version in 13..=17 {
+        let f: FetchResponse = c
+            .call(
+                ApiKey::Fetch,
+                version,
+                &by_id(&[(unknown, 0), (id, 0)], 0, -1),
+            )
+            .await;
+        assert_eq!((f.error_code, f.session_id), (0, 0), "v{version}");
+        let abc = vec!["a".to_string(), "b".into(), "c".into()];
+        assert_eq!(
+            answered(&f),
+            [
+                (unknown, ErrorCode::UnknownTopicId as i16, vec![]),
+                (id, 0, abc)
+            ],
+            "v{version}"
+        );
+        assert_eq!(f.responses[1].partitions[0].high_watermark, 3);
+    }
+}
+
+/// A session: the first request names every partition and gets them all; later ones
+/// name only what changed and get only partitions with news; a stale epoch or an
+/// unknown session is refused with its error code, and the final epoch ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_fetch_session_answers_only_news() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&["--kafka-listen", &addr]).await;
+    let mut c = Conn::connect(&addr).await;
+    let (a, b) = (create(&mut c, "sa").await, create(&mut c, "sb").await);
+    produce(&mut c, "sa", &["a1"]).await;
+    produce(&mut c, "sb", &["b1"]).await;
+
+    let f: FetchResponse = c
+        .call(ApiKey::Fetch, 13, &by_id(&[(a, 0), (b, 0)], 0, 0))
+        .await;
+    let session = f.session_id;
+    assert!(session > 0, "a session was created: {f:?}");
+    assert_eq!(
+        answered(&f),
+        [
+            (a, 0, vec!["a1".to_string()]),
+            (b, 0, vec!["b1".to_string()])
+        ]
+    );
+    // Both partitions move on to offset 1: nothing new, nothing answered.
+    let f: FetchResponse = c
+        .call(ApiKey::Fetch, 13, &by_id(&[(a, 1), (b, 1)], session, 1))
+        .await;
+    assert_eq!((f.error_code, f.session_id), (0, session));
+    assert_eq!(answered(&f), []);
+    // A record for sb: the next request names no partition, and gets sb only.
+    produce(&mut c, "sb", &["b2"]).await;
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 2)).await;
+    assert_eq!(answered(&f), [(b, 0, vec!["b2".to_string()])]);
+    assert_eq!(f.responses[0].partitions[0].high_watermark, 2);
+
+    // The same epoch again, and a session that does not exist.
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 2)).await;
+    assert_eq!(
+        (f.error_code, f.responses.len()),
+        (ErrorCode::InvalidFetchSessionEpoch as i16, 0)
+    );
+    let f: FetchResponse = c
+        .call(ApiKey::Fetch, 13, &by_id(&[], session + 1000, 1))
+        .await;
+    assert_eq!(f.error_code, ErrorCode::FetchSessionIdNotFound as i16);
+    // Topics by name in a session (v12), after the final epoch closed the first one.
+    let f: FetchResponse = c
+        .call(ApiKey::Fetch, 13, &by_id(&[(a, 0)], session, -1))
+        .await;
+    assert_eq!((f.error_code, f.session_id), (0, 0));
+    assert_eq!(answered(&f), [(a, 0, vec!["a1".to_string()])]);
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 3)).await;
+    assert_eq!(f.error_code, ErrorCode::FetchSessionIdNotFound as i16);
+    let mut named = by_id(&[(uuid::Uuid::nil(), 0)], 0, 0);
+    named.topics[0].topic = StrBytes::from_static_str("sa").into();
+    let f: FetchResponse = c.call(ApiKey::Fetch, 12, &named).await;
+    let session = f.session_id;
+    assert!(session > 0);
+    assert_eq!(values(&f.responses[0].partitions[0]), ["a1"]);
+    produce(&mut c, "sa", &["a2"]).await;
+    let mut next = by_id(&[], session, 1);
+    next.max_wait_ms = 500;
+    let f: FetchResponse = c.call(ApiKey::Fetch, 12, &next).await;
+    assert_eq!(f.responses[0].topic.0.as_str(), "sa");
+    // Offset 0 is still the session's fetch offset: both records.
+    assert_eq!(values(&f.responses[0].partitions[0]), ["a1", "a2"]);
+}
+
+/// A request frame (without its length) in request header v1, as every version read
+/// by hand uses.
+fn legacy_frame(api: ApiKey, version: i16, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&(api as i16).to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
+    f.extend_from_slice(&9i32.to_be_bytes());
+    f.extend_from_slice(&6i16.to_be_bytes());
+    f.extend_from_slice(b"legacy");
+    f.extend_from_slice(body);
+    f
+}
+
+/// Sends a hand-written request and returns its answer's body (after the
+/// correlation id).
+async fn legacy_call(c: &mut Conn, api: ApiKey, version: i16, body: &[u8]) -> Bytes {
+    c.send_raw(&legacy_frame(api, version, body)).await;
+    let mut answer = c
+        .recv()
+        .await
+        .unwrap_or_else(|| panic!("{api:?} v{version}: the connection was closed"));
+    assert_eq!(answer.get_i32(), 9, "{api:?} v{version}: correlation id");
+    answer
+}
+
+/// A body being written by hand.
+#[derive(Default)]
+struct W(BytesMut);
+
+impl W {
+    fn i8(mut self, v: i8) -> Self {
+        self.0.put_i8(v);
+        self
+    }
+    fn i16(mut self, v: i16) -> Self {
+        self.0.put_i16(v);
+        self
+    }
+    fn i32(mut self, v: i32) -> Self {
+        self.0.put_i32(v);
+        self
+    }
+    fn i64(mut self, v: i64) -> Self {
+        self.0.put_i64(v);
+        self
+    }
+    fn str(mut self, s: &str) -> Self {
+        self.0.put_i16(s.len() as i16);
+        self.0.put_slice(s.as_bytes());
+        self
+    }
+    fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.put_i32(b.len() as i32);
+        self.0.put_slice(b);
+        self
+    }
+}
+
+/// An answer's start: one topic, `topic`, with one partition.
+fn one_topic_one_partition(a: &mut Bytes, topic: &str) {
+    assert_eq!(a.get_i32(), 1, "one topic");
+    assert_eq!(string(a), topic);
+    assert_eq!(a.get_i32(), 1, "one partition");
+}
+
+fn string(b: &mut Bytes) -> String {
+    let n = b.get_i16();
+    if n < 0 {
+        return String::new();
+    }
+    String::from_utf8(b.split_to(n as usize).to_vec()).unwrap()
+}
+
+/// Values of a message set (magic 0 or 1), through the broker's own converter (its
+/// layouts are checked in `shale_records::legacy`'s tests), with the magic seen.
+fn message_set_values(set: &[u8]) -> (Vec<String>, Vec<i8>) {
+    let mut magics = Vec::new();
+    let mut rest = set;
+    while rest.len() >= 17 {
+        let size = i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+        magics.push(rest[16] as i8);
+        rest = &rest[12 + size..];
+    }
+    if set.is_empty() {
+        return (Vec::new(), magics);
+    }
+    let (batch, _) = shale_records::legacy::to_batch(set, 0).unwrap();
+    let values = shale_records::record::decode_records(&batch)
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+        .collect();
+    (values, magics)
+}
+
+/// Produce in every version from 0 to 11, each one record ("p0" … "p11"; v0–1 in
+/// message format v0, v2 in v1, v3+ in RecordBatch v2), then Fetch in every version
+/// from 0 to 17 reads all twelve in order, in the format its version reads. A message
+/// set with a bad CRC is refused with CORRUPT_MESSAGE and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_produce_and_fetch_version_reads_what_the_others_wrote() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let http_port = free_port();
+    let http = format!("127.0.0.1:{http_port}");
+    let _broker = Broker::start(&["--kafka-listen", &addr, "--http-listen", &http]).await;
+    let mut c = Conn::connect(&addr).await;
+    let id = create(&mut c, "every").await;
+    let one = |v: &str| {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(Record::new(Some(b"k"), Some(v.as_bytes()), 1_000));
+        b.build()
+    };
+    for version in 0..=11i16 {
+        let value = format!("p{version}");
+        if version <= 2 {
+            let magic = if version == 2 { 1 } else { 0 };
+            let (set, _) = shale_records::legacy::to_message_set(one(&value), magic, 0);
+            let body = W::default()
+                .i16(1)
+                .i32(10_000)
+                .i32(1)
+                .str("every")
+                .i32(1)
+                .i32(0)
+                .bytes(&set);
+            let mut a = legacy_call(&mut c, ApiKey::Produce, version, &body.0).await;
+            one_topic_one_partition(&mut a, "every");
+            assert_eq!(
+                (a.get_i32(), a.get_i16(), a.get_i64()),
+                (0, 0, i64::from(version))
+            );
+            if version == 2 {
+                assert_eq!(a.get_i64(), -1, "log append time: CreateTime topic");
+            }
+            if version >= 1 {
+                assert_eq!(a.get_i32(), 0, "throttle");
+            }
+            assert!(a.is_empty(), "v{version}: bytes left in the answer");
+        } else {
+            let mut p = produce_request::PartitionProduceData::default();
+            p.records = Some(one(&value));
+            let mut t = produce_request::TopicProduceData::default();
+            t.name = StrBytes::from_static_str("every").into();
+            t.partition_data = vec![p];
+            let mut r = ProduceRequest::default();
+            r.acks = 1;
+            r.timeout_ms = 10_000;
+            r.topic_data = vec![t];
+            let resp: ProduceResponse = c.call(ApiKey::Produce, version, &r).await;
+            let p = &resp.responses[0].partition_responses[0];
+            assert_eq!((p.error_code, p.base_offset), (0, i64::from(version)));
+        }
+    }
+    // A corrupt message set: refused, nothing written.
+    let (set, _) = shale_records::legacy::to_message_set(one("bad"), 1, 0);
+    let mut set = set.to_vec();
+    let last = set.len() - 1;
+    set[last] ^= 0xff;
+    let body = W::default()
+        .i16(1)
+        .i32(10_000)
+        .i32(1)
+        .str("every")
+        .i32(1)
+        .i32(0)
+        .bytes(&set);
+    let mut a = legacy_call(&mut c, ApiKey::Produce, 2, &body.0).await;
+    a.advance(4 + 2 + 5 + 4 + 4);
+    assert_eq!(a.get_i16(), ErrorCode::CorruptMessage as i16);
+
+    let all: Vec<String> = (0..=11).map(|v| format!("p{v}")).collect();
+    for version in 0..=17i16 {
+        if version <= 3 {
+            let mut body = W::default().i32(-1).i32(100).i32(1);
+            if version == 3 {
+                body = body.i32(1 << 20);
+            }
+            let body = body.i32(1).str("every").i32(1).i32(0).i64(0).i32(1 << 20);
+            let mut a = legacy_call(&mut c, ApiKey::Fetch, version, &body.0).await;
+            if version >= 1 {
+                assert_eq!(a.get_i32(), 0, "throttle");
+            }
+            one_topic_one_partition(&mut a, "every");
+            assert_eq!((a.get_i32(), a.get_i16(), a.get_i64()), (0, 0, 12));
+            let n = a.get_i32() as usize;
+            let (values, magics) = message_set_values(&a.split_to(n));
+            assert_eq!(values, all, "v{version}");
+            let magic = if version >= 2 { 1 } else { 0 };
+            assert!(magics.iter().all(|&m| m == magic), "v{version}: {magics:?}");
+            assert!(a.is_empty(), "v{version}: bytes left in the answer");
+        } else {
+            let mut r = if version >= 13 {
+                by_id(&[(id, 0)], 0, -1)
+            } else {
+                let mut r = by_id(&[(uuid::Uuid::nil(), 0)], 0, -1);
+                r.topics[0].topic = StrBytes::from_static_str("every").into();
+                r
+            };
+            r.max_wait_ms = 100;
+            let f: FetchResponse = c.call(ApiKey::Fetch, version, &r).await;
+            assert_eq!(values(&f.responses[0].partitions[0]), all, "v{version}");
+        }
+    }
+    // Three records converted up (Produce v0–2); twelve down for each of Fetch v0–3.
+    let metrics = common::http_get(http_port, "/metrics").await;
+    for (name, want) in [
+        ("shale_produce_message_conversions_total", 3),
+        ("shale_fetch_message_conversions_total", 48),
+    ] {
+        let line = metrics.lines().find(|l| l.starts_with(name));
+        assert_eq!(line, Some(format!("{name} {want}").as_str()), "{name}");
+    }
+}
+
+/// The other APIs old clients use, in every version Kafka 3.9 accepts: commits in
+/// OffsetCommit 0–9 each read back by OffsetFetch of the same version (0–9); topics
+/// made by CreateTopics 0–7 and seen by Metadata 0–12; DescribeConfigs 0–4;
+/// ListOffsets 0–8; OffsetForLeaderEpoch 0–4; DeleteTopics 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_version_of_the_admin_and_offset_apis_answers() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&["--kafka-listen", &addr]).await;
+    let mut c = Conn::connect(&addr).await;
+    create(&mut c, "old").await;
+    produce(&mut c, "old", &["a", "b", "c"]).await;
+
+    // OffsetCommit vN commits N+1, and OffsetFetch vN reads it.
+    for version in 0..=9i16 {
+        let offset = i64::from(version) + 1;
+        let group = format!("g{version}");
+        if version <= 1 {
+            let mut body = W::default().str(&group);
+            if version == 1 {
+                body = body.i32(-1).str("");
+            }
+            body = body.i32(1).str("old").i32(1).i32(0).i64(offset);
+            if version == 1 {
+                body = body.i64(-1); // commit timestamp
+            }
+            let body = body.str("meta");
+            let mut a = legacy_call(&mut c, ApiKey::OffsetCommit, version, &body.0).await;
+            one_topic_one_partition(&mut a, "old");
+            assert_eq!(
+                (a.get_i32(), a.get_i16()),
+                (0, 0),
+                "OffsetCommit v{version}"
+            );
+            assert!(a.is_empty());
+        } else {
+            let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+            p.committed_offset = offset;
+            p.committed_leader_epoch = -1;
+            p.committed_metadata = Some(StrBytes::from_static_str("meta"));
+            let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+            t.name = StrBytes::from_static_str("old").into();
+            t.partitions = vec![p];
+            let mut r = OffsetCommitRequest::default();
+            r.group_id = StrBytes::from_string(group.clone()).into();
+            r.generation_id_or_member_epoch = -1;
+            r.retention_time_ms = -1;
+            r.topics = vec![t];
+            let resp: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, version, &r).await;
+            let code = resp.topics[0].partitions[0].error_code;
+            assert_eq!(code, 0, "OffsetCommit v{version}");
+        }
+        if version == 0 {
+            let body = W::default().str(&group).i32(1).str("old").i32(1).i32(0);
+            let mut a = legacy_call(&mut c, ApiKey::OffsetFetch, 0, &body.0).await;
+            one_topic_one_partition(&mut a, "old");
+            assert_eq!((a.get_i32(), a.get_i64()), (0, offset), "OffsetFetch v0");
+            assert_eq!((string(&mut a), a.get_i16()), ("meta".into(), 0));
+            assert!(a.is_empty());
+            continue;
+        }
+        let mut topic = offset_fetch_request::OffsetFetchRequestTopic::default();
+        topic.name = StrBytes::from_static_str("old").into();
+        topic.partition_indexes = vec![0];
+        let mut r = OffsetFetchRequest::default();
+        if version >= 8 {
+            let mut topic8 = offset_fetch_request::OffsetFetchRequestTopics::default();
+            topic8.name = topic.name.clone();
+            topic8.partition_indexes = vec![0];
+            let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+            g.group_id = StrBytes::from_string(group.clone()).into();
+            g.topics = Some(vec![topic8]);
+            r.groups = vec![g];
+        } else {
+            r.group_id = StrBytes::from_string(group.clone()).into();
+            r.topics = Some(vec![topic]);
+        }
+        let resp: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, version, &r).await;
+        let got = if version >= 8 {
+            resp.groups[0].topics[0].partitions[0].committed_offset
+        } else {
+            resp.topics[0].partitions[0].committed_offset
+        };
+        assert_eq!(got, offset, "OffsetFetch v{version}");
+    }
+
+    // CreateTopics v0–7, one topic each; Metadata v0–12 sees them all.
+    for version in 0..=7i16 {
+        let name = format!("ct{version}");
+        if version <= 1 {
+            let mut body = W::default()
+                .i32(1)
+                .str(&name)
+                .i32(2)
+                .i16(1)
+                .i32(0)
+                .i32(1)
+                .str("retention.ms")
+                .str("60000")
+                .i32(10_000);
+            if version == 1 {
+                body = body.i8(0); // validate_only
+            }
+            let mut a = legacy_call(&mut c, ApiKey::CreateTopics, version, &body.0).await;
+            assert_eq!(
+                (a.get_i32(), string(&mut a), a.get_i16()),
+                (1, name.clone(), 0)
+            );
+            if version == 1 {
+                assert_eq!(a.get_i16(), -1, "no error message");
+            }
+            assert!(a.is_empty(), "CreateTopics v{version}");
+        } else {
+            let mut t = create_topics_request::CreatableTopic::default();
+            t.name = StrBytes::from_string(name.clone()).into();
+            t.num_partitions = 2;
+            t.replication_factor = 1;
+            let mut r = CreateTopicsRequest::default();
+            r.topics = vec![t];
+            r.timeout_ms = 10_000;
+            let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, version, &r).await;
+            assert_eq!(resp.topics[0].error_code, 0, "CreateTopics v{version}");
+        }
+    }
+    for version in 0..=12i16 {
+        let mut r = MetadataRequest::default();
+        r.topics = if version == 0 { Some(vec![]) } else { None };
+        let m: MetadataResponse = c.call(ApiKey::Metadata, version, &r).await;
+        for v in 0..=7 {
+            let name = format!("ct{v}");
+            let t = m
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name));
+            let t = t.unwrap_or_else(|| panic!("Metadata v{version} lacks {name}"));
+            assert_eq!(t.partitions.len(), 2, "Metadata v{version}: {name}");
+        }
+    }
+
+    // DescribeConfigs v0–4: ct0's retention.ms, set at creation.
+    for version in 0..=4i16 {
+        let value = if version == 0 {
+            let body = W::default()
+                .i32(1)
+                .i8(2)
+                .str("ct0")
+                .i32(1)
+                .str("retention.ms");
+            let mut a = legacy_call(&mut c, ApiKey::DescribeConfigs, 0, &body.0).await;
+            let _throttle = a.get_i32();
+            assert_eq!(a.get_i32(), 1);
+            assert_eq!(a.get_i16(), 0, "DescribeConfigs v0 error");
+            let _message = string(&mut a);
+            assert_eq!(
+                (a.get_i8(), string(&mut a), a.get_i32()),
+                (2, "ct0".into(), 1)
+            );
+            assert_eq!(string(&mut a), "retention.ms");
+            let value = string(&mut a);
+            let (_read_only, is_default, _sensitive) = (a.get_u8(), a.get_u8(), a.get_u8());
+            assert_eq!(is_default, 0, "set at creation: not the default");
+            assert!(a.is_empty());
+            value
+        } else {
+            let mut res = describe_configs_request::DescribeConfigsResource::default();
+            res.resource_type = 2;
+            res.resource_name = StrBytes::from_static_str("ct0");
+            res.configuration_keys = Some(vec![StrBytes::from_static_str("retention.ms")]);
+            let mut r = DescribeConfigsRequest::default();
+            r.resources = vec![res];
+            let resp: DescribeConfigsResponse = c.call(ApiKey::DescribeConfigs, version, &r).await;
+            let configs = &resp.results[0].configs;
+            configs[0].value.as_ref().unwrap().to_string()
+        };
+        assert_eq!(value, "60000", "DescribeConfigs v{version}");
+    }
+
+    // ListOffsets v0–8: the latest offset of "old" is 3.
+    for version in 0..=8i16 {
+        let latest = if version == 0 {
+            let body = W::default()
+                .i32(-1)
+                .i32(1)
+                .str("old")
+                .i32(1)
+                .i32(0)
+                .i64(-1)
+                .i32(1);
+            let mut a = legacy_call(&mut c, ApiKey::ListOffsets, 0, &body.0).await;
+            one_topic_one_partition(&mut a, "old");
+            assert_eq!((a.get_i32(), a.get_i16(), a.get_i32()), (0, 0, 1));
+            let latest = a.get_i64();
+            assert!(a.is_empty());
+            latest
+        } else {
+            let mut p = list_offsets_request::ListOffsetsPartition::default();
+            p.timestamp = -1;
+            p.current_leader_epoch = -1;
+            let mut t = list_offsets_request::ListOffsetsTopic::default();
+            t.name = StrBytes::from_static_str("old").into();
+            t.partitions = vec![p];
+            let mut r = ListOffsetsRequest::default();
+            r.replica_id = (-1).into();
+            r.topics = vec![t];
+            let resp: ListOffsetsResponse = c.call(ApiKey::ListOffsets, version, &r).await;
+            let p = &resp.topics[0].partitions[0];
+            assert_eq!(p.error_code, 0, "ListOffsets v{version}");
+            p.offset
+        };
+        assert_eq!(latest, 3, "ListOffsets v{version}");
+    }
+
+    // OffsetForLeaderEpoch v0–1: the end of the current epoch is the log end.
+    let mut all = MetadataRequest::default();
+    all.topics = None;
+    let m: MetadataResponse = c.call(ApiKey::Metadata, 9, &all).await;
+    let epoch = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "old"))
+        .unwrap()
+        .partitions[0]
+        .leader_epoch;
+    for version in 0..=1i16 {
+        let body = W::default().i32(1).str("old").i32(1).i32(0).i32(epoch);
+        let mut a = legacy_call(&mut c, ApiKey::OffsetForLeaderEpoch, version, &body.0).await;
+        one_topic_one_partition(&mut a, "old");
+        assert_eq!(
+            (a.get_i16(), a.get_i32()),
+            (0, 0),
+            "v{version}: error, partition"
+        );
+        if version == 1 {
+            assert_eq!(a.get_i32(), epoch);
+        }
+        assert_eq!(a.get_i64(), 3, "OffsetForLeaderEpoch v{version}");
+        assert!(a.is_empty());
+    }
+
+    // DeleteTopics v0.
+    let body = W::default().i32(1).str("ct0").i32(10_000);
+    let mut a = legacy_call(&mut c, ApiKey::DeleteTopics, 0, &body.0).await;
+    assert_eq!(
+        (a.get_i32(), string(&mut a), a.get_i16()),
+        (1, "ct0".into(), 0)
+    );
+    assert!(a.is_empty());
+}

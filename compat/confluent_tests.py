@@ -2,10 +2,14 @@
 a two-member group that rebalances, offsets resumed after a restart, offsets for
 times, admin, the idempotent producer, a mostly-remote topic read from offset 0."""
 
+import logging
+import re
+import threading
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer,
+                             TopicPartition)
 from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic,
                                    ResourceType)
 
@@ -98,6 +102,116 @@ def group_rebalance(cluster):
     desc = a_admin.describe_consumer_groups([group])[group].result(30)
     assert len(desc.members) == 1, desc
     a.close()
+
+
+class Captured(logging.Handler):
+    """A client's log lines (librdkafka's, through confluent-kafka's `logger`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def consumer_protocol(cluster):
+    """The consumer group protocol (KIP-848, `group.protocol=consumer`): three members
+    share 12 partitions while records flow; a fourth joins and only the three
+    partitions it takes are revoked from the others (no stop-the-world rebalance: the
+    other nine are never revoked); a member leaves and its partitions move; every
+    record produced is read, and the group's offsets are committed (OffsetCommit v9
+    with member epochs). Also Fetch by topic id: librdkafka picks Fetch v13+."""
+    topic, group = "ck-848", f"ck-848-{uuid.uuid4()}"
+    create(cluster, topic, 12)
+    stop, lock = threading.Event(), threading.Lock()
+    produced, consumed = [], set()
+    owned, revoked = {}, {}
+
+    def producing():
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        i = 0
+        while not stop.is_set():
+            p.produce(topic, value=str(i).encode(), partition=i % 12)
+            produced.append(i)
+            i += 1
+            if i % 60 == 0:
+                p.poll(0)
+                time.sleep(0.05)
+        assert p.flush(60) == 0
+
+    # m1 logs its requests, to see the Fetch version it picked.
+    sent = Captured()
+    log = logging.getLogger("ck-848")
+    log.addHandler(sent)
+    log.setLevel(logging.DEBUG)
+
+    def member(name, leave):
+        debug = {"debug": "protocol", "logger": log} if name == "m1" else {}
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                      "auto.commit.interval.ms": 500, **debug})
+        c.subscribe([topic])
+        mine = set()
+        while not leave.is_set():
+            m = c.poll(0.2)
+            now = {tp.partition for tp in c.assignment()}
+            with lock:
+                revoked[name] = revoked.get(name, 0) + len(mine - now)
+                owned[name] = now
+            mine = now
+            if m is None:
+                continue
+            if m.error():
+                raise KafkaException(m.error())
+            with lock:
+                consumed.add(int(m.value()))
+        c.close()
+        with lock:
+            owned.pop(name, None)
+
+    def split(counts):
+        with lock:
+            return sorted(len(p) for p in owned.values()) == counts and \
+                len(set().union(*owned.values())) == 12
+
+    leaves = {f"m{i}": threading.Event() for i in range(4)}
+    threads = [threading.Thread(target=producing)]
+    threads += [threading.Thread(target=member, args=(n, leaves[n])) for n in ["m0", "m1", "m2"]]
+    for t in threads:
+        t.start()
+    try:
+        eventually(lambda: split([4, 4, 4]), timeout=60, what="three members with four each")
+        with lock:
+            before = sum(revoked.values())
+        fourth = threading.Thread(target=member, args=("m3", leaves["m3"]))
+        fourth.start()
+        threads.append(fourth)
+        eventually(lambda: split([3, 3, 3, 3]), timeout=60, what="four members with three each")
+        with lock:
+            moved = sum(revoked.values()) - before
+        assert moved == 3, f"{moved} partitions revoked when a fourth member joined"
+        leaves["m0"].set()
+        eventually(lambda: split([4, 4, 4]), timeout=60, what="m0's partitions moved")
+        time.sleep(1)
+    finally:
+        stop.set()
+        threads[0].join()
+    try:
+        eventually(lambda: consumed.issuperset(produced), timeout=60,
+                   what=f"all {len(produced)} records read")
+    finally:
+        for e in leaves.values():
+            e.set()
+        for t in threads[1:]:
+            t.join()
+    fetches = {m.group(1) for m in map(re.compile(r"Sent FetchRequest \(v(\d+)").search,
+                                            sent.lines) if m}
+    assert fetches and all(int(v) >= 13 for v in fetches), f"Fetch versions: {fetches}"
+    a = admin(cluster)  # kept alive until the answer came
+    offsets = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    committed = offsets[group].result(30).topic_partitions
+    assert sum(tp.offset for tp in committed if tp.offset > 0) == len(produced), committed
 
 
 def commit_phase(cluster, topic="ck-resume", group="ck-resume-g"):

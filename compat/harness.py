@@ -30,6 +30,7 @@ cleaner_backoff_ms = 300
 [groups]
 initial_rebalance_delay_ms = 300
 min_session_timeout_ms = 1000
+consumer_heartbeat_interval_ms = 1000
 
 [cluster]
 lease_ms = 3000

@@ -371,6 +371,15 @@ impl BrokerConfig {
                 "must not exceed groups.max_session_timeout_ms",
             );
         }
+        let g = &self.groups;
+        if g.consumer_heartbeat_interval_ms == 0
+            || g.consumer_heartbeat_interval_ms >= g.consumer_session_timeout_ms
+        {
+            return fail(
+                "groups.consumer_heartbeat_interval_ms",
+                "must be above 0 and below groups.consumer_session_timeout_ms",
+            );
+        }
         if self.cluster.default_replication_factor < 1 {
             return fail("cluster.default_replication_factor", "must be >= 1");
         }

@@ -13,9 +13,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+mod assignor;
+mod consumer;
 mod error;
 mod members;
 
+pub use assignor::Partitions;
+use consumer::ConsumerGroup;
+pub use consumer::*;
 pub use error::*;
 use members::{Group, Member};
 use serde::Deserialize;
@@ -32,6 +37,12 @@ pub struct GroupsSection {
     /// How long the first rebalance of an empty group waits for more members
     /// (`group.initial.rebalance.delay.ms`). Default: 3000 ms.
     pub initial_rebalance_delay_ms: u64,
+    /// How often members of consumer-protocol groups (KIP-848) heartbeat
+    /// (`group.consumer.heartbeat.interval.ms`). Default: 5000 ms.
+    pub consumer_heartbeat_interval_ms: u64,
+    /// How long such a member may go without a heartbeat before it is removed
+    /// (`group.consumer.session.timeout.ms`). Default: 45000 ms.
+    pub consumer_session_timeout_ms: u64,
 }
 
 impl Default for GroupsSection {
@@ -40,6 +51,8 @@ impl Default for GroupsSection {
             min_session_timeout_ms: 6_000,
             max_session_timeout_ms: 1_800_000,
             initial_rebalance_delay_ms: 3_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_session_timeout_ms: 45_000,
         }
     }
 }
@@ -50,6 +63,8 @@ pub enum GroupState {
     PreparingRebalance,
     CompletingRebalance,
     Stable,
+    /// A consumer-protocol group whose members are moving to their target.
+    Reconciling,
 }
 
 impl GroupState {
@@ -59,6 +74,7 @@ impl GroupState {
             GroupState::PreparingRebalance => "PreparingRebalance",
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
+            GroupState::Reconciling => "Reconciling",
         }
     }
 }
@@ -134,7 +150,10 @@ pub enum CommitAuthority {
 
 pub struct Coordinator {
     config: GroupsSection,
+    /// Classic groups. Lock order: these, then consumer groups.
     groups: Mutex<HashMap<String, Group>>,
+    /// Consumer-protocol groups (KIP-848).
+    consumer: Mutex<HashMap<String, ConsumerGroup>>,
 }
 
 impl Coordinator {
@@ -142,11 +161,16 @@ impl Coordinator {
         Self {
             config,
             groups: Mutex::new(HashMap::new()),
+            consumer: Mutex::new(HashMap::new()),
         }
     }
 
     fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn consumer_groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConsumerGroup>> {
+        self.consumer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn initial_delay(&self) -> Duration {
@@ -177,6 +201,18 @@ impl Coordinator {
         }
         let now = Instant::now();
         let mut groups = self.groups();
+        {
+            let mut consumer = self.consumer_groups();
+            if let Some(g) = consumer.get(&req.group) {
+                if !g.is_empty() {
+                    return Err(GroupError::InconsistentProtocol(format!(
+                        "group '{}' is a consumer-protocol group with members",
+                        req.group
+                    )));
+                }
+                consumer.remove(&req.group);
+            }
+        }
         let group = groups
             .entry(req.group.clone())
             .or_insert_with(|| Group::new(now));
@@ -293,7 +329,10 @@ impl Coordinator {
         group.check_generation(group_id, generation)?;
         let (tx, rx) = oneshot::channel();
         match group.state {
-            GroupState::Empty => return Err(unknown_member(group_id, member_id)),
+            // (A classic group is never Reconciling.)
+            GroupState::Empty | GroupState::Reconciling => {
+                return Err(unknown_member(group_id, member_id));
+            }
             GroupState::PreparingRebalance => {
                 return Err(GroupError::RebalanceInProgress(group_id.to_string()));
             }
@@ -382,6 +421,9 @@ impl Coordinator {
         member_id: &str,
     ) -> Result<CommitAuthority, GroupError> {
         validate_group_id(group_id)?;
+        if let Some(authority) = self.authorize_consumer_commit(group_id, generation, member_id) {
+            return authority;
+        }
         let mut groups = self.groups();
         let group = groups.get_mut(group_id);
         if generation < 0 && member_id.is_empty() {
@@ -402,6 +444,28 @@ impl Coordinator {
     }
 
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        if let Some(c) = self.describe_consumer_group(group_id) {
+            let (state, _, epoch, _) = self.consumer_summary(group_id)?;
+            return Some(GroupDescription {
+                state,
+                protocol_type: "consumer".into(),
+                protocol: c.assignor,
+                generation: epoch,
+                leader: String::new(),
+                members: c
+                    .members
+                    .into_iter()
+                    .map(|m| MemberDescription {
+                        member_id: m.member_id,
+                        group_instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        metadata: Bytes::new(),
+                        assignment: Bytes::new(),
+                    })
+                    .collect(),
+            });
+        }
         let groups = self.groups();
         let g = groups.get(group_id)?;
         Some(GroupDescription {
@@ -442,12 +506,32 @@ impl Coordinator {
                 protocol_type: g.protocol_type.clone(),
             })
             .collect();
+        for id in self.consumer_group_ids() {
+            if let Some((state, members, _, _)) = self.consumer_summary(&id) {
+                out.push(GroupSummary {
+                    group: id,
+                    state,
+                    members,
+                    protocol_type: "consumer".into(),
+                });
+            }
+        }
         out.sort_by(|a, b| a.group.cmp(&b.group));
         out
     }
 
     /// Forgets an empty group; refuses one with members.
     pub fn remove_if_empty(&self, group_id: &str) -> Result<bool, GroupError> {
+        {
+            let mut consumer = self.consumer_groups();
+            if let Some(g) = consumer.get(group_id) {
+                if !g.is_empty() {
+                    return Err(GroupError::NonEmptyGroup(group_id.to_string()));
+                }
+                consumer.remove(group_id);
+                return Ok(true);
+            }
+        }
         let mut groups = self.groups();
         match groups.get(group_id) {
             Some(g) if !g.members.is_empty() => {
@@ -466,6 +550,7 @@ impl Coordinator {
     /// members find the new coordinator and join there).
     pub fn tick(&self, still_mine: impl Fn(&str) -> bool) {
         let now = Instant::now();
+        self.tick_consumer_groups(now, &still_mine);
         let delay = self.initial_delay();
         let mut groups = self.groups();
         groups.retain(|id, g| {

@@ -92,7 +92,7 @@ pub fn parse(mut frame: Bytes) -> Result<Frame, FrameError> {
     let kind = if crate::legacy::is_legacy(api, version) {
         crate::legacy::decode(api, version, frame)
     } else {
-        RequestKind::decode(api, &mut frame, version).map_err(anyhow::Error::from)
+        RequestKind::decode(api, &mut frame, version)
     }
     .map_err(|e| malformed(api, version, e))?;
     let body = Box::new(kind);

@@ -299,6 +299,8 @@ fn empty(api: ApiKey) -> RequestKind {
         ApiKey::ListPartitionReassignments => {
             RequestKind::ListPartitionReassignments(Default::default())
         }
+        ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(Default::default()),
+        ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
         other => panic!("{other:?} is not served; add it here"),
     }
 }

@@ -3,6 +3,7 @@
 
 mod acls;
 mod admin;
+mod consumer_groups;
 mod data;
 mod fetch;
 mod groups;
@@ -102,6 +103,12 @@ pub fn handle(
             RequestKind::OffsetCommit(r) => enc(api, v, id, groups::offset_commit(s, ctx, r).await),
             RequestKind::OffsetFetch(r) => {
                 enc(api, v, id, groups::offset_fetch(s, ctx, r, v).await)
+            }
+            RequestKind::ConsumerGroupHeartbeat(r) => {
+                enc(api, v, id, consumer_groups::heartbeat(s, ctx, r).await)
+            }
+            RequestKind::ConsumerGroupDescribe(r) => {
+                enc(api, v, id, consumer_groups::describe(s, ctx, r).await)
             }
             RequestKind::OffsetDelete(r) => enc(api, v, id, groups::offset_delete(s, ctx, r).await),
             RequestKind::ListGroups(r) => enc(api, v, id, groups::list(s, ctx, r).await),

@@ -100,7 +100,7 @@ pub fn decode(api: ApiKey, version: i16, body: Bytes) -> anyhow::Result<RequestK
     let as_codec = |extra: &[u8], v: i16| -> anyhow::Result<RequestKind> {
         let mut b = BytesMut::from(&body[..]);
         b.put_slice(extra);
-        Ok(RequestKind::decode(api, &mut b.freeze(), v)?)
+        RequestKind::decode(api, &mut b.freeze(), v)
     };
     let mut r = Reader(body.clone());
     let kind = match api {

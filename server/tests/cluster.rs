@@ -168,10 +168,10 @@ impl Cluster {
             let c = Client::connect(&broker.address()).await.unwrap();
             loop {
                 let known = c.describe_topic(TOPIC).await;
-                if let Ok(t) = &known {
-                    if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader > 0) {
-                        break;
-                    }
+                if known.as_ref().is_ok_and(|t| {
+                    !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader > 0)
+                }) {
+                    break;
                 }
                 assert!(
                     Instant::now() < deadline,

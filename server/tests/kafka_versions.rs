@@ -7,8 +7,8 @@
 
 mod common;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use common::wire::Conn;
+use bytes::Buf;
+use common::wire::{Conn, W, legacy_call, one_topic_one_partition, string};
 use common::{Broker, free_port};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -194,79 +194,6 @@ async fn an_incremental_fetch_session_answers_only_news() {
     assert_eq!(f.responses[0].topic.0.as_str(), "sa");
     // Offset 0 is still the session's fetch offset: both records.
     assert_eq!(values(&f.responses[0].partitions[0]), ["a1", "a2"]);
-}
-
-/// A request frame (without its length) in request header v1, as every version read
-/// by hand uses.
-fn legacy_frame(api: ApiKey, version: i16, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&(api as i16).to_be_bytes());
-    f.extend_from_slice(&version.to_be_bytes());
-    f.extend_from_slice(&9i32.to_be_bytes());
-    f.extend_from_slice(&6i16.to_be_bytes());
-    f.extend_from_slice(b"legacy");
-    f.extend_from_slice(body);
-    f
-}
-
-/// Sends a hand-written request and returns its answer's body (after the
-/// correlation id).
-async fn legacy_call(c: &mut Conn, api: ApiKey, version: i16, body: &[u8]) -> Bytes {
-    c.send_raw(&legacy_frame(api, version, body)).await;
-    let mut answer = c
-        .recv()
-        .await
-        .unwrap_or_else(|| panic!("{api:?} v{version}: the connection was closed"));
-    assert_eq!(answer.get_i32(), 9, "{api:?} v{version}: correlation id");
-    answer
-}
-
-/// A body being written by hand.
-#[derive(Default)]
-struct W(BytesMut);
-
-impl W {
-    fn i8(mut self, v: i8) -> Self {
-        self.0.put_i8(v);
-        self
-    }
-    fn i16(mut self, v: i16) -> Self {
-        self.0.put_i16(v);
-        self
-    }
-    fn i32(mut self, v: i32) -> Self {
-        self.0.put_i32(v);
-        self
-    }
-    fn i64(mut self, v: i64) -> Self {
-        self.0.put_i64(v);
-        self
-    }
-    fn str(mut self, s: &str) -> Self {
-        self.0.put_i16(s.len() as i16);
-        self.0.put_slice(s.as_bytes());
-        self
-    }
-    fn bytes(mut self, b: &[u8]) -> Self {
-        self.0.put_i32(b.len() as i32);
-        self.0.put_slice(b);
-        self
-    }
-}
-
-/// An answer's start: one topic, `topic`, with one partition.
-fn one_topic_one_partition(a: &mut Bytes, topic: &str) {
-    assert_eq!(a.get_i32(), 1, "one topic");
-    assert_eq!(string(a), topic);
-    assert_eq!(a.get_i32(), 1, "one partition");
-}
-
-fn string(b: &mut Bytes) -> String {
-    let n = b.get_i16();
-    if n < 0 {
-        return String::new();
-    }
-    String::from_utf8(b.split_to(n as usize).to_vec()).unwrap()
 }
 
 /// Values of a message set (magic 0 or 1), through the broker's own converter (its
@@ -656,4 +583,178 @@ async fn every_version_of_the_admin_and_offset_apis_answers() {
         (1, "ct0".into(), 0)
     );
     assert!(a.is_empty());
+}
+
+/// A ConsumerGroupHeartbeat of member `id` at `epoch` (0: join, subscribing to `cg`).
+fn beat(
+    id: &str,
+    epoch: i32,
+    owned: Option<&[i32]>,
+    topic: uuid::Uuid,
+) -> ConsumerGroupHeartbeatRequest {
+    let mut r = ConsumerGroupHeartbeatRequest::default();
+    r.group_id = StrBytes::from_static_str("kip848").into();
+    r.member_id = StrBytes::from_string(id.into());
+    r.member_epoch = epoch;
+    r.rebalance_timeout_ms = if epoch == 0 { 30_000 } else { -1 };
+    if epoch == 0 {
+        r.subscribed_topic_names = Some(vec![StrBytes::from_static_str("cg").into()]);
+    }
+    r.topic_partitions = owned.map(|ps| {
+        let mut tp = consumer_group_heartbeat_request::TopicPartitions::default();
+        tp.topic_id = topic;
+        tp.partitions = ps.to_vec();
+        vec![tp]
+    });
+    r
+}
+
+/// The partitions of an assignment (of the one topic), if it came.
+fn assigned(r: &ConsumerGroupHeartbeatResponse, topic: uuid::Uuid) -> Option<Vec<i32>> {
+    let a = r.assignment.as_ref()?;
+    assert!(a.topic_partitions.iter().all(|tp| tp.topic_id == topic));
+    Some(
+        a.topic_partitions
+            .iter()
+            .flat_map(|tp| tp.partitions.clone())
+            .collect(),
+    )
+}
+
+/// The consumer group protocol (KIP-848) on the wire: a member joins and gets every
+/// partition by topic id; a second joins and gets its half only once the first has
+/// given it up; commits carry member epochs (a stale one is STALE_MEMBER_EPOCH);
+/// ConsumerGroupDescribe shows both; a classic JoinGroup is refused while the group
+/// has members; when the first leaves, the second takes everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_group_heartbeats_assign_incrementally_by_topic_id() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&["--kafka-listen", &addr]).await;
+    let mut c = Conn::connect(&addr).await;
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = StrBytes::from_static_str("cg").into();
+    t.num_partitions = 4;
+    t.replication_factor = 1;
+    let mut r = CreateTopicsRequest::default();
+    r.topics = vec![t];
+    r.timeout_ms = 10_000;
+    let created: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &r).await;
+    let topic = created.topics[0].topic_id;
+    create(&mut c, "cg").await;
+
+    let v = 1;
+    let a: ConsumerGroupHeartbeatResponse = c
+        .call(ApiKey::ConsumerGroupHeartbeat, v, &beat("", 0, None, topic))
+        .await;
+    assert_eq!(a.error_code, 0, "{a:?}");
+    let a_id = a.member_id.clone().unwrap().to_string();
+    assert_eq!(assigned(&a, topic), Some(vec![0, 1, 2, 3]));
+    let a_epoch = a.member_epoch;
+
+    let b: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat("member-b", 0, None, topic),
+        )
+        .await;
+    assert_eq!(
+        (b.error_code, b.member_id.as_deref()),
+        (0, Some("member-b"))
+    );
+    assert_eq!(assigned(&b, topic), Some(vec![]), "nothing is free yet");
+    // A gives up two partitions (at its epoch), says so, and moves to the new epoch.
+    let owned = [0, 1, 2, 3];
+    let r: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat(&a_id, a_epoch, Some(&owned), topic),
+        )
+        .await;
+    let kept = assigned(&r, topic).unwrap();
+    assert_eq!((kept.len(), r.member_epoch), (2, a_epoch));
+    let r: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat(&a_id, a_epoch, Some(&kept), topic),
+        )
+        .await;
+    assert!(r.member_epoch > a_epoch);
+    let a_epoch = r.member_epoch;
+    let r: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat("member-b", b.member_epoch, Some(&[]), topic),
+        )
+        .await;
+    let theirs = assigned(&r, topic).unwrap();
+    assert_eq!(theirs.len(), 2);
+    assert!(theirs.iter().all(|p| !kept.contains(p)));
+
+    // Commits: at the member's epoch; an older one is refused.
+    for (epoch, want) in [
+        (a_epoch, 0),
+        (a_epoch - 1, ErrorCode::StaleMemberEpoch as i16),
+    ] {
+        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+        p.partition_index = kept[0];
+        p.committed_offset = 0;
+        let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+        t.name = StrBytes::from_static_str("cg").into();
+        t.partitions = vec![p];
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = StrBytes::from_static_str("kip848").into();
+        r.generation_id_or_member_epoch = epoch;
+        r.member_id = StrBytes::from_string(a_id.clone());
+        r.topics = vec![t];
+        let resp: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 9, &r).await;
+        assert_eq!(
+            resp.topics[0].partitions[0].error_code, want,
+            "epoch {epoch}"
+        );
+    }
+
+    let mut d = ConsumerGroupDescribeRequest::default();
+    d.group_ids = vec![StrBytes::from_static_str("kip848").into()];
+    let d: ConsumerGroupDescribeResponse = c.call(ApiKey::ConsumerGroupDescribe, 0, &d).await;
+    let g = &d.groups[0];
+    assert_eq!(
+        (g.error_code, g.group_state.as_str(), g.members.len()),
+        (0, "Stable", 2)
+    );
+    let names = &g.members[0].assignment.topic_partitions[0].topic_name;
+    assert_eq!(names.0.as_str(), "cg");
+
+    let mut j = JoinGroupRequest::default();
+    j.group_id = StrBytes::from_static_str("kip848").into();
+    j.session_timeout_ms = 10_000;
+    j.rebalance_timeout_ms = 10_000;
+    j.protocol_type = StrBytes::from_static_str("consumer");
+    let mut proto = join_group_request::JoinGroupRequestProtocol::default();
+    proto.name = StrBytes::from_static_str("range");
+    j.protocols = vec![proto];
+    let j: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &j).await;
+    assert_eq!(j.error_code, ErrorCode::InconsistentGroupProtocol as i16);
+
+    let left: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat(&a_id, -1, None, topic),
+        )
+        .await;
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    let r: ConsumerGroupHeartbeatResponse = c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            &beat("member-b", r.member_epoch, Some(&theirs), topic),
+        )
+        .await;
+    let mut all = assigned(&r, topic).unwrap();
+    all.sort();
+    assert_eq!(all, [0, 1, 2, 3]);
 }

@@ -5,9 +5,11 @@ use bytes::Bytes;
 
 use super::{BrokerEndpoint, Keyed, RequestContext, Service};
 use shale_broker::error::{Error, Result};
+use std::collections::HashMap;
+
 use shale_broker::groups::{
-    Committed, GroupDescription, GroupError, GroupListing, GroupState, JoinRequest, JoinResult,
-    OffsetCommit,
+    Committed, ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult,
+    GroupDescription, GroupError, GroupListing, GroupState, JoinRequest, JoinResult, OffsetCommit,
 };
 use shale_security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
@@ -96,6 +98,55 @@ impl Service {
             }
             .await;
             self.counted(joined)
+        })
+        .await
+    }
+
+    /// A ConsumerGroupHeartbeat (KIP-848): joins, leaves, or keeps a member of a
+    /// consumer-protocol group; answers with its epoch and, when they changed, its
+    /// partitions. The member's host is the peer's address.
+    pub async fn consumer_group_heartbeat(
+        &self,
+        ctx: &RequestContext,
+        mut req: ConsumerHeartbeat,
+    ) -> Result<ConsumerHeartbeatResult> {
+        self.call(ctx, "ConsumerGroupHeartbeat", async {
+            if let Some(peer) = ctx.peer {
+                req.client_host = peer.ip().to_string();
+            }
+            let beat = (|| {
+                self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
+                self.broker.ensure_coordinator(&req.group)?;
+                let topics: HashMap<String, (uuid::Uuid, i32)> = self
+                    .broker
+                    .topics_snapshot()
+                    .iter()
+                    .map(|t| (t.meta.name.clone(), (t.meta.id, t.meta.partitions)))
+                    .collect();
+                let groups = self.broker.coordinators().groups();
+                Ok(groups.consumer_heartbeat(req, |name| topics.get(name).copied())?)
+            })();
+            self.counted(beat)
+        })
+        .await
+    }
+
+    /// A consumer-protocol group as ConsumerGroupDescribe shows it.
+    pub async fn describe_consumer_group(
+        &self,
+        ctx: &RequestContext,
+        group: &str,
+    ) -> Result<ConsumerGroupDescription> {
+        self.call(ctx, "ConsumerGroupDescribe", async {
+            let found = (|| {
+                self.authorize(ctx, Operation::Describe, ResourceType::Group, group)?;
+                self.broker.ensure_coordinator(group)?;
+                let groups = self.broker.coordinators().groups();
+                groups
+                    .describe_consumer_group(group)
+                    .ok_or_else(|| GroupError::GroupNotFound(group.to_string()).into())
+            })();
+            self.counted(found)
         })
         .await
     }

@@ -49,6 +49,29 @@ pub enum GroupError {
         member: String,
         instance: String,
     },
+    /// A consumer-protocol member (KIP-848) at an epoch the group left behind.
+    #[error("member '{member}' of group '{group}' is at epoch {sent}, not {current}: join again")]
+    FencedMemberEpoch {
+        group: String,
+        member: String,
+        sent: i32,
+        current: i32,
+    },
+    /// A commit from a consumer-protocol member at an older epoch than its own.
+    #[error("member '{member}' of group '{group}' committed at epoch {sent}; it is at {current}")]
+    StaleMemberEpoch {
+        group: String,
+        member: String,
+        sent: i32,
+        current: i32,
+    },
+    #[error("assignor '{0}' is not one of this broker's (uniform, range)")]
+    UnsupportedAssignor(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A consumer-protocol member asking to join a classic group with members.
+    #[error("group '{0}' is a classic group with members, not a consumer group")]
+    NotConsumerGroup(String),
 }
 
 impl GroupError {
@@ -68,6 +91,11 @@ impl GroupError {
             MetadataTooLarge(_) => ErrorCode::OffsetMetadataTooLarge,
             MemberIdRequired(_) => ErrorCode::MemberIdRequired,
             FencedInstance { .. } => ErrorCode::FencedInstanceId,
+            FencedMemberEpoch { .. } => ErrorCode::FencedMemberEpoch,
+            StaleMemberEpoch { .. } => ErrorCode::StaleMemberEpoch,
+            UnsupportedAssignor(_) => ErrorCode::UnsupportedAssignor,
+            InvalidRequest(_) => ErrorCode::InvalidRequest,
+            NotConsumerGroup(_) => ErrorCode::GroupIdNotFound,
         }
     }
 }

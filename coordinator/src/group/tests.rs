@@ -6,6 +6,7 @@ fn coordinator(delay_ms: u64) -> Coordinator {
         min_session_timeout_ms: 10,
         max_session_timeout_ms: 60_000,
         initial_rebalance_delay_ms: delay_ms,
+        ..GroupsSection::default()
     })
 }
 

@@ -17,13 +17,30 @@ pub async fn metadata(
     version: i16,
 ) -> MetadataResponse {
     // v0: an empty list means every topic; v1+: null means every topic, and an
-    // empty list none. Topics named only by id (v10+) are not looked up.
+    // empty list none. A topic named only by its id (v10+; consumers of the consumer
+    // group protocol learn their topics by id) is looked up by it.
+    let ids: Vec<uuid::Uuid> = r
+        .topics
+        .iter()
+        .flatten()
+        .filter(|t| t.name.is_none())
+        .map(|t| t.topic_id)
+        .collect();
+    let names = s.topic_names(&ids);
+    let mut unknown_ids = Vec::new();
     let wanted: Option<Vec<String>> = match r.topics {
         Some(topics) if version == 0 && topics.is_empty() => None,
         Some(topics) => Some(
             topics
                 .into_iter()
-                .map(|t| t.name.map_or_else(String::new, |n| n.0.to_string()))
+                .filter_map(|t| match (t.name, names.get(&t.topic_id)) {
+                    (Some(n), _) => Some(n.0.to_string()),
+                    (None, Some(n)) => Some(n.clone()),
+                    (None, None) => {
+                        unknown_ids.push(t.topic_id);
+                        None
+                    }
+                })
                 .collect(),
         ),
         None => None,
@@ -79,6 +96,12 @@ pub async fn metadata(
             out
         })
         .collect();
+    for id in unknown_ids {
+        let mut out = MetadataResponseTopic::default();
+        out.error_code = ErrorCode::UnknownTopicId as i16;
+        out.topic_id = id;
+        resp.topics.push(out);
+    }
     resp
 }
 

@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -122,4 +122,80 @@ impl Conn {
     pub(crate) async fn closed(&mut self) -> bool {
         self.recv().await.is_none()
     }
+}
+
+// Requests and answers written and read by hand (the versions the codec no longer
+// speaks).
+
+/// A request frame (without its length) in request header v1, as every version read
+/// by hand uses.
+pub(crate) fn legacy_frame(api: ApiKey, version: i16, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&(api as i16).to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
+    f.extend_from_slice(&9i32.to_be_bytes());
+    f.extend_from_slice(&6i16.to_be_bytes());
+    f.extend_from_slice(b"legacy");
+    f.extend_from_slice(body);
+    f
+}
+
+/// Sends a hand-written request and returns its answer's body (after the
+/// correlation id).
+pub(crate) async fn legacy_call(c: &mut Conn, api: ApiKey, version: i16, body: &[u8]) -> Bytes {
+    c.send_raw(&legacy_frame(api, version, body)).await;
+    let mut answer = c
+        .recv()
+        .await
+        .unwrap_or_else(|| panic!("{api:?} v{version}: the connection was closed"));
+    assert_eq!(answer.get_i32(), 9, "{api:?} v{version}: correlation id");
+    answer
+}
+
+/// A body being written by hand.
+#[derive(Default)]
+pub(crate) struct W(pub(crate) BytesMut);
+
+impl W {
+    pub(crate) fn i8(mut self, v: i8) -> Self {
+        self.0.put_i8(v);
+        self
+    }
+    pub(crate) fn i16(mut self, v: i16) -> Self {
+        self.0.put_i16(v);
+        self
+    }
+    pub(crate) fn i32(mut self, v: i32) -> Self {
+        self.0.put_i32(v);
+        self
+    }
+    pub(crate) fn i64(mut self, v: i64) -> Self {
+        self.0.put_i64(v);
+        self
+    }
+    pub(crate) fn str(mut self, s: &str) -> Self {
+        self.0.put_i16(s.len() as i16);
+        self.0.put_slice(s.as_bytes());
+        self
+    }
+    pub(crate) fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.put_i32(b.len() as i32);
+        self.0.put_slice(b);
+        self
+    }
+}
+
+/// An answer's start: one topic, `topic`, with one partition.
+pub(crate) fn one_topic_one_partition(a: &mut Bytes, topic: &str) {
+    assert_eq!(a.get_i32(), 1, "one topic");
+    assert_eq!(string(a), topic);
+    assert_eq!(a.get_i32(), 1, "one partition");
+}
+
+pub(crate) fn string(b: &mut Bytes) -> String {
+    let n = b.get_i16();
+    if n < 0 {
+        return String::new();
+    }
+    String::from_utf8(b.split_to(n as usize).to_vec()).unwrap()
 }

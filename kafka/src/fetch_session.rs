@@ -3,10 +3,14 @@
 //! changed (and those it forgets), and the answers hold only the partitions with
 //! something new: records, an error, or a changed high watermark or log start.
 //!
-//! Each connection holds at most one session, so a session's memory is bounded by
-//! one request and goes with the connection. A client that reconnects is told its
-//! session is gone (FETCH_SESSION_ID_NOT_FOUND) and starts a new one with a full
-//! request, as Kafka's clients do when a broker evicts theirs.
+//! Each connection holds at most one session, of at most [`MAX_SESSION_PARTITIONS`]
+//! partitions (a full request with more is answered without a session, and an
+//! incremental one that would pass it ends the session), and the session goes with
+//! the connection. A client that reconnects is told its session is gone
+//! (FETCH_SESSION_ID_NOT_FOUND) and starts a new one with a full request, as Kafka's
+//! clients do when a broker evicts theirs. Partitions that returned records move to
+//! the end of the session's order, so a response's byte limit does not starve the
+//! partitions behind them.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -15,9 +19,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use indexmap::IndexMap;
 use shale_records::ErrorCode;
 
-/// A partition in a fetch: topic id (nil before v13), topic name (empty for an id
-/// this broker does not know), partition.
+/// A partition in a fetch: topic id and partition from v13 (the name is empty, and
+/// looked up at every request), topic name and partition before (the id is nil).
 pub type Key = (uuid::Uuid, String, i32);
+
+/// Most partitions one session holds.
+pub const MAX_SESSION_PARTITIONS: usize = 10_000;
 
 /// What the client asked for a partition.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,6 +112,8 @@ impl FetchSessions {
     /// Applies a request to the session: what to read and how to answer.
     pub fn plan(&self, req: Request) -> Plan {
         let mut slot = self.session.lock().unwrap();
+        // A partition named twice is read once, as the last naming asks.
+        let asked: IndexMap<Key, Wanted> = req.partitions.into_iter().collect();
         match req.epoch {
             FINAL_EPOCH => {
                 // Sessionless, closing the session named if there is one.
@@ -113,7 +122,14 @@ impl FetchSessions {
                 }
                 Plan::Full {
                     session_id: 0,
-                    partitions: req.partitions,
+                    partitions: asked.into_iter().collect(),
+                }
+            }
+            INITIAL_EPOCH if asked.len() > MAX_SESSION_PARTITIONS => {
+                *slot = None;
+                Plan::Full {
+                    session_id: 0,
+                    partitions: asked.into_iter().collect(),
                 }
             }
             INITIAL_EPOCH => {
@@ -121,15 +137,11 @@ impl FetchSessions {
                 *slot = Some(Session {
                     id,
                     epoch: 1,
-                    partitions: req
-                        .partitions
-                        .iter()
-                        .map(|(k, w)| (k.clone(), (*w, None)))
-                        .collect(),
+                    partitions: asked.iter().map(|(k, w)| (k.clone(), (*w, None))).collect(),
                 });
                 Plan::Full {
                     session_id: id,
-                    partitions: req.partitions,
+                    partitions: asked.into_iter().collect(),
                 }
             }
             epoch => {
@@ -144,8 +156,12 @@ impl FetchSessions {
                     let forgotten: HashSet<&Key> = req.forgotten.iter().collect();
                     s.partitions.retain(|k, _| !forgotten.contains(k));
                 }
-                for (key, wanted) in req.partitions {
+                for (key, wanted) in asked {
                     s.partitions.entry(key).or_insert((wanted, None)).0 = wanted;
+                }
+                if s.partitions.len() > MAX_SESSION_PARTITIONS {
+                    *slot = None;
+                    return Plan::Refuse(ErrorCode::FetchSessionIdNotFound);
                 }
                 Plan::Incremental {
                     session_id: s.id,
@@ -178,6 +194,12 @@ impl FetchSessions {
             || outcome.preferred_read_replica >= 0
             || *told != Some(now);
         *told = Some(now);
+        if outcome.has_records {
+            // To the back of the queue: the next response starts with the others.
+            if let Some((k, v)) = s.partitions.shift_remove_entry(key) {
+                s.partitions.insert(k, v);
+            }
+        }
         news
     }
 }
@@ -244,6 +266,28 @@ mod tests {
         let mut err = outcome(11, false);
         err.error_code = ErrorCode::NotLeaderOrFollower as i16;
         assert!(s.news(session_id, &key(1), &err), "errors are always news");
+    }
+
+    #[test]
+    fn partitions_with_records_move_to_the_back_and_sessions_are_bounded() {
+        let s = FetchSessions::default();
+        let Plan::Full { session_id, .. } = s.plan(request(0, 0, &[(0, 0), (1, 0), (1, 5)], &[]))
+        else {
+            panic!()
+        };
+        assert!(s.news(session_id, &key(0), &outcome(10, true)));
+        let Plan::Incremental { partitions, .. } = s.plan(request(session_id, 1, &[], &[])) else {
+            panic!()
+        };
+        // Partition 1 once (as last asked), then 0, which returned records.
+        assert_eq!(partitions, vec![(key(1), wanted(5)), (key(0), wanted(0))]);
+        let many: Vec<(i32, i64)> = (0..=MAX_SESSION_PARTITIONS as i32)
+            .map(|p| (p, 0))
+            .collect();
+        assert!(matches!(
+            s.plan(request(0, 0, &many, &[])),
+            Plan::Full { session_id: 0, .. }
+        ));
     }
 
     #[test]

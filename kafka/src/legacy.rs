@@ -349,9 +349,14 @@ impl Writer {
     pub fn count(&mut self, n: usize) -> &mut Self {
         self.i32(n as i32)
     }
+    /// A string, cut at 32,767 bytes (the longest the old layouts can say).
     pub fn string(&mut self, s: &str) -> &mut Self {
-        self.0.put_i16(s.len() as i16);
-        self.0.put_slice(s.as_bytes());
+        let mut end = s.len().min(i16::MAX as usize);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.0.put_i16(end as i16);
+        self.0.put_slice(&s.as_bytes()[..end]);
         self
     }
     pub fn nullable_string(&mut self, s: Option<&str>) -> &mut Self {

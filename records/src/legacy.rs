@@ -14,6 +14,9 @@ use crate::batch::{BatchError, BatchHeader, Compression};
 use crate::compression::decompress;
 use crate::record::{BatchBuilder, Record, decode_records};
 
+/// Most bytes a produced message set may decompress to, all wrappers together.
+pub const MAX_SET_DECOMPRESSED: usize = 64 << 20;
+
 /// Magic 0 and 1 messages before the key: CRC, magic, attributes.
 const MESSAGE_HEADER: usize = 4 + 1 + 1;
 /// Timestamp of magic 0 messages, converted up: none.
@@ -41,7 +44,8 @@ fn codec(attributes: i8) -> Result<Compression, BatchError> {
 /// or 1, or an empty set is an error: nothing of the set is kept.
 pub fn to_batch(set: &[u8], now_ms: i64) -> Result<(Bytes, usize), BatchError> {
     let mut records = Vec::new();
-    read_set(set, now_ms, &mut records, 0)?;
+    let mut budget = MAX_SET_DECOMPRESSED;
+    read_set(set, now_ms, &mut records, 0, &mut budget)?;
     if records.is_empty() {
         return Err(invalid("an empty message set"));
     }
@@ -50,6 +54,14 @@ pub fn to_batch(set: &[u8], now_ms: i64) -> Result<(Bytes, usize), BatchError> {
         .map(|r| r.timestamp)
         .min()
         .unwrap_or(NO_TIMESTAMP);
+    let max = records
+        .iter()
+        .map(|r| r.timestamp)
+        .max()
+        .unwrap_or(NO_TIMESTAMP);
+    if max.checked_sub(base).is_none() {
+        return Err(invalid("timestamps too far apart for one batch"));
+    }
     let mut b = BatchBuilder::new(base);
     let n = records.len();
     for r in records {
@@ -63,6 +75,7 @@ fn read_set(
     now_ms: i64,
     out: &mut Vec<Record>,
     depth: u8,
+    budget: &mut usize,
 ) -> Result<(), BatchError> {
     while !set.is_empty() {
         if set.len() < 12 {
@@ -95,6 +108,9 @@ fn read_set(
             _ if m.len() >= 8 => m.get_i64(),
             _ => return Err(invalid("a truncated message")),
         };
+        if timestamp < NO_TIMESTAMP {
+            return Err(invalid("a timestamp below -1"));
+        }
         let key = bytes(&mut m)?;
         let value = bytes(&mut m)?;
         if !m.is_empty() {
@@ -114,8 +130,11 @@ fn read_set(
                     return Err(invalid("a compressed message inside a compressed one"));
                 }
                 let inner = decompress(c, value.unwrap_or_default())?;
+                *budget = budget.checked_sub(inner.len()).ok_or(invalid(
+                    "a message set that decompresses to more than 64 MiB",
+                ))?;
                 let from = out.len();
-                read_set(&inner, now_ms, out, depth + 1)?;
+                read_set(&inner, now_ms, out, depth + 1, budget)?;
                 if log_append {
                     for r in &mut out[from..] {
                         r.timestamp = now_ms;
@@ -306,6 +325,20 @@ mod tests {
             Err(BatchError::UnsupportedMagic(2))
         ));
         assert!(to_batch(&[], 0).is_err(), "empty");
+        // A timestamp below -1; a set that decompresses past the limit.
+        let mut early = rec(None, Some("x"), 1);
+        early.timestamp = -5;
+        assert!(to_batch(&set(1, &[early]), 0).is_err());
+        let bomb_value = vec![0u8; MAX_SET_DECOMPRESSED];
+        let mut bomb = rec(None, None, 1);
+        bomb.value = Some(Bytes::from(bomb_value));
+        let mut inner_big = BytesMut::new();
+        put_message(&mut inner_big, 1, false, &bomb);
+        let wrapper = wrapped(1, Compression::Gzip, 1, &inner_big);
+        assert!(
+            to_batch(&wrapper, 0).is_err(),
+            "over the decompression limit"
+        );
         let zstd = wrapped(1, Compression::Zstd, 4, &inner);
         assert!(matches!(
             to_batch(&zstd, 0),

@@ -162,9 +162,19 @@ async fn an_incremental_fetch_session_answers_only_news() {
     let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 2)).await;
     assert_eq!(answered(&f), [(b, 0, vec!["b2".to_string()])]);
     assert_eq!(f.responses[0].partitions[0].high_watermark, 2);
+    // sa forgotten (by id): its next record is not read, sb's is.
+    produce(&mut c, "sa", &["a-x"]).await;
+    produce(&mut c, "sb", &["b3"]).await;
+    let mut forget = by_id(&[(b, 2)], session, 3);
+    let mut gone = fetch_request::ForgottenTopic::default();
+    gone.topic_id = a;
+    gone.partitions = vec![0];
+    forget.forgotten_topics_data = vec![gone];
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &forget).await;
+    assert_eq!(answered(&f), [(b, 0, vec!["b3".to_string()])]);
 
     // The same epoch again, and a session that does not exist.
-    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 2)).await;
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 3)).await;
     assert_eq!(
         (f.error_code, f.responses.len()),
         (ErrorCode::InvalidFetchSessionEpoch as i16, 0)
@@ -178,22 +188,23 @@ async fn an_incremental_fetch_session_answers_only_news() {
         .call(ApiKey::Fetch, 13, &by_id(&[(a, 0)], session, -1))
         .await;
     assert_eq!((f.error_code, f.session_id), (0, 0));
-    assert_eq!(answered(&f), [(a, 0, vec!["a1".to_string()])]);
-    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 3)).await;
+    let a1x = vec!["a1".to_string(), "a-x".to_string()];
+    assert_eq!(answered(&f), [(a, 0, a1x.clone())]);
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &by_id(&[], session, 4)).await;
     assert_eq!(f.error_code, ErrorCode::FetchSessionIdNotFound as i16);
     let mut named = by_id(&[(uuid::Uuid::nil(), 0)], 0, 0);
     named.topics[0].topic = StrBytes::from_static_str("sa").into();
     let f: FetchResponse = c.call(ApiKey::Fetch, 12, &named).await;
     let session = f.session_id;
     assert!(session > 0);
-    assert_eq!(values(&f.responses[0].partitions[0]), ["a1"]);
+    assert_eq!(values(&f.responses[0].partitions[0]), a1x);
     produce(&mut c, "sa", &["a2"]).await;
     let mut next = by_id(&[], session, 1);
     next.max_wait_ms = 500;
     let f: FetchResponse = c.call(ApiKey::Fetch, 12, &next).await;
     assert_eq!(f.responses[0].topic.0.as_str(), "sa");
     // Offset 0 is still the session's fetch offset: both records.
-    assert_eq!(values(&f.responses[0].partitions[0]), ["a1", "a2"]);
+    assert_eq!(values(&f.responses[0].partitions[0]), ["a1", "a-x", "a2"]);
 }
 
 /// Values of a message set (magic 0 or 1), through the broker's own converter (its

@@ -267,7 +267,11 @@ impl Service {
 
     /// The names of the topics with these ids that this broker knows (Kafka's Fetch
     /// v13+ names topics by id only). Access is checked where the names are used.
-    pub fn topic_names(&self, ids: &[uuid::Uuid]) -> std::collections::HashMap<uuid::Uuid, String> {
+    pub fn topic_names(
+        &self,
+        ids: impl IntoIterator<Item = uuid::Uuid>,
+    ) -> std::collections::HashMap<uuid::Uuid, String> {
+        let ids: std::collections::HashSet<uuid::Uuid> = ids.into_iter().collect();
         if ids.is_empty() {
             return Default::default();
         }

@@ -91,6 +91,8 @@ pub(super) struct ConsumerMember {
     revoke_by: Option<Instant>,
     /// The assignment last sent.
     sent: Option<Partitions>,
+    /// The server assignor the member asks for, if any.
+    assignor: Option<String>,
 }
 
 #[derive(Default)]
@@ -129,6 +131,16 @@ impl ConsumerGroup {
         self.members.is_empty()
     }
 
+    /// The assignor most members ask for (ties: by name), `uniform` if none asks.
+    fn chosen_assignor(&self) -> String {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for a in self.members.values().filter_map(|m| m.assignor.as_deref()) {
+            *votes.entry(a).or_default() += 1;
+        }
+        let best = votes.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+        best.map_or(assignor::UNIFORM, |(a, _)| a).to_string()
+    }
+
     /// What members other than `id` still own.
     fn owned_by_others(&self, id: &str) -> Partitions {
         let mut out = Partitions::new();
@@ -159,12 +171,7 @@ impl ConsumerGroup {
                 current: self.target.get(id),
             })
             .collect();
-        let assignor = if self.assignor.is_empty() {
-            assignor::UNIFORM
-        } else {
-            &self.assignor
-        };
-        self.target = assignor::assign(assignor, &specs);
+        self.target = assignor::assign(&self.assignor, &specs);
         self.assignment_epoch = self.epoch;
     }
 
@@ -223,6 +230,16 @@ impl Coordinator {
         topic: impl Fn(&str) -> Option<(Uuid, i32)>,
     ) -> Result<ConsumerHeartbeatResult, GroupError> {
         validate_group_id(&req.group)?;
+        if let Some(a) = req.server_assignor.as_ref().filter(|a| !assignor::known(a)) {
+            return Err(GroupError::UnsupportedAssignor(a.clone()));
+        }
+        if req.member_epoch == 0
+            && (req.subscribed_topics.is_none() || req.rebalance_timeout_ms < 0)
+        {
+            return Err(GroupError::InvalidRequest(
+                "a joining member must name its subscribed topics and rebalance timeout".into(),
+            ));
+        }
         let now = Instant::now();
         let interval = self.config.consumer_heartbeat_interval_ms as i32;
         let mut classic = self.groups();
@@ -230,13 +247,15 @@ impl Coordinator {
             if !g.members.is_empty() {
                 return Err(GroupError::NotConsumerGroup(req.group.clone()));
             }
-            classic.remove(&req.group);
+            if req.member_epoch == 0 {
+                classic.remove(&req.group);
+            }
         }
         let mut groups = self.consumer_groups();
-        let group = groups.entry(req.group.clone()).or_default();
-        if let Some(a) = req.server_assignor.as_ref().filter(|a| !assignor::known(a)) {
-            return Err(GroupError::UnsupportedAssignor(a.clone()));
+        if req.member_epoch != 0 && !groups.contains_key(&req.group) {
+            return Err(unknown_member(&req.group, &req.member_id));
         }
+        let group = groups.entry(req.group.clone()).or_default();
         let member_id = match req.member_epoch {
             -1 | -2 => {
                 if group.members.remove(&req.member_id).is_none() {
@@ -253,16 +272,27 @@ impl Coordinator {
                 });
             }
             0 => {
-                let Some(subscribed) = req.subscribed_topics.clone() else {
-                    return Err(GroupError::InvalidRequest(
-                        "a joining member must name its subscribed topics".into(),
-                    ));
-                };
+                let subscribed = req.subscribed_topics.clone().unwrap_or_default();
                 let id = if req.member_id.is_empty() {
                     Uuid::new_v4().to_string()
                 } else {
                     req.member_id.clone()
                 };
+                // A static member that starts again replaces the member that held its
+                // instance id, whose partitions are released at once.
+                if let Some(instance) = &req.instance_id {
+                    let old: Vec<String> = group
+                        .members
+                        .iter()
+                        .filter(|(m, o)| **m != id && o.instance.as_ref() == Some(instance))
+                        .map(|(m, _)| m.clone())
+                        .collect();
+                    for m in old {
+                        tracing::info!(group = %req.group, member = %m, %instance, "static member replaced");
+                        group.members.remove(&m);
+                        group.target.remove(&m);
+                    }
+                }
                 // A member that joins again starts afresh.
                 group.members.insert(
                     id.clone(),
@@ -282,6 +312,7 @@ impl Coordinator {
                         revoking: Partitions::new(),
                         revoke_by: None,
                         sent: None,
+                        assignor: None,
                     },
                 );
                 tracing::info!(group = %req.group, member = %id, "member joined");
@@ -319,12 +350,14 @@ impl Coordinator {
                 req.member_id.clone()
             }
         };
-        if let Some(a) = req
-            .server_assignor
-            .as_ref()
-            .filter(|a| **a != group.assignor)
-        {
-            group.assignor = a.clone();
+        let m = group.members.get_mut(&member_id).expect("the member");
+        if req.server_assignor.is_some() {
+            m.assignor = req.server_assignor.clone();
+        }
+        // The group's assignor is the one most of its members ask for.
+        let chosen = group.chosen_assignor();
+        if chosen != group.assignor {
+            group.assignor = chosen;
             group.epoch += 1;
         }
         let m = group.members.get_mut(&member_id).expect("the member");

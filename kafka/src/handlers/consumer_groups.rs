@@ -86,7 +86,7 @@ pub async fn describe(
                 .iter()
                 .flat_map(|m| m.assignment.keys().chain(m.target.keys()).copied())
                 .collect();
-            let names = s.topic_names(&ids);
+            let names = s.topic_names(ids);
             let assignment = |a: &Partitions| {
                 let mut out = DescribedAssignment::default();
                 out.topic_partitions = a

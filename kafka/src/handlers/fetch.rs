@@ -20,19 +20,13 @@ pub async fn fetch(
     version: i16,
     sessions: &FetchSessions,
 ) -> FetchAnswer {
+    // v13+ name topics by id: a session keeps ids, and their names are looked up
+    // at every request (so a topic this broker learns of later is read once it knows
+    // it, and a topic re-created under the same name is not read under the old id).
     let by_id = version >= 13;
-    let names = if by_id {
-        let ids: Vec<uuid::Uuid> = r.topics.iter().map(|t| t.topic_id).collect();
-        s.topic_names(&ids)
-    } else {
-        Default::default()
-    };
-    // An id this broker does not know keeps an empty name, and is answered
-    // UNKNOWN_TOPIC_ID without being read.
     let key = |name: &str, id: uuid::Uuid, partition: i32| -> Key {
         if by_id {
-            let name = names.get(&id).cloned().unwrap_or_default();
-            (id, name, partition)
+            (id, String::new(), partition)
         } else {
             (uuid::Uuid::nil(), name.to_string(), partition)
         }
@@ -85,12 +79,25 @@ pub async fn fetch(
             partitions,
         } => (session_id, partitions, true),
     };
+    let names = if by_id {
+        s.topic_names(partitions.iter().map(|((id, _, _), _)| *id))
+    } else {
+        Default::default()
+    };
+    // An id this broker does not know is answered UNKNOWN_TOPIC_ID, unread.
+    let name_of = |(id, name, _): &Key| -> Option<String> {
+        if by_id {
+            names.get(id).cloned()
+        } else {
+            Some(name.clone())
+        }
+    };
     let specs = partitions
         .iter()
-        .filter(|((_, name, _), _)| !name.is_empty())
-        .map(|((_, name, partition), w)| FetchSpec {
-            topic: name.clone(),
-            partition: *partition,
+        .filter_map(|(k, w)| Some((name_of(k)?, k.2, w)))
+        .map(|(name, partition, w)| FetchSpec {
+            topic: name,
+            partition,
             offset: w.offset,
             max_bytes: w.max_bytes,
             current_leader_epoch: w.current_leader_epoch,
@@ -120,7 +127,8 @@ pub async fn fetch(
         ..FetchAnswer::default()
     };
     for (key, _) in partitions {
-        let p = if key.1.is_empty() {
+        let name = name_of(&key);
+        let p = if name.is_none() {
             unanswered(key.2, ErrorCode::UnknownTopicId)
         } else {
             match read.next() {
@@ -140,10 +148,11 @@ pub async fn fetch(
         if incremental && !news {
             continue;
         }
+        let name = name.unwrap_or_default();
         match out.topics.last_mut() {
-            Some(t) if t.id == key.0 && t.name == key.1 => t.partitions.push(p),
+            Some(t) if t.id == key.0 && t.name == name => t.partitions.push(p),
             _ => out.topics.push(TopicAnswer {
-                name: key.1,
+                name,
                 id: key.0,
                 partitions: vec![p],
             }),

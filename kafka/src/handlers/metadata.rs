@@ -26,7 +26,7 @@ pub async fn metadata(
         .filter(|t| t.name.is_none())
         .map(|t| t.topic_id)
         .collect();
-    let names = s.topic_names(&ids);
+    let names = s.topic_names(ids);
     let mut unknown_ids = Vec::new();
     let wanted: Option<Vec<String>> = match r.topics {
         Some(topics) if version == 0 && topics.is_empty() => None,

@@ -210,3 +210,26 @@ fn a_lost_answer_is_sent_again_at_the_previous_epoch() {
     b = both.into_iter().nth(1).unwrap();
     assert_eq!(count(&b.owned), 6);
 }
+
+#[test]
+fn a_restarted_static_member_replaces_its_old_self_and_most_members_pick_the_assignor() {
+    let c = coordinator();
+    let join_as = |instance: &str, assignor: Option<&str>| {
+        let mut r = request("", 0, Some(vec!["t".into()]), None);
+        r.instance_id = Some(instance.into());
+        r.server_assignor = assignor.map(str::to_string);
+        c.consumer_heartbeat(r, topics).unwrap()
+    };
+    let first = join_as("i1", Some("range"));
+    join_as("i2", Some("range"));
+    join_as("i3", None);
+    assert_eq!(c.describe_consumer_group("g").unwrap().assignor, "range");
+    // i1 starts again under a new member id: the old one is gone at once.
+    let again = join_as("i1", Some("uniform"));
+    let d = c.describe_consumer_group("g").unwrap();
+    assert_eq!(d.members.len(), 3);
+    assert!(d.members.iter().all(|m| m.member_id != first.member_id));
+    assert!(d.members.iter().any(|m| m.member_id == again.member_id));
+    // One member asks for range, one for uniform: the tie goes by name.
+    assert_eq!(d.assignor, "range");
+}

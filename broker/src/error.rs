@@ -53,6 +53,16 @@ pub enum Error {
         log_start: i64,
         log_end: i64,
     },
+    /// A new leader whose high watermark has not yet reached the start of its epoch
+    /// (Kafka's rule, KAFKA-7615): the latest offset it could name may be below what
+    /// the last leader acknowledged. Retriable.
+    #[error(
+        "the high watermark {high_watermark} of the new leader has not reached the start of its epoch ({epoch_start}) yet: retry"
+    )]
+    OffsetNotAvailable {
+        high_watermark: i64,
+        epoch_start: i64,
+    },
     #[error("acks must be -1 (all), 0 or 1, not {0}")]
     InvalidRequiredAcks(i32),
     #[error("{0}")]
@@ -171,6 +181,7 @@ impl Error {
             UnsupportedMessageFormat(_) => ErrorCode::UnsupportedForMessageFormat,
             InvalidRecord(_) => ErrorCode::InvalidRecord,
             OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            OffsetNotAvailable { .. } => ErrorCode::OffsetNotAvailable,
             InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             InvalidRequest(_) => ErrorCode::InvalidRequest,
             ShuttingDown => ErrorCode::LeaderNotAvailable,

@@ -128,20 +128,35 @@ impl Partition {
         let r = self.replica();
         self.ensure_leader(&r.role)?;
         let log = &r.log;
+        // A new leader's high watermark can lag what its predecessor acknowledged
+        // until the followers fetch again: an offset bounded by it is not answered
+        // until it reaches the start of this leader's epoch.
+        let hw = self.high_watermark();
+        let unavailable = || -> Result<Option<(i64, i64)>> {
+            match log.epoch_start_offset(r.role.leader_epoch) {
+                Some(epoch_start) if epoch_start > hw => Err(Error::OffsetNotAvailable {
+                    high_watermark: hw,
+                    epoch_start,
+                }),
+                _ => Ok(None),
+            }
+        };
         match timestamp {
-            -1 => Ok(Some((self.high_watermark(), -1))),
+            -1 => unavailable().map(|_| Some((hw, -1))),
             -2 => Ok(Some((self.offsets_of(log).log_start_offset, -1))),
             -4 => Ok(Some((log.log_start_offset(), -1))),
             // The (first) record with the largest timestamp, among those committed.
             -3 => match log.max_timestamp() {
                 ts if ts < 0 => Ok(None),
-                ts => Ok(log
-                    .offset_for_timestamp(ts)?
-                    .filter(|(offset, _)| *offset < self.high_watermark())),
+                ts => match log.offset_for_timestamp(ts)?.filter(|(o, _)| *o < hw) {
+                    Some(found) => Ok(Some(found)),
+                    None => unavailable(),
+                },
             },
-            ts if ts >= 0 => Ok(log
-                .offset_for_timestamp(ts)?
-                .filter(|(offset, _)| *offset < self.high_watermark())),
+            ts if ts >= 0 => match log.offset_for_timestamp(ts)?.filter(|(o, _)| *o < hw) {
+                Some(found) => Ok(Some(found)),
+                None => unavailable(),
+            },
             other => Err(Error::InvalidRequest(format!(
                 "unsupported ListOffsets timestamp {other}"
             ))),

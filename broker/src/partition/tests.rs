@@ -183,6 +183,15 @@ fn a_follower_joins_the_isr_only_at_the_start_of_the_leaders_epoch() {
     let s1 = three(1, 1, vec![1, 2], 1);
     b1.apply_state(&s1, 0).unwrap();
     assert_eq!(b1.high_watermark(), 4);
+    // Until its HW reaches the epoch start (10), the latest offset it could name
+    // (4) may be below what broker 2 acknowledged: ListOffsets says "retry".
+    let latest = b1.list_offset(-1).unwrap_err();
+    assert_eq!(latest.code(), shale_records::ErrorCode::OffsetNotAvailable);
+    assert_eq!(
+        b1.list_offset(-2).unwrap(),
+        Some((0, -1)),
+        "earliest still answers"
+    );
     let read = b1.serve_replica(&fetch(3, 1, (4, 0)), 0).unwrap();
     assert!(read.isr_change.is_none(), "joined short of the epoch start");
     let read = b1.serve_replica(&fetch(3, 1, (10, 0)), 0).unwrap();

@@ -2,8 +2,9 @@
 //! the usual handler serves the request, and its answer is written here in the old
 //! layout. Produce's message sets are converted up to RecordBatch v2 before they are
 //! written, and Fetch's records down to the message format the version reads (0–1:
-//! magic 0, 2–3: magic 1), as Kafka 3.x does; both count their records in
-//! `shale_message_conversions_total`.
+//! magic 0, 2–3: magic 1), as Kafka 3.x does; they count their records in
+//! `shale_produce_message_conversions_total` and
+//! `shale_fetch_message_conversions_total`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

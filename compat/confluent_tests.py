@@ -214,6 +214,19 @@ def consumer_protocol(cluster):
     assert sum(tp.offset for tp in committed if tp.offset > 0) == len(produced), committed
 
 
+def consumer_protocol_regex(cluster):
+    """A consumer-protocol member subscribed by pattern (`^ck-rx-.*`, sent as
+    ConsumerGroupHeartbeat v1's regex) reads every topic whose whole name matches, and
+    none other."""
+    for t in ["ck-rx-1", "ck-rx-2", "no-ck-rx-3"]:
+        create(cluster, t, 2)
+        produce(cluster.bootstrap, t, [f"{t}/{i}".encode() for i in range(10)])
+    got = consume_all(cluster.bootstrap, "^ck-rx-.*", 20, timeout=60,
+                      **{"group.protocol": "consumer"})
+    topics = sorted({m.topic() for m in got})
+    assert len(got) == 20 and topics == ["ck-rx-1", "ck-rx-2"], (len(got), topics)
+
+
 def commit_phase(cluster, topic="ck-resume", group="ck-resume-g"):
     """Before a restart: 100 records, 40 consumed and committed."""
     create(cluster, topic, 1)

@@ -58,6 +58,7 @@ def main():
         r.check("confluent-kafka", "2-member group rebalances when one leaves", ck.group_rebalance, one)
         r.check("confluent-kafka", "KIP-848 group: a member joins and leaves, only 3 partitions move",
                 ck.consumer_protocol, one)
+        r.check("confluent-kafka", "KIP-848 group subscribed by pattern", ck.consumer_protocol_regex, one)
         r.check("confluent-kafka", "offsets for times", ck.offsets_for_times, one)
         r.check("confluent-kafka", "admin: create, configs, partitions, groups, delete", ck.admin_ops, one)
         r.check("confluent-kafka", "idempotent producer", ck.idempotent, one)

@@ -103,6 +103,7 @@ pub enum ErrorCode {
     UnreleasedInstanceId = 111,
     UnsupportedAssignor = 112,
     StaleMemberEpoch = 113,
+    InvalidRegularExpression = 128,
 }
 
 impl ErrorCode {
@@ -206,6 +207,7 @@ impl ErrorCode {
             Self::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
             Self::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             Self::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            Self::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
         }
     }
 
@@ -309,6 +311,7 @@ impl ErrorCode {
             "UNRELEASED_INSTANCE_ID" => Self::UnreleasedInstanceId,
             "UNSUPPORTED_ASSIGNOR" => Self::UnsupportedAssignor,
             "STALE_MEMBER_EPOCH" => Self::StaleMemberEpoch,
+            "INVALID_REGULAR_EXPRESSION" => Self::InvalidRegularExpression,
             _ => return None,
         })
     }
@@ -464,6 +467,7 @@ impl TryFrom<i32> for ErrorCode {
             111 => Self::UnreleasedInstanceId,
             112 => Self::UnsupportedAssignor,
             113 => Self::StaleMemberEpoch,
+            128 => Self::InvalidRegularExpression,
             other => return Err(other),
         })
     }

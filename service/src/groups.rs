@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::{BrokerEndpoint, Keyed, RequestContext, Service};
 use shale_broker::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use shale_broker::groups::{
     Committed, ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult,
@@ -117,14 +117,14 @@ impl Service {
             let beat = (|| {
                 self.authorize(ctx, Operation::Read, ResourceType::Group, &req.group)?;
                 self.broker.ensure_coordinator(&req.group)?;
-                let topics: HashMap<String, (uuid::Uuid, i32)> = self
+                let topics: BTreeMap<String, (uuid::Uuid, i32)> = self
                     .broker
                     .topics_snapshot()
                     .iter()
                     .map(|t| (t.meta.name.clone(), (t.meta.id, t.meta.partitions)))
                     .collect();
                 let groups = self.broker.coordinators().groups();
-                Ok(groups.consumer_heartbeat(req, |name| topics.get(name).copied())?)
+                Ok(groups.consumer_heartbeat(req, &topics)?)
             })();
             self.counted(beat)
         })

@@ -33,6 +33,9 @@ pub struct ConsumerHeartbeat {
     /// -1: unchanged.
     pub rebalance_timeout_ms: i32,
     pub subscribed_topics: Option<Vec<String>>,
+    /// A regular expression every topic name it matches whole is subscribed by (v1;
+    /// empty: none).
+    pub subscribed_regex: Option<String>,
     pub server_assignor: Option<String>,
     /// The partitions the member owns now.
     pub owned: Option<Partitions>,
@@ -60,6 +63,7 @@ pub struct ConsumerMemberDescription {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_topics: Vec<String>,
+    pub subscribed_regex: Option<String>,
     pub assignment: Partitions,
     pub target: Partitions,
 }
@@ -82,6 +86,9 @@ pub(super) struct ConsumerMember {
     client_id: String,
     client_host: String,
     subscribed: Vec<String>,
+    /// A subscription by pattern, and the topics it matched at the last heartbeat.
+    regex: Option<(String, regex::Regex)>,
+    matched: Vec<String>,
     rebalance_timeout: Duration,
     last_heartbeat: Instant,
     /// What the member was told it owns.
@@ -166,6 +173,7 @@ impl ConsumerGroup {
                 topics: m
                     .subscribed
                     .iter()
+                    .chain(&m.matched)
                     .filter_map(|t| self.topics.get(t).copied())
                     .collect(),
                 current: self.target.get(id),
@@ -222,24 +230,35 @@ impl ConsumerGroup {
 }
 
 impl Coordinator {
-    /// A ConsumerGroupHeartbeat. `topic` gives a subscribed topic's id and partition
-    /// count, if the topic exists.
+    /// A ConsumerGroupHeartbeat. `all_topics`: every topic's id and partition count,
+    /// by name.
     pub fn consumer_heartbeat(
         &self,
         req: ConsumerHeartbeat,
-        topic: impl Fn(&str) -> Option<(Uuid, i32)>,
+        all_topics: &BTreeMap<String, (Uuid, i32)>,
     ) -> Result<ConsumerHeartbeatResult, GroupError> {
         validate_group_id(&req.group)?;
         if let Some(a) = req.server_assignor.as_ref().filter(|a| !assignor::known(a)) {
             return Err(GroupError::UnsupportedAssignor(a.clone()));
         }
         if req.member_epoch == 0
-            && (req.subscribed_topics.is_none() || req.rebalance_timeout_ms < 0)
+            && ((req.subscribed_topics.is_none() && req.subscribed_regex.is_none())
+                || req.rebalance_timeout_ms < 0)
         {
             return Err(GroupError::InvalidRequest(
-                "a joining member must name its subscribed topics and rebalance timeout".into(),
+                "a joining member must name its subscription and rebalance timeout".into(),
             ));
         }
+        // Kafka matches a subscription pattern against whole topic names.
+        let regex = match req.subscribed_regex.as_deref() {
+            None => None,
+            Some("") => Some(None),
+            Some(p) => Some(Some((
+                p.to_string(),
+                regex::Regex::new(&format!("^(?:{p})$"))
+                    .map_err(|_| GroupError::InvalidRegex(p.to_string()))?,
+            ))),
+        };
         let now = Instant::now();
         let interval = self.config.consumer_heartbeat_interval_ms as i32;
         let mut classic = self.groups();
@@ -304,6 +323,8 @@ impl Coordinator {
                         client_id: req.client_id.clone(),
                         client_host: req.client_host.clone(),
                         subscribed,
+                        regex: None,
+                        matched: Vec::new(),
                         rebalance_timeout: Duration::from_millis(
                             req.rebalance_timeout_ms.max(0) as u64
                         ),
@@ -351,6 +372,12 @@ impl Coordinator {
             }
         };
         let m = group.members.get_mut(&member_id).expect("the member");
+        let pattern = |r: &Option<(String, regex::Regex)>| r.as_ref().map(|r| r.0.clone());
+        if let Some(regex) = regex.filter(|r| pattern(r) != pattern(&m.regex)) {
+            m.regex = regex;
+            group.epoch += 1;
+        }
+        let m = group.members.get_mut(&member_id).expect("the member");
         if req.server_assignor.is_some() {
             m.assignor = req.server_assignor.clone();
         }
@@ -372,13 +399,30 @@ impl Coordinator {
                 m.sent = None;
             }
         }
-        // The subscribed topics as they are now: a new or deleted topic, or more
-        // partitions, change the target.
-        let wanted: BTreeSet<&String> =
-            group.members.values().flat_map(|m| &m.subscribed).collect();
+        // The subscribed topics as they are now: a new or deleted topic, one that a
+        // pattern matches, or more partitions, change the target.
+        for m in group.members.values_mut() {
+            let matched: Vec<String> = match &m.regex {
+                Some((_, r)) => all_topics
+                    .keys()
+                    .filter(|t| r.is_match(t))
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            };
+            if matched != m.matched {
+                m.matched = matched;
+                group.epoch += 1;
+            }
+        }
+        let wanted: BTreeSet<&String> = group
+            .members
+            .values()
+            .flat_map(|m| m.subscribed.iter().chain(&m.matched))
+            .collect();
         let topics: BTreeMap<String, (Uuid, i32)> = wanted
             .into_iter()
-            .filter_map(|t| topic(t).map(|found| (t.clone(), found)))
+            .filter_map(|t| all_topics.get(t).map(|found| (t.clone(), *found)))
             .collect();
         if topics != group.topics {
             group.topics = topics;
@@ -420,6 +464,7 @@ impl Coordinator {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     subscribed_topics: m.subscribed.clone(),
+                    subscribed_regex: m.regex.as_ref().map(|r| r.0.clone()),
                     assignment: m.assigned.clone(),
                     target: g.target.get(id).cloned().unwrap_or_default(),
                 })

@@ -69,6 +69,8 @@ pub enum GroupError {
     UnsupportedAssignor(String),
     #[error("{0}")]
     InvalidRequest(String),
+    #[error("invalid subscription regular expression '{0}'")]
+    InvalidRegex(String),
     /// A consumer-protocol member asking to join a classic group with members.
     #[error("group '{0}' is a classic group with members, not a consumer group")]
     NotConsumerGroup(String),
@@ -95,6 +97,7 @@ impl GroupError {
             StaleMemberEpoch { .. } => ErrorCode::StaleMemberEpoch,
             UnsupportedAssignor(_) => ErrorCode::UnsupportedAssignor,
             InvalidRequest(_) => ErrorCode::InvalidRequest,
+            InvalidRegex(_) => ErrorCode::InvalidRegularExpression,
             NotConsumerGroup(_) => ErrorCode::GroupIdNotFound,
         }
     }

@@ -35,6 +35,7 @@ pub async fn heartbeat(
         subscribed_topics: r
             .subscribed_topic_names
             .map(|ts| ts.into_iter().map(|t| t.0.to_string()).collect()),
+        subscribed_regex: r.subscribed_topic_regex.map(|p| p.to_string()),
         server_assignor: r.server_assignor.map(|a| a.to_string()),
         owned,
         client_id: ctx.client_id.clone().unwrap_or_default(),
@@ -119,6 +120,7 @@ pub async fn describe(
                     dm.client_host = str(&m.client_host);
                     dm.subscribed_topic_names =
                         m.subscribed_topics.iter().map(|t| str(t).into()).collect();
+                    dm.subscribed_topic_regex = m.subscribed_regex.as_deref().map(str);
                     dm.assignment = assignment(&m.assignment);
                     dm.target_assignment = assignment(&m.target);
                     dm

@@ -17,12 +17,12 @@ struct Client {
     owned: Partitions,
 }
 
-fn topics(name: &str) -> Option<(Uuid, i32)> {
-    (name == "t").then_some((TOPIC, 12))
+fn topics() -> BTreeMap<String, (Uuid, i32)> {
+    BTreeMap::from([("t".to_string(), (TOPIC, 12))])
 }
 
 fn join(c: &Coordinator, client_id: &str) -> Client {
-    let r = c.consumer_heartbeat(request("", 0, Some(vec!["t".into()]), None), topics);
+    let r = c.consumer_heartbeat(request("", 0, Some(vec!["t".into()]), None), &topics());
     let r = r.unwrap();
     assert!(
         !r.member_id.is_empty(),
@@ -51,6 +51,7 @@ fn request(
         rack_id: None,
         rebalance_timeout_ms: 60_000,
         subscribed_topics: subscribed,
+        subscribed_regex: None,
         server_assignor: None,
         owned,
         client_id: "test".into(),
@@ -69,7 +70,7 @@ fn heartbeat(c: &Coordinator, client: &mut Client) {
     let r = c
         .consumer_heartbeat(
             request(&client.id, client.epoch, None, Some(client.owned.clone())),
-            topics,
+            &topics(),
         )
         .unwrap();
     apply(client, r);
@@ -121,7 +122,7 @@ fn a_member_joining_or_leaving_moves_only_what_must_move() {
 
     // One leaves: its three partitions go to the others, nothing else moves.
     let gone = clients.remove(0);
-    let left = c.consumer_heartbeat(request(&gone.id, -1, None, None), topics);
+    let left = c.consumer_heartbeat(request(&gone.id, -1, None, None), &topics());
     assert_eq!(left.unwrap().member_epoch, -1);
     let before: Vec<Partitions> = clients.iter().map(|cl| cl.owned.clone()).collect();
     settle(&c, &mut clients);
@@ -136,12 +137,12 @@ fn stale_epochs_unknown_members_and_the_other_protocol_are_refused() {
     let c = coordinator();
     let mut a = join(&c, "a");
     settle(&c, std::slice::from_mut(&mut a));
-    let wrong = c.consumer_heartbeat(request(&a.id, a.epoch + 5, None, None), topics);
+    let wrong = c.consumer_heartbeat(request(&a.id, a.epoch + 5, None, None), &topics());
     assert!(
         matches!(wrong, Err(GroupError::FencedMemberEpoch { .. })),
         "{wrong:?}"
     );
-    let unknown = c.consumer_heartbeat(request("nobody", 3, None, None), topics);
+    let unknown = c.consumer_heartbeat(request("nobody", 3, None, None), &topics());
     assert!(matches!(unknown, Err(GroupError::UnknownMember { .. })));
     // Commits: at the member's epoch only; no admin commit while it has members.
     assert_eq!(
@@ -178,7 +179,7 @@ fn stale_epochs_unknown_members_and_the_other_protocol_are_refused() {
         ..request("", 0, Some(vec!["t".into()]), None)
     };
     assert!(matches!(
-        c.consumer_heartbeat(unsupported, topics),
+        c.consumer_heartbeat(unsupported, &topics()),
         Err(GroupError::UnsupportedAssignor(_))
     ));
     // A member whose session lapses is removed: the group is empty again.
@@ -197,10 +198,16 @@ fn a_lost_answer_is_sent_again_at_the_previous_epoch() {
     // a's answer to its next heartbeat (revoking half) is lost: it asks again with
     // what it owned, at its epoch, and gets the same revocation.
     let first = c
-        .consumer_heartbeat(request(&a.id, a.epoch, None, Some(a.owned.clone())), topics)
+        .consumer_heartbeat(
+            request(&a.id, a.epoch, None, Some(a.owned.clone())),
+            &topics(),
+        )
         .unwrap();
     let again = c
-        .consumer_heartbeat(request(&a.id, a.epoch, None, Some(a.owned.clone())), topics)
+        .consumer_heartbeat(
+            request(&a.id, a.epoch, None, Some(a.owned.clone())),
+            &topics(),
+        )
         .unwrap();
     assert_eq!(first.assignment, again.assignment);
     assert_eq!(count(&first.assignment.clone().unwrap()), 6);
@@ -218,7 +225,7 @@ fn a_restarted_static_member_replaces_its_old_self_and_most_members_pick_the_ass
         let mut r = request("", 0, Some(vec!["t".into()]), None);
         r.instance_id = Some(instance.into());
         r.server_assignor = assignor.map(str::to_string);
-        c.consumer_heartbeat(r, topics).unwrap()
+        c.consumer_heartbeat(r, &topics()).unwrap()
     };
     let first = join_as("i1", Some("range"));
     join_as("i2", Some("range"));
@@ -232,4 +239,39 @@ fn a_restarted_static_member_replaces_its_old_self_and_most_members_pick_the_ass
     assert!(d.members.iter().any(|m| m.member_id == again.member_id));
     // One member asks for range, one for uniform: the tie goes by name.
     assert_eq!(d.assignor, "range");
+}
+
+#[test]
+fn a_pattern_subscribes_every_topic_it_matches_whole_and_new_ones_later() {
+    let c = coordinator();
+    let mut all = BTreeMap::from([
+        ("logs-a".to_string(), (Uuid::from_u128(1), 2)),
+        ("logs-b".to_string(), (Uuid::from_u128(2), 2)),
+        ("xlogs-c".to_string(), (Uuid::from_u128(3), 2)),
+    ]);
+    let join = ConsumerHeartbeat {
+        subscribed_regex: Some("logs-.*".into()),
+        ..request("", 0, None, None)
+    };
+    let r = c.consumer_heartbeat(join, &all).unwrap();
+    let got: Vec<Uuid> = r.assignment.clone().unwrap().into_keys().collect();
+    assert_eq!(
+        got,
+        [Uuid::from_u128(1), Uuid::from_u128(2)],
+        "whole names only"
+    );
+    // A topic created later that matches joins the subscription.
+    all.insert("logs-d".into(), (Uuid::from_u128(4), 1));
+    let r = c
+        .consumer_heartbeat(request(&r.member_id, r.member_epoch, None, None), &all)
+        .unwrap();
+    assert_eq!(r.assignment.unwrap().len(), 3);
+    let bad = ConsumerHeartbeat {
+        subscribed_regex: Some("(".into()),
+        ..request("", 0, None, None)
+    };
+    assert!(matches!(
+        c.consumer_heartbeat(bad, &all),
+        Err(GroupError::InvalidRegex(_))
+    ));
 }

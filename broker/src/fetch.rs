@@ -15,10 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::future::select_all;
-
 use shale_cluster::placement;
+use shale_log::Records;
 
 use crate::broker::Broker;
 use crate::error::{Error, Result};
@@ -38,7 +37,8 @@ pub struct FetchSpec {
 }
 
 pub struct Fetched {
-    pub records: Bytes,
+    /// A slice of a segment file only where the fetch asked for one (`zero_copy`).
+    pub records: Records,
     pub offsets: PartitionOffsets,
     /// The replica the consumer should fetch this partition from instead (no
     /// records then).
@@ -59,6 +59,10 @@ pub enum ReadFrom {
 }
 
 impl Broker {
+    /// With `zero_copy`, records of the newest segments are answered as slices of
+    /// their files ([`shale_log::ReadPlan::locate`]), for a connection that sends
+    /// them with `sendfile(2)`; otherwise, and for older segments and the object
+    /// store, as CRC-checked bytes.
     pub async fn fetch(
         &self,
         specs: Vec<FetchSpec>,
@@ -66,6 +70,7 @@ impl Broker {
         min_bytes: i32,
         max_bytes: i32,
         read_from: &ReadFrom,
+        zero_copy: bool,
     ) -> Vec<Result<Fetched>> {
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
         let any_replica = matches!(read_from, ReadFrom::Nearest { .. });
@@ -90,7 +95,7 @@ impl Broker {
             for ((p, s), to) in lookups.into_iter().zip(&specs).zip(&redirects) {
                 match (p, to) {
                     (Ok(p), Some(id)) => answers.push(Some(Ok(Fetched {
-                        records: Bytes::new(),
+                        records: Records::default(),
                         offsets: p.offsets(),
                         preferred_read_replica: Some(*id),
                     }))),
@@ -107,7 +112,9 @@ impl Broker {
                 .iter()
                 .map(|r| r.as_ref().ok().map(|(p, ..)| p.clone()))
                 .collect();
-            let read = self.read_all(reads, max_bytes, any_replica).await;
+            let read = self
+                .read_all(reads, max_bytes, any_replica, zero_copy)
+                .await;
             self.count_fetch(read_from.iter().map(Option::as_ref), &read);
             let mut read = read.into_iter();
             return answers
@@ -124,7 +131,9 @@ impl Broker {
                 .zip(&specs)
                 .map(|(p, s)| Ok((p.clone(), s.offset, s.max_bytes)))
                 .collect();
-            let results = self.read_all(reads, max_bytes, any_replica).await;
+            let results = self
+                .read_all(reads, max_bytes, any_replica, zero_copy)
+                .await;
             let total: usize = results
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
@@ -250,6 +259,7 @@ impl Broker {
         reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
         max_bytes: i32,
         any_replica: bool,
+        zero_copy: bool,
     ) -> Vec<Result<Fetched>> {
         let wanted: u64 = reads
             .iter()
@@ -259,7 +269,8 @@ impl Broker {
         if reads.len() > 1 && wanted <= max_bytes.max(0) as u64 {
             return futures::future::join_all(reads.into_iter().map(|read| async move {
                 let (p, offset, limit) = read?;
-                self.read_one(&p, offset, limit.max(0) as usize, true, any_replica)
+                let limit = limit.max(0) as usize;
+                self.read_one(&p, offset, limit, true, any_replica, zero_copy)
                     .await
             }))
             .await;
@@ -272,7 +283,7 @@ impl Broker {
             let result = match read {
                 Ok((p, offset, partition_max)) => {
                     let limit = remaining.min(partition_max.max(0) as usize);
-                    self.read_one(&p, offset, limit, whole_first, any_replica)
+                    self.read_one(&p, offset, limit, whole_first, any_replica, zero_copy)
                         .await
                 }
                 Err(e) => Err(e),
@@ -293,8 +304,9 @@ impl Broker {
         limit: usize,
         whole_first: bool,
         any_replica: bool,
+        zero_copy: bool,
     ) -> Result<Fetched> {
-        let (plan, offsets) = p.plan_fetch(offset, any_replica)?;
+        let (plan, offsets) = p.plan_fetch(offset, any_replica, zero_copy.then_some(limit))?;
         let Some(plan) = plan else {
             // Below the local log: the object store, or out of range. A tiered
             // partition whose remote log is not known yet cannot tell which: retriable,
@@ -307,7 +319,7 @@ impl Broker {
             }
             return match self.read_remote(p, offset, limit, whole_first).await {
                 Some(records) => Ok(Fetched {
-                    records: records?,
+                    records: records?.into(),
                     offsets,
                     preferred_read_replica: None,
                 }),
@@ -321,9 +333,19 @@ impl Broker {
                 }
             };
         };
-        // Local reads are page-cache preads, but a cold page blocks on the disk: keep
-        // them off the async workers.
-        let records = tokio::task::spawn_blocking(move || plan.read(limit, whole_first)).await??;
+        // The newest segments' pages are cached (they were just written): a slice's
+        // few header reads are done here. Copying reads, of older segments too,
+        // may block on the disk: off the async workers.
+        let records = match plan.locate(whole_first)? {
+            Some(slice) => {
+                let stats = &self.stats.requests;
+                crate::stats::RequestStats::add(&stats.zero_copy_fetched_bytes, slice.len() as u64);
+                slice
+            }
+            None => tokio::task::spawn_blocking(move || plan.read(limit, whole_first))
+                .await??
+                .into(),
+        };
         Ok(Fetched {
             records,
             offsets,

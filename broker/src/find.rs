@@ -226,7 +226,10 @@ impl Broker {
     ) -> Result<()> {
         let mut offset = piece.from;
         while offset <= piece.to {
-            let fetched = match self.read_one(p, offset, READ_BYTES, true, false).await {
+            let fetched = match self
+                .read_one(p, offset, READ_BYTES, true, false, false)
+                .await
+            {
                 Ok(f) => f,
                 // Retention deleted it meanwhile: nothing left to find there.
                 Err(Error::OffsetOutOfRange { log_start, .. }) if log_start > offset => {
@@ -238,7 +241,7 @@ impl Broker {
                 break;
             }
             report.bytes_read += fetched.records.len() as u64;
-            let bytes = fetched.records;
+            let bytes = fetched.records.into_bytes().map_err(Error::Storage)?;
             for item in BatchIter::new(&bytes) {
                 let (h, range) = item.map_err(Error::from)?;
                 offset = offset.max(h.last_offset() + 1);

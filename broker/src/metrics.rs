@@ -72,6 +72,11 @@ pub async fn render(broker: &Broker) -> String {
             load(&s.preferred_replica_redirects),
         ),
         (
+            "shale_fetch_zero_copy_bytes_total",
+            "Record-batch bytes answered as slices of local segment files, sent to plaintext Kafka connections with sendfile(2).",
+            load(&s.zero_copy_fetched_bytes),
+        ),
+        (
             "shale_fetch_throttled_total",
             "Fetches whose client exceeded its quota ([quotas] consumer_byte_rate) and was throttled.",
             load(&s.throttled_fetches),

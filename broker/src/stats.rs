@@ -63,6 +63,9 @@ pub struct RequestStats {
     pub produced_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// Of those, bytes answered as slices of segment files, which a plaintext Kafka
+    /// connection sends with `sendfile(2)` without copying them.
+    pub zero_copy_fetched_bytes: AtomicU64,
     /// Record-batch bytes consumers read from this broker's follower replicas
     /// (KIP-392).
     pub follower_fetched_bytes: AtomicU64,

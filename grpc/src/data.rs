@@ -127,15 +127,24 @@ impl Data for Front {
             min_bytes: req.min_bytes,
             max_bytes: req.max_bytes,
             read_from: ReadFrom::Leader,
+            zero_copy: false,
         };
         let answer = self.service.fetch(&ctx, req).await;
         let partitions = answer
             .partitions
             .into_iter()
             .map(|k| {
-                let (error_code, error_message) = error_fields(&k.result);
-                let (records, offsets) = match k.result {
-                    Ok(f) => (f.records, Some(f.offsets)),
+                // Not a zero-copy fetch: the records are in memory.
+                let result = k.result.and_then(|f| {
+                    let records = f.records.into_bytes();
+                    Ok((
+                        records.map_err(shale_broker::error::Error::Storage)?,
+                        f.offsets,
+                    ))
+                });
+                let (error_code, error_message) = error_fields(&result);
+                let (records, offsets) = match result {
+                    Ok((records, offsets)) => (records, Some(offsets)),
                     Err(_) => (Default::default(), None),
                 };
                 FetchPartitionResult {

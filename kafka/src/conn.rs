@@ -17,6 +17,10 @@
 //! the node stops; requests in flight are dropped with it (a produce already handed
 //! to the log completes there).
 //!
+//! On a plaintext listener, the record bytes of a Fetch response that come from the
+//! newest local segments go from the page cache to the socket with `sendfile(2)`,
+//! never entering the process; on a TLS listener they are read and encrypted.
+//!
 //! On a SASL listener, SaslHandshake and SaslAuthenticate (and v0's bare tokens) are
 //! answered here, in order with the rest, before the next frame is read: the next
 //! frame's meaning depends on them (see `sasl`).
@@ -28,8 +32,10 @@ use bytes::BytesMut;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
+use shale_log::{FileSlice, Records};
 use shale_service::{RequestContext, Service};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use crate::fetch_session::FetchSessions;
@@ -37,6 +43,23 @@ use crate::frame::{self, Frame};
 use crate::handlers::{self, Reply};
 use crate::limits::Limits;
 use crate::sasl::Session;
+
+/// The write side of a connection. A plain TCP socket takes slices of segment files
+/// with `sendfile(2)`; others (TLS) get their bytes.
+pub trait Sink: AsyncWrite + Unpin {
+    /// The socket to `sendfile` to, if the bytes go to it as they are.
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl Sink for tokio::net::tcp::OwnedWriteHalf {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite> Sink for tokio::io::WriteHalf<T> {}
 
 /// Serves one connection until it closes. `session` says who the client is and
 /// takes its SASL requests.
@@ -50,8 +73,9 @@ pub async fn serve<R, W>(
     mut session: Session,
 ) where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    W: Sink,
 {
+    let zero_copy = wr.socket().is_some();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut pending = FuturesOrdered::new();
     let mut stopping = std::pin::pin!(service.stopping());
@@ -97,7 +121,8 @@ pub async fn serve<R, W>(
                     let mut ctx = base.clone().with_client_id(req.client_id.clone());
                     ctx.principal = session.principal().map(str::to_string);
                     let api = req.api;
-                    let answer = handlers::handle(service.clone(), ctx, req, sessions.clone());
+                    let answer =
+                        handlers::handle(service.clone(), ctx, req, sessions.clone(), zero_copy);
                     pending.push_back(in_order(answer, api, &mut chain));
                 }
                 Ok(Frame::Answer(bytes)) => pending.push_back(ready(Reply::Send(bytes))),
@@ -165,7 +190,7 @@ fn in_order(
 }
 
 /// Writes the answers of requests already taken before the connection closes.
-async fn flush<W: AsyncWrite + Unpin>(wr: &mut W, mut pending: FuturesOrdered<handlers::Answer>) {
+async fn flush<W: Sink>(wr: &mut W, mut pending: FuturesOrdered<handlers::Answer>) {
     while let Some(reply) = pending.next().await {
         if write(wr, reply).await.is_err() {
             return;
@@ -175,10 +200,7 @@ async fn flush<W: AsyncWrite + Unpin>(wr: &mut W, mut pending: FuturesOrdered<ha
 
 /// Writes one reply; returns how long the connection is then muted. An error ends the
 /// connection (`Reply::Close` included).
-async fn write<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    reply: Reply,
-) -> std::io::Result<std::time::Duration> {
+async fn write<W: Sink>(wr: &mut W, reply: Reply) -> std::io::Result<std::time::Duration> {
     match reply {
         Reply::Send(bytes) => wr.write_all(&bytes).await.map(|()| Default::default()),
         Reply::Chunks { chunks, mute } => write_chunks(wr, chunks).await.map(|()| mute),
@@ -187,25 +209,55 @@ async fn write<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Writes every chunk with vectored writes (up to 64 chunks a call).
-async fn write_chunks<W: AsyncWrite + Unpin>(
+/// Writes every chunk: bytes with vectored writes (up to 64 chunks a call), file
+/// slices with `sendfile(2)` to a plain socket (else read, CRC-checked, and written).
+async fn write_chunks<W: Sink>(wr: &mut W, chunks: Vec<Records>) -> std::io::Result<()> {
+    let mut chunks: std::collections::VecDeque<Records> = chunks.into();
+    while let Some(front) = chunks.pop_front() {
+        let slice = match front {
+            Records::Slice(slice) => slice,
+            Records::Bytes(bytes) => {
+                chunks.push_front(Records::Bytes(bytes));
+                write_bytes(wr, &mut chunks).await?;
+                continue;
+            }
+        };
+        // The bytes before go first.
+        wr.flush().await?;
+        match wr.socket() {
+            Some(socket) => send_file(socket, &slice).await?,
+            None => wr.write_all(&slice.read()?).await?,
+        }
+    }
+    wr.flush().await
+}
+
+/// Writes the leading in-memory chunks with vectored writes.
+async fn write_bytes<W: Sink>(
     wr: &mut W,
-    chunks: Vec<bytes::Bytes>,
+    chunks: &mut std::collections::VecDeque<Records>,
 ) -> std::io::Result<()> {
-    let mut chunks: std::collections::VecDeque<bytes::Bytes> = chunks.into();
-    while !chunks.is_empty() {
+    loop {
         let slices: Vec<std::io::IoSlice<'_>> = chunks
             .iter()
             .take(64)
-            .map(|c| std::io::IoSlice::new(c))
+            .map_while(|c| match c {
+                Records::Bytes(b) => Some(std::io::IoSlice::new(b)),
+                Records::Slice(_) => None,
+            })
             .collect();
+        if slices.is_empty() {
+            return Ok(());
+        }
         let mut written = wr.write_vectored(&slices).await?;
         drop(slices);
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         while written > 0 {
-            let front = chunks.front_mut().expect("written bytes came from a chunk");
+            let Some(Records::Bytes(front)) = chunks.front_mut() else {
+                unreachable!("written bytes came from a chunk in memory")
+            };
             if written >= front.len() {
                 written -= front.len();
                 chunks.pop_front();
@@ -213,6 +265,30 @@ async fn write_chunks<W: AsyncWrite + Unpin>(
                 bytes::Buf::advance(front, written);
                 written = 0;
             }
+        }
+    }
+}
+
+/// Sends a file slice to a plain socket, from the page cache, without copying it into
+/// the process. A file shorter than the slice (it cannot be: slices end at batches
+/// below the high watermark, which are never cut) ends the connection: the frame's
+/// length is already written.
+async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()> {
+    let mut position = slice.position;
+    let end = slice.position + slice.len as u64;
+    while position < end {
+        let count = (end - position) as usize;
+        let sent = socket
+            .async_io(Interest::WRITABLE, || {
+                rustix::fs::sendfile(socket, &*slice.file, Some(&mut position), count)
+                    .map_err(std::io::Error::from)
+            })
+            .await?;
+        if sent == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "a segment file ended inside a fetch response",
+            ));
         }
     }
     Ok(())

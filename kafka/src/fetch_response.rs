@@ -1,13 +1,14 @@
 //! The Fetch response (v4–17), encoded by hand so that record bytes are never copied:
 //! the frame is a list of chunks, the fields around the records in small buffers and
-//! each partition's records as the `Bytes` the log (or the read cache) handed out,
-//! written to the socket with one vectored write. The layout is Kafka's; the tests
+//! each partition's records as the log (or the read cache) handed them out: bytes, or
+//! a slice of a segment file that the connection sends with `sendfile(2)`. The layout is Kafka's; the tests
 //! check it byte for byte against the `kafka-protocol` codec for every version.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
+use shale_log::Records;
 
 /// One partition's answer.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct PartitionAnswer {
     pub index: i32,
     pub error_code: i16,
@@ -16,11 +17,11 @@ pub struct PartitionAnswer {
     pub log_start_offset: i64,
     /// The replica to fetch from instead (v11+, KIP-392); -1: none.
     pub preferred_read_replica: i32,
-    pub records: Bytes,
+    pub records: Records,
 }
 
 /// One topic's answers.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct TopicAnswer {
     /// Written up to v12.
     pub name: String,
@@ -30,7 +31,7 @@ pub struct TopicAnswer {
 }
 
 /// A whole Fetch response.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct FetchAnswer {
     /// A top-level error (v7+: a fetch session's), with no topics.
     pub error_code: i16,
@@ -46,7 +47,7 @@ pub const VERSIONS: (i16, i16) = (4, 17);
 
 /// The whole response frame (length, header, body) as chunks; record bytes are not
 /// copied. `version` must be in [`VERSIONS`].
-pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<Bytes> {
+pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<Records> {
     debug_assert!((VERSIONS.0..=VERSIONS.1).contains(&version));
     let flexible = version >= 12;
     let mut chunks = Vec::with_capacity(1 + 2 * answer.topics.len());
@@ -88,7 +89,7 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<By
                 buf.put_i32(p.records.len() as i32);
             }
             if !p.records.is_empty() {
-                chunks.push(buf.split().freeze());
+                chunks.push(Records::Bytes(buf.split().freeze()));
                 chunks.push(p.records.clone());
             }
             if flexible {
@@ -102,11 +103,14 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<By
     if flexible {
         buf.put_u8(0); // response: no tagged fields
     }
-    chunks.push(buf.freeze());
-    let total: usize = chunks.iter().map(Bytes::len).sum();
-    let mut first = BytesMut::from(&chunks[0][..]);
+    chunks.push(Records::Bytes(buf.freeze()));
+    let total: usize = chunks.iter().map(Records::len).sum();
+    let Records::Bytes(head) = &chunks[0] else {
+        unreachable!("the frame starts with its header")
+    };
+    let mut first = BytesMut::from(&head[..]);
     first[..4].copy_from_slice(&((total - 4) as i32).to_be_bytes());
-    chunks[0] = first.freeze();
+    chunks[0] = Records::Bytes(first.freeze());
     chunks.retain(|c| !c.is_empty());
     chunks
 }
@@ -138,6 +142,7 @@ fn string(buf: &mut BytesMut, flexible: bool, s: &str) {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
     use kafka_protocol::messages::{ApiKey, FetchResponse};
     use kafka_protocol::protocol::StrBytes;
@@ -172,7 +177,7 @@ mod tests {
                     d.preferred_read_replica = p.preferred_read_replica.into();
                 }
                 d.aborted_transactions = Some(Vec::new());
-                d.records = Some(p.records.clone());
+                d.records = Some(p.records.clone().into_bytes().unwrap());
                 topic.partitions.push(d);
             }
             resp.responses.push(topic);
@@ -198,7 +203,7 @@ mod tests {
                     last_stable_offset: lso,
                     log_start_offset: lstart,
                     preferred_read_replica: preferred,
-                    records: Bytes::from(records),
+                    records: Bytes::from(records).into(),
                 },
             );
         let topic = (
@@ -237,7 +242,10 @@ mod tests {
         ) {
             let chunks = encode(version, id, &answer);
             prop_assert!(chunks.iter().all(|c| !c.is_empty()));
-            let joined: Vec<u8> = chunks.concat();
+            let joined: Vec<u8> = chunks
+                .into_iter()
+                .flat_map(|c| c.into_bytes().unwrap())
+                .collect();
             prop_assert_eq!(&joined[..], &reference(version, id, &answer)[..]);
         }
     }
@@ -251,7 +259,7 @@ mod tests {
                 name: "t".into(),
                 id: uuid::Uuid::from_u128(7),
                 partitions: vec![PartitionAnswer {
-                    records: records.clone(),
+                    records: records.clone().into(),
                     ..Default::default()
                 }],
             }],
@@ -260,7 +268,9 @@ mod tests {
         for version in VERSIONS.0..=VERSIONS.1 {
             let chunks = encode(version, 1, &answer);
             assert!(
-                chunks.iter().any(|c| c.as_ptr() == records.as_ptr()),
+                chunks
+                    .iter()
+                    .any(|c| matches!(c, Records::Bytes(b) if b.as_ptr() == records.as_ptr())),
                 "v{version}: the records chunk is the log's own bytes"
             );
         }

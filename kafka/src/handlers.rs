@@ -30,10 +30,14 @@ use crate::frame::{self, Request};
 pub enum Reply {
     /// A whole response frame.
     Send(Bytes),
-    /// A whole response frame in pieces, written with one vectored write (a Fetch
-    /// response: its record bytes are the log's, never copied); then nothing more is
-    /// read from the connection for `mute` (a throttled client, KIP-219).
-    Chunks { chunks: Vec<Bytes>, mute: Duration },
+    /// A whole response frame in pieces (a Fetch response: its record bytes are the
+    /// log's, never copied; slices of segment files are sent with `sendfile(2)`);
+    /// then nothing more is read from the connection for `mute` (a throttled
+    /// client, KIP-219).
+    Chunks {
+        chunks: Vec<shale_log::Records>,
+        mute: Duration,
+    },
     /// Nothing (a produce with acks=0).
     Nothing,
     /// Close the connection (a response that cannot be encoded).
@@ -43,12 +47,14 @@ pub enum Reply {
 pub type Answer = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
 /// Handles one request; the answer is encoded in the request's version. `sessions`
-/// is the connection's fetch session.
+/// is the connection's fetch session; with `zero_copy`, the connection takes records
+/// as slices of segment files.
 pub fn handle(
     service: Service,
     ctx: RequestContext,
     req: Request,
     sessions: Arc<FetchSessions>,
+    zero_copy: bool,
 ) -> Answer {
     Box::pin(async move {
         let (api, version, id) = (req.api, req.version, req.correlation_id);
@@ -73,7 +79,7 @@ pub fn handle(
                 None => return Reply::Nothing,
             },
             RequestKind::Fetch(r) => {
-                let answer = fetch::fetch(s, ctx, r, v, &sessions).await;
+                let answer = fetch::fetch(s, ctx, r, v, &sessions, zero_copy).await;
                 // A throttled v8+ client backs off by the time it is told, and its
                 // connection is not read meanwhile (KIP-219); older ones were answered
                 // that much later already.

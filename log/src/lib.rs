@@ -23,6 +23,7 @@ mod keys;
 pub mod layout;
 pub mod producers;
 mod read;
+mod records;
 mod recovery;
 mod retention;
 mod segment;
@@ -47,6 +48,7 @@ pub use keys::{
 use layout::{KEYS_SUFFIX, LOG_SUFFIX};
 use producers::{ProducerError, ProducerStates};
 pub use read::ReadPlan;
+pub use records::{FileSlice, Records};
 use recovery::{epochs_after, scan_epochs};
 pub use retention::{
     RetentionOutcome, SealedSegmentInfo, TierBounds, export_segment_tail, seal_segment_file,
@@ -309,5 +311,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+#[cfg(test)]
+mod locate_tests;
 #[cfg(test)]
 mod tests;

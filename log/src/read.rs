@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shale_records::batch::BatchIter;
 
+use crate::records::{FileSlice, Records};
 use crate::segment::{ChunkReader, SEEK_CHUNK};
 use crate::{LogError, PartitionLog};
 
@@ -14,6 +15,28 @@ impl PartitionLog {
     /// Prepares a read of the batches from `offset`, stopping before `max_offset`
     /// (exclusive: the high watermark). The returned plan reads without the log.
     pub fn plan_read(&self, offset: i64, max_offset: i64) -> Result<ReadPlan, LogError> {
+        self.plan(offset, max_offset, None)
+    }
+
+    /// As [`PartitionLog::plan_read`], for a read of up to `max_bytes` that may be
+    /// answered with a slice of the segment file ([`ReadPlan::locate`]): it also notes
+    /// the index entries nearest where such a read ends, so that finding the end takes
+    /// a few header reads rather than one per batch.
+    pub fn plan_slice(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadPlan, LogError> {
+        self.plan(offset, max_offset, Some(max_bytes))
+    }
+
+    fn plan(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: Option<usize>,
+    ) -> Result<ReadPlan, LogError> {
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
         if offset < log_start || offset > log_end {
             return Err(LogError::OffsetOutOfRange {
@@ -30,6 +53,12 @@ impl PartitionLog {
         // Older than the active segment and the newest sealed one: a catch-up read.
         let cold = self.segments.range(base..).nth(2).is_some();
         let (start, start_offset) = seg.lookup_entry(offset);
+        let max_offset = max_offset.min(log_end);
+        let anchors = max_bytes.map(|max_bytes| Anchors {
+            max_bytes,
+            by_size: seg.floor_position(start.saturating_add(max_bytes as u64)),
+            by_offset: (max_offset < seg.next_offset).then(|| seg.lookup_position(max_offset)),
+        });
         Ok(ReadPlan {
             file: seg.file()?,
             path: crate::layout::segment_path(&self.dir, base, crate::layout::LOG_SUFFIX),
@@ -37,8 +66,9 @@ impl PartitionLog {
             start_offset,
             end: seg.size(),
             offset,
-            max_offset: max_offset.min(log_end),
+            max_offset,
             cold,
+            anchors,
         })
     }
 
@@ -86,9 +116,75 @@ pub struct ReadPlan {
     /// after the read, so a consumer or follower catching up from old segments does
     /// not push out the hot tail that produce and tailing consumers use.
     pub(crate) cold: bool,
+    /// Set by [`PartitionLog::plan_slice`].
+    anchors: Option<Anchors>,
 }
 
+/// Batch starts (index entries) before which every batch of a read planned for a
+/// slice is taken: one at most `max_bytes` past the entry the read starts from, and
+/// one at or before `max_offset` (none when `max_offset` lies past the segment).
+#[derive(Debug, Clone, Copy)]
+struct Anchors {
+    max_bytes: usize,
+    by_size: u64,
+    by_offset: Option<u64>,
+}
+
+/// Read size of the header walks that find where a slice ends.
+const LOCATE_CHUNK: usize = 4 * 1024;
+/// Most headers a walk reads before it settles for a shorter slice.
+const LOCATE_MAX_BATCHES: usize = 4096;
+
 impl ReadPlan {
+    /// The batches [`ReadPlan::read`] would return, as a slice of the segment file
+    /// (records that a plaintext connection sends without copying them); `max_bytes`
+    /// is the plan's ([`PartitionLog::plan_slice`]). Only batch headers are read:
+    /// batches are not CRC-checked here (they were when appended, and a Kafka client
+    /// checks them); [`FileSlice::read`] checks them. `None` where the copying read
+    /// must decide: a plan not made for a slice, a segment old enough to be read
+    /// uncached (the copying read drops its pages afterwards), an index that does not
+    /// lead to the batch, or a header that does not parse.
+    pub fn locate(&self, whole_first: bool) -> Result<Option<Records>, LogError> {
+        let Some(a) = self.anchors.filter(|_| !self.cold) else {
+            return Ok(None);
+        };
+        if self.offset >= self.max_offset {
+            return Ok(Some(Records::default()));
+        }
+        let mut reader = ChunkReader::new(&self.file, self.end, LOCATE_CHUNK);
+        let first = match reader.seek_offset(self.start, self.offset) {
+            Ok(Some(b)) if b.header.base_offset <= self.offset => b,
+            Ok(None) if self.start == 0 => return Ok(Some(Records::default())),
+            _ => return Ok(None),
+        };
+        let first_size = first.header.total_size();
+        let too_big = !whole_first && first_size > a.max_bytes;
+        if first.header.last_offset() >= self.max_offset || too_big {
+            return Ok(Some(Records::default()));
+        }
+        let limit_end = first.position + a.max_bytes.max(first_size) as u64;
+        // Every batch before the nearer anchor is taken: the walk starts there.
+        let anchor = a.by_size.min(a.by_offset.unwrap_or(u64::MAX));
+        let mut end = anchor.max(first.position + first_size as u64);
+        for _ in 0..LOCATE_MAX_BATCHES {
+            let h = match reader.next_batch(end, false) {
+                None => break,
+                Some(Ok(h)) => h,
+                Some(Err(_)) => return Ok(None),
+            };
+            let next = end + h.total_size() as u64;
+            if h.last_offset() >= self.max_offset || next > limit_end {
+                break;
+            }
+            end = next;
+        }
+        Ok(Some(Records::Slice(FileSlice {
+            file: self.file.clone(),
+            position: first.position,
+            len: (end - first.position) as usize,
+        })))
+    }
+
     /// Whole batches from the one holding `offset`, up to `max_bytes`, never a batch
     /// reaching `max_offset`. With `whole_first`, the first batch comes even if it alone
     /// is larger than `max_bytes` (so a consumer never stalls on a large batch). Every

@@ -391,6 +391,13 @@ impl Segment {
             })
     }
 
+    /// The last indexed batch start at or before file position `position` (0: none).
+    pub(crate) fn floor_position(&self, position: u64) -> u64 {
+        self.index
+            .floor(|e| u64::from(e.position) <= position)
+            .map_or(0, |e| u64::from(e.position))
+    }
+
     /// File position from which to scan for the first batch whose timestamps reach `ts`.
     pub(crate) fn lookup_time_position(&self, ts: i64) -> u64 {
         match self.time_index.floor(|e| e.timestamp < ts) {

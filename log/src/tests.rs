@@ -5,7 +5,7 @@ use shale_records::batch::{self, BatchIter};
 use shale_records::record::{BatchBuilder, Record, decode_records};
 use std::path::PathBuf;
 
-fn batch(first_value: u64, n: usize, ts: i64, value_len: usize) -> Vec<u8> {
+pub(crate) fn batch(first_value: u64, n: usize, ts: i64, value_len: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(ts);
     for i in 0..n {
         let mut v = format!("v{}-", first_value + i as u64).into_bytes();
@@ -15,7 +15,7 @@ fn batch(first_value: u64, n: usize, ts: i64, value_len: usize) -> Vec<u8> {
     b.build().to_vec()
 }
 
-fn append(log: &mut PartitionLog, mut bytes: Vec<u8>, now: i64) -> AppendInfo {
+pub(crate) fn append(log: &mut PartitionLog, mut bytes: Vec<u8>, now: i64) -> AppendInfo {
     let mut headers: Vec<_> = BatchIter::new(&bytes).map(|r| r.unwrap().0).collect();
     log.append(&mut bytes, &mut headers, 0, now).unwrap()
 }
@@ -48,11 +48,11 @@ fn read_all(log: &PartitionLog, from: i64, max_bytes: usize) -> Vec<Record> {
 
 /// Opens a log with a small file cache, so that rolls and reads also exercise closing
 /// and reopening segment files.
-fn open_log(dir: &Path, config: LogConfig) -> Result<PartitionLog, LogError> {
+pub(crate) fn open_log(dir: &Path, config: LogConfig) -> Result<PartitionLog, LogError> {
     PartitionLog::open(dir, config, 0, FileCache::new(4))
 }
 
-fn small_config() -> LogConfig {
+pub(crate) fn small_config() -> LogConfig {
     LogConfig {
         segment_bytes: 2048,
         index_interval_bytes: 256,

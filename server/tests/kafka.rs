@@ -510,3 +510,80 @@ async fn a_client_over_its_fetch_quota_is_throttled_and_reads_everything() {
     );
     assert_eq!(lines.lines().count(), 1000);
 }
+
+/// Records sent from segment files with `sendfile(2)` (a plaintext Kafka connection)
+/// are byte for byte what the copying read returns (the gRPC fetch): from every
+/// batch's first offset and from inside batches, with limits that cut a batch, across
+/// segment boundaries, at the high watermark; and the metric shows the slices were
+/// used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_sent_from_files_equal_the_copying_read() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let metrics = free_port();
+    let broker = Broker::start(&[
+        "--kafka-listen",
+        &addr,
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics}"),
+    ])
+    .await;
+    let client = broker.client().await;
+    // Local only: the uploader would roll and upload the segments, and local
+    // retention delete them, while the test reads.
+    let configs = [
+        ("segment.bytes", "20000"),
+        ("remote.storage.enable", "false"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    client.create_topic("slices", 1, 1, configs).await.unwrap();
+    let mut c = Conn::connect(&addr).await;
+    create(&mut c, "slices").await;
+    let mut starts = Vec::new();
+    let mut next = 0;
+    for i in 0..120usize {
+        let value = "s".repeat(10 + (i * 37) % 900);
+        let values: Vec<&str> = (0..1 + i % 5).map(|_| value.as_str()).collect();
+        let r: ProduceResponse = c
+            .call(
+                ApiKey::Produce,
+                9,
+                &produce_request("slices", -1, batch(&values, 1)),
+            )
+            .await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+        starts.push(next);
+        next += values.len() as i64;
+    }
+    let end = next;
+    let mut offsets: Vec<i64> = starts.iter().flat_map(|&s| [s, s + 1]).collect();
+    offsets.push(end);
+    let mut compared = 0;
+    for &offset in offsets.iter().filter(|o| **o <= end) {
+        for limit in [1, 700, 5000, 1 << 20] {
+            let mut req = fetch_request("slices", offset);
+            req.max_bytes = limit;
+            req.topics[0].partitions[0].partition_max_bytes = limit;
+            req.max_wait_ms = 0;
+            let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req).await;
+            let p = &r.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0, "offset {offset}");
+            let sent = p.records.clone().unwrap_or_default();
+            let copied = client
+                .fetch_partition("slices", 0, offset, limit, 0)
+                .await
+                .unwrap();
+            assert_eq!(copied.error_code, 0);
+            assert_eq!(sent, copied.records, "offset {offset}, limit {limit}");
+            compared += sent.len();
+        }
+    }
+    assert!(compared > 100_000, "{compared} bytes compared");
+    let text = common::http_get(metrics, "/metrics").await;
+    let zero_copy: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("shale_fetch_zero_copy_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(zero_copy > 10_000.0, "{text}");
+}

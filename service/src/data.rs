@@ -41,6 +41,9 @@ pub struct FetchRequest {
     pub min_bytes: i32,
     pub max_bytes: i32,
     pub read_from: ReadFrom,
+    /// Records of the newest local segments may be answered as slices of their files,
+    /// for a connection that sends them with `sendfile(2)` (see `Broker::fetch`).
+    pub zero_copy: bool,
 }
 
 /// One partition of a ListOffsets request: the first offset whose timestamp is at
@@ -118,7 +121,7 @@ impl Service {
                 .map(|s| (s.topic.clone(), s.partition))
                 .collect();
             let (max_wait, min_bytes, max_bytes) = (req.max_wait, req.min_bytes, req.max_bytes);
-            let read_from = &req.read_from;
+            let (read_from, zero_copy) = (&req.read_from, req.zero_copy);
             let results = self
                 .on_allowed_topics(
                     ctx,
@@ -127,7 +130,7 @@ impl Service {
                     |s| &s.topic,
                     |parts| {
                         self.broker
-                            .fetch(parts, max_wait, min_bytes, max_bytes, read_from)
+                            .fetch(parts, max_wait, min_bytes, max_bytes, read_from, zero_copy)
                     },
                 )
                 .await;

@@ -78,12 +78,12 @@ impl Service {
         {
             let fetched = self
                 .broker
-                .read_one(&p, offset, 1 << 20, true, false)
+                .read_one(&p, offset, 1 << 20, true, false, false)
                 .await?;
             if fetched.records.is_empty() {
                 break;
             }
-            let bytes: Bytes = fetched.records;
+            let bytes: Bytes = fetched.records.into_bytes().map_err(Error::Storage)?;
             'batches: for item in BatchIter::new(&bytes) {
                 let (h, range) = item.map_err(Error::from)?;
                 let next = h.last_offset() + 1;

@@ -50,11 +50,13 @@ impl Partition {
     /// the partition's lock, so local retention cannot move the local log start between
     /// the decision and the plan. A follower answers too when `any_replica` (a
     /// consumer sent here by [`shale_cluster::placement::preferred_read_replica`]),
-    /// up to the high watermark it knows.
+    /// up to the high watermark it knows. With `slice_bytes`, the plan may be answered
+    /// as a slice of the segment file ([`ReadPlan::locate`]).
     pub fn plan_fetch(
         &self,
         offset: i64,
         any_replica: bool,
+        slice_bytes: Option<usize>,
     ) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
         let r = self.replica();
         if !any_replica || r.closed || !r.role.replicas.contains(&self.broker_id) {
@@ -71,7 +73,11 @@ impl Partition {
         if offset < r.log.log_start_offset() {
             return Ok((None, offsets));
         }
-        let plan = r.log.plan_read(offset, self.high_watermark())?;
+        let hw = self.high_watermark();
+        let plan = match slice_bytes {
+            Some(max_bytes) => r.log.plan_slice(offset, hw, max_bytes)?,
+            None => r.log.plan_read(offset, hw)?,
+        };
         Ok((Some(plan), offsets))
     }
 

@@ -511,7 +511,7 @@ fn a_follower_serves_consumers_up_to_the_high_watermark_it_knows() {
     a.append(&batch(5, 10), Some(2), 0).unwrap();
     replicate_once(&a, &b, 2);
     let read = |p: &Partition, offset: i64, any_replica: bool| {
-        let (plan, offsets) = p.plan_fetch(offset, any_replica)?;
+        let (plan, offsets) = p.plan_fetch(offset, any_replica, None)?;
         let bytes = plan.expect("local").read(1 << 20, true)?;
         Ok::<_, Error>((bytes.len(), offsets.high_watermark))
     };

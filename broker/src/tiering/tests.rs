@@ -66,7 +66,14 @@ async fn fetch_code(t: &TestBroker, offset: i64) -> ErrorCode {
     };
     let r = t
         .broker
-        .fetch(vec![spec], Duration::ZERO, 0, 1 << 20, &ReadFrom::Leader)
+        .fetch(
+            vec![spec],
+            Duration::ZERO,
+            0,
+            1 << 20,
+            &ReadFrom::Leader,
+            false,
+        )
         .await
         .into_iter()
         .next()

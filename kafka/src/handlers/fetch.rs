@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::messages::FetchRequest;
 use shale_broker::fetch::{FetchSpec, ReadFrom};
 use shale_records::ErrorCode;
@@ -19,6 +18,7 @@ pub async fn fetch(
     r: FetchRequest,
     version: i16,
     sessions: &FetchSessions,
+    zero_copy: bool,
 ) -> FetchAnswer {
     // v13+ name topics by id: a session keeps ids, and their names are looked up
     // at every request (so a topic this broker learns of later is read once it knows
@@ -118,6 +118,7 @@ pub async fn fetch(
             },
             _ => ReadFrom::Leader,
         },
+        zero_copy,
     };
     let answer = s.fetch(ctx, req).await;
     let mut read = answer.partitions.into_iter();
@@ -193,6 +194,6 @@ fn unanswered(partition: i32, error: ErrorCode) -> PartitionAnswer {
         last_stable_offset: -1,
         log_start_offset: -1,
         preferred_read_replica: -1,
-        records: Bytes::new(),
+        records: Default::default(),
     }
 }

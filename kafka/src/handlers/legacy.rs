@@ -43,7 +43,7 @@ pub async fn handle(
                         .map(move |p| ((name.clone(), p.partition), p.fetch_offset))
                 })
                 .collect();
-            let answer = super::fetch::fetch(s, ctx, r, v, sessions).await;
+            let answer = super::fetch::fetch(s, ctx, r, v, sessions, false).await;
             if v >= 1 {
                 w.i32(answer.throttle.as_millis().min(i32::MAX as u128) as i32);
             }
@@ -54,8 +54,9 @@ pub async fn handle(
                 w.string(&t.name).count(t.partitions.len());
                 for p in &t.partitions {
                     let from = from.get(&(t.name.clone(), p.index)).copied().unwrap_or(0);
-                    let (set, n) =
-                        shale_records::legacy::to_message_set(p.records.clone(), magic, from);
+                    // Not a zero-copy fetch: the records are in memory.
+                    let records = p.records.clone().into_bytes().unwrap_or_default();
+                    let (set, n) = shale_records::legacy::to_message_set(records, magic, from);
                     converted += n as u64;
                     w.i32(p.index)
                         .i16(p.error_code)

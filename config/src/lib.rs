@@ -109,6 +109,7 @@ struct ListenerSection {
     max_connections: Option<usize>,
     max_request_bytes: Option<usize>,
     max_inflight_requests: Option<usize>,
+    sendfile: Option<bool>,
     security_protocol: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -154,6 +155,9 @@ pub struct ListenerConfig {
     /// Requests handled at once per connection (Kafka listeners); later ones wait.
     /// Default: 16.
     pub max_inflight_requests: usize,
+    /// Records of the newest local segments go to the socket with `sendfile(2)`
+    /// (plaintext Kafka listeners; TLS ones always copy). Default: true.
+    pub sendfile: bool,
     /// TLS, SASL and sessions (see `security::listener`). Default: PLAINTEXT.
     pub security: ListenerSecurity,
 }

@@ -107,6 +107,7 @@ pub(super) fn resolve_listeners(
                     s.connections_max_reauth_ms.is_some(),
                 ),
                 ("max_inflight_requests", s.max_inflight_requests.is_some()),
+                ("sendfile", s.sendfile.is_some()),
             ] {
                 if set {
                     return Err(invalid(key(field), "applies to kafka listeners only"));
@@ -147,6 +148,7 @@ pub(super) fn resolve_listeners(
                 },
             )?,
             max_inflight_requests: positive("max_inflight_requests", s.max_inflight_requests, 16)?,
+            sendfile: s.sendfile.unwrap_or(true),
             security,
             name,
         });

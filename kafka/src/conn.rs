@@ -75,7 +75,7 @@ pub async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: Sink,
 {
-    let zero_copy = wr.socket().is_some();
+    let zero_copy = limits.sendfile && wr.socket().is_some();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut pending = FuturesOrdered::new();
     let mut stopping = std::pin::pin!(service.stopping());

@@ -11,6 +11,8 @@ pub struct Limits {
     pub max_inflight_requests: usize,
     /// Open connections on the listener; more are closed at once.
     pub max_connections: usize,
+    /// Records from local segment files go to plaintext sockets with `sendfile(2)`.
+    pub sendfile: bool,
 }
 
 impl From<&ListenerConfig> for Limits {
@@ -19,6 +21,7 @@ impl From<&ListenerConfig> for Limits {
             max_request_bytes: l.max_request_bytes,
             max_inflight_requests: l.max_inflight_requests,
             max_connections: l.max_connections,
+            sendfile: l.sendfile,
         }
     }
 }

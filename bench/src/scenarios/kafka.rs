@@ -30,6 +30,9 @@ use crate::report::{CaseResult, Ratio, numbers, params};
 struct KafkaTarget {
     broker: Option<BrokerProcess>,
     bootstrap: String,
+    /// A second Kafka listener of this run's broker that copies record bytes
+    /// (`sendfile = false`), to measure `sendfile(2)` against in the same run.
+    copying: Option<String>,
     data_dir: std::path::PathBuf,
 }
 
@@ -39,17 +42,28 @@ impl KafkaTarget {
             return Ok(Self {
                 broker: None,
                 bootstrap: bootstrap.clone(),
+                copying: None,
                 data_dir: ctx.base.clone(),
             });
         }
         let kafka = format!("127.0.0.1:{}", free_port());
+        let copying = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "[listeners.copying]\nprotocol = \"kafka\"\nlisten = \"{copying}\"\nsendfile = false\n"
+        );
         let args = ["--kafka-listen".to_string(), kafka.clone()];
-        let b = BrokerProcess::start("", &args, &ctx.base).await?;
+        let b = BrokerProcess::start(&config, &args, &ctx.base).await?;
         Ok(Self {
             data_dir: b.data_dir(),
             broker: Some(b),
             bootstrap: kafka,
+            copying: Some(copying),
         })
+    }
+
+    /// The broker's CPU seconds so far (0 for a broker this run did not start).
+    fn cpu_seconds(&self) -> f64 {
+        self.stats().cpu_seconds
     }
 
     fn stats(&self) -> ProcessStats {
@@ -74,8 +88,12 @@ impl KafkaTarget {
     }
 
     fn config(&self) -> ClientConfig {
+        Self::config_for(&self.bootstrap)
+    }
+
+    fn config_for(bootstrap: &str) -> ClientConfig {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.bootstrap);
+        c.set("bootstrap.servers", bootstrap);
         c
     }
 
@@ -208,14 +226,16 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     target.create_topic(&produce_topic, 8).await?;
     let config = target.config();
     let topic = produce_topic.clone();
+    let cpu = target.cpu_seconds();
     let sent = tokio::task::spawn_blocking(move || produce(config, &topic, Some(8), bytes, 1024))
         .await??;
+    let produce_cpu = target.cpu_seconds() - cpu;
     let disk_write = baseline::disk_write(&target.data_dir, bytes)?;
     let loopback = baseline::loopback_copy(bytes).await?;
     out.push(CaseResult {
         scenario: "kafka-produce".into(),
         params: client_params(&[("record_bytes", "1024"), ("partitions", "8")]),
-        metrics: rates(&sent),
+        metrics: with_cpu(rates(&sent), produce_cpu, &sent),
         baselines: numbers(&[
             ("disk_write_mib_per_sec", disk_write),
             ("loopback_tcp_mib_per_sec", loopback),
@@ -227,22 +247,39 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         )),
         broker: target.stats(),
     });
-    let config = target.config();
+    // Consume it, through the listener that sends record bytes with sendfile(2) and
+    // (this run's broker) through one that copies them, alternating, twice each.
     let count = sent.records;
-    let read =
-        tokio::task::spawn_blocking(move || consume(config, &produce_topic, 8, count)).await??;
-    out.push(CaseResult {
-        scenario: "kafka-consume".into(),
-        params: client_params(&[("record_bytes", "1024"), ("partitions", "8")]),
-        metrics: rates(&read),
-        baselines: numbers(&[("loopback_tcp_mib_per_sec", loopback)]),
-        ratio: Some(Ratio::new(
-            "mib_per_sec / loopback_tcp",
-            read.mib_per_sec() / loopback,
-            Some(0.5),
-        )),
-        broker: target.stats(),
-    });
+    let mut listeners = vec![("sendfile", target.bootstrap.clone())];
+    listeners.extend(target.copying.clone().map(|c| ("copying", c)));
+    let rounds = if ctx.quick { 1 } else { 2 };
+    for round in 0..rounds {
+        for (path, bootstrap) in &listeners {
+            let config = KafkaTarget::config_for(bootstrap);
+            let topic = produce_topic.clone();
+            let cpu = target.cpu_seconds();
+            let read =
+                tokio::task::spawn_blocking(move || consume(config, &topic, 8, count)).await??;
+            let cpu = target.cpu_seconds() - cpu;
+            out.push(CaseResult {
+                scenario: "kafka-consume".into(),
+                params: client_params(&[
+                    ("record_bytes", "1024"),
+                    ("partitions", "8"),
+                    ("records_path", path),
+                    ("round", &(round + 1).to_string()),
+                ]),
+                metrics: with_cpu(rates(&read), cpu, &read),
+                baselines: numbers(&[("loopback_tcp_mib_per_sec", loopback)]),
+                ratio: Some(Ratio::new(
+                    "mib_per_sec / loopback_tcp",
+                    read.mib_per_sec() / loopback,
+                    Some(0.5),
+                )),
+                broker: target.stats(),
+            });
+        }
+    }
 
     // End-to-end latency at fixed offered rates.
     let e2e_topic = ctx.topic("kafka-e2e");
@@ -297,14 +334,16 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         for &per_record in spreads {
             let config = target.config();
             let t = topic.clone();
+            let cpu = target.cpu_seconds();
             let sent = tokio::task::spawn_blocking(move || {
                 produce(config, &t, per_record.then_some(partitions), bytes, 1024)
             })
             .await??;
+            let cpu = target.cpu_seconds() - cpu;
             if partitions == 1 {
                 one = sent.mib_per_sec();
             }
-            let mut metrics = rates(&sent);
+            let mut metrics = with_cpu(rates(&sent), cpu, &sent);
             if let (Some(before), Some(after)) = (rss_before, target.rss_mib()) {
                 let per_partition_kib = (after - before).max(0.0) * 1024.0 / partitions as f64;
                 metrics.extend(numbers(&[(
@@ -378,6 +417,20 @@ pub(super) fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMa
     let mut all: Vec<(&str, String)> = vec![("client", "librdkafka".into()), ("acks", "1".into())];
     all.extend(pairs.iter().map(|(k, v)| (*k, v.to_string())));
     params(&all)
+}
+
+/// `metrics` with the broker's CPU seconds per GiB moved (none for a broker this
+/// run did not start: its CPU is not known).
+fn with_cpu(
+    mut metrics: std::collections::BTreeMap<String, f64>,
+    cpu_seconds: f64,
+    sent: &Sent,
+) -> std::collections::BTreeMap<String, f64> {
+    if cpu_seconds > 0.0 && sent.bytes > 0 {
+        let gib = sent.bytes as f64 / (1024.0 * MIB);
+        metrics.extend(numbers(&[("broker_cpu_s_per_gib", cpu_seconds / gib)]));
+    }
+    metrics
 }
 
 pub(super) fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {

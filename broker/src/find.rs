@@ -1,6 +1,6 @@
 //! Records by key: every record with a given key in a topic, within a time range,
 //! without reading the whole log. Each sealed segment has a key filter (local:
-//! `.keys` beside it; remote: the `.keys` object, fetched once and cached); a segment
+//! `.keys` beside it; remote: in the `.indexes` object, fetched once and cached); a segment
 //! whose filter rules the key out, or whose time range misses the query's, is skipped
 //! unread. Only the segments that may hold the key are read (remote ones through the
 //! read cache, chunk by chunk), and the active segment, which has no filter yet.

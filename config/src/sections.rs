@@ -195,7 +195,8 @@ pub struct TieringSection {
     pub multipart_threshold_bytes: u64,
     /// Part size of multipart uploads. Default: 16777216 (16 MiB).
     pub multipart_part_bytes: usize,
-    /// Size of a cached chunk of a remote segment. Default: 4194304 (4 MiB).
+    /// Size of a cached chunk of a remote segment: one ranged GET each. Default:
+    /// 8388608 (8 MiB).
     pub chunk_bytes: u64,
     /// Memory tier of the read cache. Default: 268435456 (256 MiB).
     pub cache_memory_bytes: usize,
@@ -235,7 +236,7 @@ impl Default for TieringSection {
             upload_concurrency: 2,
             multipart_threshold_bytes: 32 << 20,
             multipart_part_bytes: 16 << 20,
-            chunk_bytes: 4 << 20,
+            chunk_bytes: 8 << 20,
             cache_memory_bytes: 256 << 20,
             cache_disk_bytes: 1 << 30,
             cache_dir: None,

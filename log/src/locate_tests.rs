@@ -3,7 +3,9 @@
 
 use proptest::prelude::*;
 
-use crate::tests::{append, batch, open_log, small_config};
+use crate::tests::{
+    append, batch, closed_log_of_sealed_segments, misplace_index_entries, open_log, small_config,
+};
 use crate::{LogConfig, PartitionLog, Records};
 
 /// What the copying read returns and what a slice holds, for one read; `None` for
@@ -131,4 +133,21 @@ fn a_slice_outlives_the_deletion_of_its_segment() {
         "the segment was deleted"
     );
     assert_eq!(slice.read().unwrap(), copied);
+}
+
+#[test]
+fn a_damaged_offset_index_leaves_the_read_to_the_copying_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sealed, next) = closed_log_of_sealed_segments(dir.path());
+    misplace_index_entries(dir.path(), sealed);
+    let log = open_log(dir.path(), small_config()).unwrap();
+    let mut left = 0;
+    for offset in sealed..next {
+        let (copied, sliced) = both(&log, offset, i64::MAX, 1, true);
+        match sliced {
+            Some(sliced) => assert_eq!(sliced, copied, "offset {offset}"),
+            None => left += 1,
+        }
+    }
+    assert!(left > 0, "the damaged entries were noticed");
 }

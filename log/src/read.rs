@@ -152,6 +152,13 @@ impl ReadPlan {
             return Ok(Some(Records::default()));
         }
         let mut reader = ChunkReader::new(&self.file, self.end, LOCATE_CHUNK);
+        // The index entry must name the batch it points at (else it is damaged).
+        if self.start > 0 {
+            match reader.next_batch(self.start, false) {
+                Some(Ok(h)) if h.base_offset == self.start_offset => {}
+                _ => return Ok(None),
+            }
+        }
         let first = match reader.seek_offset(self.start, self.offset) {
             Ok(Some(b)) if b.header.base_offset <= self.offset => b,
             Ok(None) if self.start == 0 => return Ok(Some(Records::default())),

@@ -1007,7 +1007,20 @@ fn segment_file(dir: &Path, base: i64, suffix: &str) -> PathBuf {
 
 /// A closed log of 100 batches of 3 records in small segments: the bases of its second
 /// segment and the one after it.
-fn closed_log_of_sealed_segments(dir: &Path) -> (i64, i64) {
+/// Points every offset-index entry of the segment based at `base` but the first 3
+/// bytes off (into a batch).
+pub(crate) fn misplace_index_entries(dir: &Path, base: i64) {
+    let path = segment_file(dir, base, "index");
+    let mut index = std::fs::read(&path).unwrap();
+    assert!(index.len() >= 16);
+    for entry in index.chunks_exact_mut(8).skip(1) {
+        let pos = u32::from_be_bytes(entry[4..8].try_into().unwrap());
+        entry[4..8].copy_from_slice(&(pos + 3).to_be_bytes());
+    }
+    std::fs::write(&path, &index).unwrap();
+}
+
+pub(crate) fn closed_log_of_sealed_segments(dir: &Path) -> (i64, i64) {
     let mut log = open_log(dir, small_config()).unwrap();
     for i in 0..100u64 {
         append(&mut log, batch(i * 3, 3, 1000, 40), 0);
@@ -1063,15 +1076,7 @@ fn a_damaged_batch_is_an_error_naming_the_file_and_its_neighbours_still_read() {
 fn a_damaged_offset_index_is_passed_over_and_reads_stay_right() {
     let dir = tempfile::tempdir().unwrap();
     let (sealed, next) = closed_log_of_sealed_segments(dir.path());
-    // Every position entry of the index now points 3 bytes off (into a batch).
-    let path = segment_file(dir.path(), sealed, "index");
-    let mut index = std::fs::read(&path).unwrap();
-    assert!(index.len() >= 16);
-    for entry in index.chunks_exact_mut(8).skip(1) {
-        let pos = u32::from_be_bytes(entry[4..8].try_into().unwrap());
-        entry[4..8].copy_from_slice(&(pos + 3).to_be_bytes());
-    }
-    std::fs::write(&path, &index).unwrap();
+    misplace_index_entries(dir.path(), sealed);
     let log = open_log(dir.path(), small_config()).unwrap();
     for offset in sealed..next {
         let bytes = log

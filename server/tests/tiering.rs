@@ -11,7 +11,7 @@ use common::{Broker, S3Server};
 use shale_client::{Acks, Client, Producer, ProducerRecord};
 use shale_metastore::RemoteSegmentState;
 use shale_proto::v1::PartitionTieringStatus;
-use shale_tiering::layout::{ObjectKind, SegmentMeta};
+use shale_tiering::layout::{ObjectKind, SegmentIndexes, SegmentMeta};
 
 const PREFIX: &str = "cluster-a";
 
@@ -144,31 +144,31 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
             );
             assert_eq!(crc32c::crc32c(&log), m.log_crc32c);
             assert_eq!(log.len() as u64, m.log_bytes);
-            let index = s3.read_object(PREFIX, key.path(ObjectKind::Index).as_ref());
+            // The offset index, the time index and the key filter ride in one
+            // `.indexes` object, named in .meta, each the local file byte for byte.
+            let indexes_path = key.path(ObjectKind::Indexes);
+            let all = s3.read_object(PREFIX, indexes_path.as_ref());
+            assert_eq!(m.indexes.as_deref(), indexes_path.filename());
+            let parts = SegmentIndexes::decode(&all).unwrap();
+            let index = parts.offset_index;
             assert_eq!(
                 index,
                 std::fs::read(dir.join(format!("{:020}.index", m.base_offset))).unwrap()
             );
-            assert_eq!(crc32c::crc32c(&index), m.index_crc32c);
-            let time_index = s3.read_object(PREFIX, key.path(ObjectKind::TimeIndex).as_ref());
-            assert_eq!(crc32c::crc32c(&time_index), m.time_index_crc32c);
-            // The key filter is the fifth object, named in .meta, the local one byte
-            // for byte.
+            assert_eq!(crc32c::crc32c(index), m.index_crc32c);
+            assert_eq!(crc32c::crc32c(parts.time_index), m.time_index_crc32c);
             let kf = m.key_filter.as_ref().expect(".meta names a key filter");
-            let keys = s3.read_object(PREFIX, key.path(ObjectKind::Keys).as_ref());
+            let keys = parts.key_filter.expect("the key filter is in .indexes");
+            assert_eq!(indexes_path.filename(), Some(kf.object.as_str()));
             assert_eq!(
-                key.path(ObjectKind::Keys).filename(),
-                Some(kf.object.as_str())
-            );
-            assert_eq!(
-                (crc32c::crc32c(&keys), keys.len() as u64),
+                (crc32c::crc32c(keys), keys.len() as u64),
                 (kf.crc32c, kf.bytes)
             );
             assert_eq!(
                 keys,
                 std::fs::read(dir.join(format!("{:020}.keys", m.base_offset))).unwrap()
             );
-            let filter = shale_records::keyfilter::KeyFilter::decode(&keys).unwrap();
+            let filter = shale_records::keyfilter::KeyFilter::decode(keys).unwrap();
             assert_eq!(filter.summary.log_bytes, m.log_bytes);
             assert_eq!(filter.summary.last_offset, m.end_offset);
             assert_eq!(m.topic, "t");
@@ -177,8 +177,8 @@ async fn sealed_segments_are_copied_as_self_describing_objects() {
     let total_segments: i64 = status.iter().map(|s| s.remote_segments).sum();
     assert_eq!(
         objects.len() as i64,
-        5 * total_segments,
-        "five objects per segment, nothing else"
+        3 * total_segments,
+        "three objects per segment, nothing else"
     );
 
     // A restart neither re-uploads nor loses track of what is there.
@@ -312,7 +312,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
         .unwrap();
     broker.stop();
 
-    // Next start dies at the failpoint: all five objects written, row still COPY_STARTED.
+    // Next start dies at the failpoint: all three objects written, row still COPY_STARTED.
     broker.set_envs(&[("SHALE_FAILPOINTS", "upload-before-copy-finished")]);
     broker.start_again().await;
     let c = broker.client().await;
@@ -322,7 +322,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
     let orphans = s3.segment_objects(PREFIX);
     assert_eq!(
         orphans.len(),
-        5,
+        3,
         "objects of the interrupted copy: {orphans:?}"
     );
     let metastore = shale_metastore::open(&tiered.db.url()).await.unwrap();
@@ -348,7 +348,7 @@ async fn crash_between_object_puts_and_copy_finished_converges_after_restart() {
     );
     assert_eq!(
         s3.segment_objects(PREFIX).len(),
-        5 * metas.len(),
+        3 * metas.len(),
         "no orphaned object is left"
     );
     let rows = metastore

@@ -1,41 +1,106 @@
 //! Where a remote segment's objects live. Keys are self-describing, so a bucket can be
 //! re-attached without the database:
-//! `{topic_id}/{partition}/{base_offset:020}-{end_offset:020}-{segment_id}.{log|index|timeindex|keys|meta}`
-//! (under the store's prefix). `.meta` is a small JSON document describing the segment;
-//! `.keys` is the segment's key filter (see `shale_records::keyfilter`), named in
-//! `.meta` (segments copied before filters existed have none).
+//! `{topic_id}/{partition}/{base_offset:020}-{end_offset:020}-{segment_id}.{log|indexes|meta}`
+//! (under the store's prefix): three objects a segment. `.meta` is a small JSON
+//! document describing the segment; `.indexes` holds its offset index, time index and
+//! key filter (see `shale_records::keyfilter`) together ([`SegmentIndexes`]), so a
+//! reader needs one GET for all three. Segments copied before that have `.index`,
+//! `.timeindex` and `.keys` objects instead (and no `.keys` if copied before filters
+//! existed); they are read as they are.
 
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The five objects of one remote segment.
+/// The objects of one remote segment: `.log`, `.indexes` and `.meta`, or in segments
+/// copied before `.indexes`, `.index`, `.timeindex` and `.keys` in its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
     Log,
+    Indexes,
+    Meta,
     Index,
     TimeIndex,
     Keys,
-    Meta,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 5] = [
+    /// Every kind a segment's objects may have (what deleting a segment removes).
+    pub const ALL: [ObjectKind; 6] = [
         ObjectKind::Log,
+        ObjectKind::Indexes,
+        ObjectKind::Meta,
         ObjectKind::Index,
         ObjectKind::TimeIndex,
         ObjectKind::Keys,
-        ObjectKind::Meta,
     ];
+
+    /// The kinds a segment copied now has.
+    pub const WRITTEN: [ObjectKind; 3] = [ObjectKind::Log, ObjectKind::Indexes, ObjectKind::Meta];
 
     fn extension(self) -> &'static str {
         match self {
             ObjectKind::Log => "log",
+            ObjectKind::Indexes => "indexes",
+            ObjectKind::Meta => "meta",
             ObjectKind::Index => "index",
             ObjectKind::TimeIndex => "timeindex",
             ObjectKind::Keys => "keys",
-            ObjectKind::Meta => "meta",
         }
+    }
+}
+
+/// The `.indexes` object: a 16-byte header (`SHIX`, then the lengths of the offset
+/// index, the time index and the key filter as big-endian u32, the last
+/// `u32::MAX` for none), then the three, back to back, each as its local file holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentIndexes<'a> {
+    pub offset_index: &'a [u8],
+    pub time_index: &'a [u8],
+    pub key_filter: Option<&'a [u8]>,
+}
+
+const INDEXES_MAGIC: &[u8; 4] = b"SHIX";
+const INDEXES_HEADER: usize = 16;
+
+impl<'a> SegmentIndexes<'a> {
+    pub fn encode(&self) -> Vec<u8> {
+        let keys = self.key_filter.unwrap_or_default();
+        let mut out = Vec::with_capacity(
+            INDEXES_HEADER + self.offset_index.len() + self.time_index.len() + keys.len(),
+        );
+        out.extend_from_slice(INDEXES_MAGIC);
+        for len in [
+            self.offset_index.len() as u32,
+            self.time_index.len() as u32,
+            self.key_filter.map_or(u32::MAX, |k| k.len() as u32),
+        ] {
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+        out.extend_from_slice(self.offset_index);
+        out.extend_from_slice(self.time_index);
+        out.extend_from_slice(keys);
+        out
+    }
+
+    /// The parts of an encoded object; an error says what does not hold together.
+    pub fn decode(b: &'a [u8]) -> Result<Self, String> {
+        if b.len() < INDEXES_HEADER || &b[..4] != INDEXES_MAGIC {
+            return Err("not an indexes object (no SHIX header)".into());
+        }
+        let len = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let (index, time, keys) = (len(4) as usize, len(8) as usize, len(12));
+        let keys_len = if keys == u32::MAX { 0 } else { keys as usize };
+        let want = INDEXES_HEADER + index + time + keys_len;
+        if b.len() != want {
+            return Err(format!("{} bytes where the header says {want}", b.len()));
+        }
+        let (time_at, keys_at) = (INDEXES_HEADER + index, INDEXES_HEADER + index + time);
+        Ok(Self {
+            offset_index: &b[INDEXES_HEADER..time_at],
+            time_index: &b[time_at..keys_at],
+            key_filter: (keys != u32::MAX).then(|| &b[keys_at..]),
+        })
     }
 }
 
@@ -121,9 +186,15 @@ pub struct SegmentMeta {
     /// (absent in objects written before they were recorded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub epochs: Vec<(i32, i64)>,
+    /// The `.indexes` object (its file name) holding the offset index, the time
+    /// index and the key filter; absent for a segment copied with them as objects
+    /// of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indexes: Option<String>,
 }
 
-/// The `.keys` object as `.meta` names it.
+/// The key filter as `.meta` names it: in the `.indexes` object (`object` names it),
+/// or in a `.keys` object of its own (segments copied before `.indexes`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyFilterObject {
     pub object: String,
@@ -166,5 +237,24 @@ mod tests {
             assert_eq!(SegmentKey::parse(&path), Some((key, kind)));
         }
         assert_eq!(SegmentKey::parse(&Path::from("x/1/abc.log")), None);
+    }
+
+    #[test]
+    fn indexes_round_trip_and_damage_is_refused() {
+        for keys in [None, Some(&b"filter"[..]), Some(&b""[..])] {
+            let parts = SegmentIndexes {
+                offset_index: &[1, 2, 3, 4, 5, 6, 7, 8],
+                time_index: &[9; 12],
+                key_filter: keys,
+            };
+            let encoded = parts.encode();
+            assert_eq!(SegmentIndexes::decode(&encoded), Ok(parts));
+            assert!(SegmentIndexes::decode(&encoded[..encoded.len() - 1]).is_err());
+            let mut longer = encoded.clone();
+            longer.push(0);
+            assert!(SegmentIndexes::decode(&longer).is_err());
+        }
+        assert!(SegmentIndexes::decode(b"SHI").is_err());
+        assert!(SegmentIndexes::decode(&[0; 16]).is_err());
     }
 }

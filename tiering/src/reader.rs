@@ -25,12 +25,12 @@ use shale_records::keyfilter::KeyFilter;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use crate::layout::{ObjectKind, SegmentKey};
+use crate::layout::{ObjectKind, SegmentIndexes, SegmentKey};
 use crate::store::ObjectStoreRef;
 
 #[derive(Debug, Clone)]
 pub struct ReaderConfig {
-    /// Size of a cached chunk of a `.log` object. Default: 4 MiB.
+    /// Size of a cached chunk of a `.log` object. Default: 8 MiB.
     pub chunk_bytes: u64,
     /// Memory tier of the chunk cache. Default: 256 MiB.
     pub cache_memory_bytes: usize,
@@ -164,20 +164,25 @@ impl RemoteReader {
         if let Some(e) = self.filters.get(&seg.segment_id) {
             return Ok(e.value().clone());
         }
-        let path = SegmentKey::of(seg).path(ObjectKind::Keys);
-        let object = path.to_string();
-        let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
-        let fetched = self
-            .chunks
-            .get_or_fetch(&format!("{}/keys", seg.segment_id), move || async move {
-                get_whole(&store, &gets, &stats, &path)
-                    .await
-                    .map_err(anyhow::Error::from)
-            })
-            .await;
-        let filter = match fetched {
-            Ok(entry) => {
-                let f = KeyFilter::decode(entry.value()).map_err(|e| ReadError::Corrupt {
+        let (encoded, object) = match self.indexes_object(seg).await? {
+            Some(all) => {
+                let object = SegmentKey::of(seg).path(ObjectKind::Indexes).to_string();
+                let keys = indexes_of(&all, &object)?.key_filter;
+                (keys.map(|k| all.slice_ref(k)), object)
+            }
+            // Copied before `.indexes`: a `.keys` object, if any.
+            None => {
+                let path = SegmentKey::of(seg).path(ObjectKind::Keys);
+                let key = format!("{}/keys", seg.segment_id);
+                (
+                    self.cached_whole(key, path.clone()).await?,
+                    path.to_string(),
+                )
+            }
+        };
+        let filter = match encoded {
+            Some(encoded) => {
+                let f = KeyFilter::decode(&encoded).map_err(|e| ReadError::Corrupt {
                     object: object.clone(),
                     reason: e.to_string(),
                 })?;
@@ -192,19 +197,48 @@ impl RemoteReader {
                 }
                 Some(Arc::new(f))
             }
-            Err(e) => match e.downcast_ref::<ReadError>() {
-                Some(ReadError::NotFound { .. }) => None,
-                Some(inner) => return Err(inner.clone()),
-                None => {
-                    return Err(ReadError::Unavailable {
-                        object,
-                        reason: e.to_string(),
-                    });
-                }
-            },
+            None => None,
         };
         self.filters.insert(seg.segment_id, filter.clone());
         Ok(filter)
+    }
+
+    /// The segment's `.indexes` object (offset index, time index and key filter),
+    /// fetched whole with one GET and kept in the read cache; `None` for a segment
+    /// copied before it existed.
+    async fn indexes_object(&self, seg: &RemoteSegment) -> Result<Option<Bytes>, ReadError> {
+        let key = format!("{}/indexes", seg.segment_id);
+        let path = SegmentKey::of(seg).path(ObjectKind::Indexes);
+        self.cached_whole(key, path).await
+    }
+
+    /// A whole object through the read cache under `key` (`None`: no such object).
+    async fn cached_whole(
+        &self,
+        key: String,
+        path: object_store::path::Path,
+    ) -> Result<Option<Bytes>, ReadError> {
+        let object = path.to_string();
+        let (store, gets, stats) = (self.store.clone(), self.gets.clone(), self.stats.clone());
+        let fetched = self
+            .chunks
+            .get_or_fetch(&key, move || async move {
+                get_whole(&store, &gets, &stats, &path)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+            .await;
+        match fetched {
+            Ok(entry) => Ok(Some(entry.value().clone())),
+            Err(e) => match e.downcast_ref::<ReadError>() {
+                Some(ReadError::NotFound { .. }) => Ok(None),
+                Some(inner) => Err(inner.clone()),
+                None => Err(ReadError::Unavailable {
+                    object,
+                    reason: e.to_string(),
+                }),
+            },
+        }
     }
 
     /// Keeps a just-copied segment's key filter in the cache, so lookups need no GET
@@ -221,11 +255,22 @@ impl RemoteReader {
         if let Some(e) = self.indexes.get(&seg.segment_id) {
             return Ok(e.value().clone());
         }
-        let path = SegmentKey::of(seg).path(ObjectKind::Index);
-        let raw = get_whole(&self.store, &self.gets, &self.stats, &path).await?;
+        let (raw, object) = match self.indexes_object(seg).await? {
+            Some(all) => {
+                let object = SegmentKey::of(seg).path(ObjectKind::Indexes).to_string();
+                let index = indexes_of(&all, &object)?.offset_index;
+                (all.slice_ref(index), object)
+            }
+            // Copied before `.indexes`: an `.index` object.
+            None => {
+                let path = SegmentKey::of(seg).path(ObjectKind::Index);
+                let raw = get_whole(&self.store, &self.gets, &self.stats, &path).await?;
+                (raw, path.to_string())
+            }
+        };
         if raw.len() % 8 != 0 {
             return Err(ReadError::Corrupt {
-                object: path.to_string(),
+                object,
                 reason: "index size is not a multiple of 8".into(),
             });
         }
@@ -450,6 +495,14 @@ impl RemoteReader {
         }
         Ok(None)
     }
+}
+
+/// The parts of a `.indexes` object; damage is an error naming it.
+fn indexes_of<'a>(all: &'a Bytes, object: &str) -> Result<SegmentIndexes<'a>, ReadError> {
+    SegmentIndexes::decode(all).map_err(|reason| ReadError::Corrupt {
+        object: object.to_string(),
+        reason,
+    })
 }
 
 async fn get_range(

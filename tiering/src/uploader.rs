@@ -1,7 +1,8 @@
 //! Copies sealed segments to the object store and keeps their metadata rows in step.
 //!
 //! One copy: insert the row `COPY_STARTED` → put `.log` (multipart above a threshold),
-//! `.index`, `.timeindex`, `.keys` (when the segment has a key filter), then `.meta` → move the row to `COPY_FINISHED`. Readers see
+//! `.indexes` (the offset index, the time index and the key filter, if the segment has
+//! one), then `.meta` → move the row to `COPY_FINISHED`. Readers see
 //! only finished rows. Every attempt uses a fresh segment id, so object keys of two
 //! attempts never collide. Remote compaction puts its rewrites the same way but leaves
 //! their rows `COPY_STARTED` until it swaps them in (`Metastore::replace_remote_segments`);
@@ -26,7 +27,7 @@ use shale_metastore::{Metastore, RemoteSegment, RemoteSegmentState};
 use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
-use crate::layout::{KeyFilterObject, ObjectKind, SegmentKey, SegmentMeta};
+use crate::layout::{KeyFilterObject, ObjectKind, SegmentIndexes, SegmentKey, SegmentMeta};
 use crate::store::ObjectStoreRef;
 
 /// A local segment that will never change again, ready to copy.
@@ -166,26 +167,31 @@ impl Uploader {
         self.metastore.add_remote_segment(&row).await?;
         let key = SegmentKey::of(&row);
         let (log_bytes, log_crc32c) = self.put_file(&seg.log_path, &key, ObjectKind::Log).await?;
-        let (index_bytes, index_crc32c) = self
-            .put_file(&seg.index_path, &key, ObjectKind::Index)
-            .await?;
-        let (time_index_bytes, time_index_crc32c) = self
-            .put_file(&seg.time_index_path, &key, ObjectKind::TimeIndex)
-            .await?;
-        let key_filter = match &seg.key_filter {
-            Some(bytes) => {
-                let path = key.path(ObjectKind::Keys);
-                self.store
-                    .put(&path, PutPayload::from(bytes.clone()))
-                    .await?;
-                Some(KeyFilterObject {
-                    object: path.filename().unwrap_or_default().to_string(),
-                    bytes: bytes.len() as u64,
-                    crc32c: crc32c::crc32c(bytes),
-                })
+        // The indexes and the key filter are small: one object for the three.
+        let read = |path: &Path| {
+            let path = path.to_path_buf();
+            async move {
+                (tokio::fs::read(&path).await).map_err(|source| UploadError::Io { path, source })
             }
-            None => None,
         };
+        let index = read(&seg.index_path).await?;
+        let time_index = read(&seg.time_index_path).await?;
+        let indexes = SegmentIndexes {
+            offset_index: &index,
+            time_index: &time_index,
+            key_filter: seg.key_filter.as_deref(),
+        };
+        let indexes_path = key.path(ObjectKind::Indexes);
+        let indexes_name = indexes_path.filename().unwrap_or_default().to_string();
+        let encoded = indexes.encode();
+        self.store
+            .put(&indexes_path, PutPayload::from(encoded))
+            .await?;
+        let key_filter = seg.key_filter.as_ref().map(|bytes| KeyFilterObject {
+            object: indexes_name.clone(),
+            bytes: bytes.len() as u64,
+            crc32c: crc32c::crc32c(bytes),
+        });
         let meta = SegmentMeta {
             topic: p.topic.clone(),
             topic_id: p.topic_id,
@@ -196,13 +202,14 @@ impl Uploader {
             max_timestamp: seg.max_timestamp,
             leader_epoch: seg.leader_epoch,
             log_bytes,
-            index_bytes,
-            time_index_bytes,
+            index_bytes: index.len() as u64,
+            time_index_bytes: time_index.len() as u64,
             log_crc32c,
-            index_crc32c,
-            time_index_crc32c,
+            index_crc32c: crc32c::crc32c(&index),
+            time_index_crc32c: crc32c::crc32c(&time_index),
             key_filter,
             epochs: seg.epochs.clone(),
+            indexes: Some(indexes_name),
         };
         let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
         self.store
@@ -410,14 +417,8 @@ async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Resul
 /// Fsyncs the objects of one segment in a `file://` store rooted at `root`, then the
 /// directories that name them: a copy whose row says it finished survives a power loss.
 fn sync_local_objects(root: &Path, key: &SegmentKey) -> std::io::Result<()> {
-    for kind in ObjectKind::ALL {
-        let path = root.join(key.path(kind).as_ref());
-        match std::fs::File::open(&path) {
-            Ok(f) => f.sync_all()?,
-            // A segment copied without a key filter has no `.keys` object.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && kind == ObjectKind::Keys => {}
-            Err(e) => return Err(e),
-        }
+    for kind in ObjectKind::WRITTEN {
+        std::fs::File::open(root.join(key.path(kind).as_ref()))?.sync_all()?;
     }
     let partition_dir = root
         .join(key.topic_id.to_string())

@@ -16,7 +16,7 @@ use crate::report::{CaseResult, Ratio, numbers, params};
 
 const TOPIC: &str = "lookup";
 /// The read cache's chunk (the broker's default `tiering.chunk_bytes`).
-const CHUNK: u64 = 4 << 20;
+const CHUNK: u64 = 8 << 20;
 
 fn key(i: u64) -> String {
     format!("req-{i:012}")

@@ -395,7 +395,7 @@ pub(crate) fn segment_objects_in(base: &Path) -> Vec<String> {
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
-                if [".log", ".index", ".timeindex", ".keys", ".meta"]
+                if [".log", ".indexes", ".index", ".timeindex", ".keys", ".meta"]
                     .iter()
                     .any(|ext| rel.ends_with(ext))
                 {

@@ -105,3 +105,42 @@ async fn a_damaged_object_is_corrupt_and_a_missing_one_not_found() {
     assert!(matches!(err, ReadError::NotFound { .. }), "{err}");
     assert!(!err.is_retriable());
 }
+
+/// A segment's offset index comes from its `.indexes` object (one GET, cached); one
+/// copied before that object existed is read through its own `.index` object; a
+/// damaged `.indexes` is corrupt, naming it.
+#[tokio::test]
+async fn indexes_come_from_one_object_or_an_older_segments_own() {
+    let f = Fixture::new().await;
+    let (row, log) = copied(&f).await;
+    let key = SegmentKey::of(&row);
+    let on_disk = |kind: ObjectKind| log.with_file_name(key.path(kind).filename().unwrap());
+    let indexes = std::fs::read(on_disk(ObjectKind::Indexes)).unwrap();
+
+    // From the middle of the segment: the index is needed, fetched once.
+    let r = reader(&f, "new").await;
+    let read = r.read(&row, 25, 1 << 20, true).await.unwrap();
+    assert_eq!(values(&read), expected(20, 49));
+    let gets = f.store.requests(StoreOp::Get);
+    let read = r.read(&row, 35, 1 << 20, true).await.unwrap();
+    assert_eq!(values(&read), expected(30, 49));
+    assert_eq!(f.store.requests(StoreOp::Get), gets, "no GET once cached");
+
+    // As an older version copied it: `.index` and `.timeindex`, no `.indexes`.
+    let parts = SegmentIndexes::decode(&indexes).unwrap();
+    std::fs::write(on_disk(ObjectKind::Index), parts.offset_index).unwrap();
+    std::fs::write(on_disk(ObjectKind::TimeIndex), parts.time_index).unwrap();
+    std::fs::remove_file(on_disk(ObjectKind::Indexes)).unwrap();
+    let read = reader(&f, "old").await.read(&row, 25, 1 << 20, true).await;
+    assert_eq!(values(&read.unwrap()), expected(20, 49));
+
+    // A damaged `.indexes` is not passed over for the older objects.
+    std::fs::write(on_disk(ObjectKind::Indexes), &indexes[..indexes.len() - 1]).unwrap();
+    let err = reader(&f, "damaged")
+        .await
+        .read(&row, 25, 1 << 20, true)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReadError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains(".indexes"), "{err}");
+}

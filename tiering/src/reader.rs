@@ -135,12 +135,23 @@ impl RemoteReader {
             .with_direct(direct)
             .build()
             .map_err(|e| ReadError::Cache(e.to_string()))?;
+        // Chunks evicted from memory go to disk through a write queue; one that finds
+        // the queue full is dropped (and fetched again by the next reader). Sized for
+        // eight chunks, a replay's evictions keep up; and a disk block holds several
+        // chunks (foyer's defaults, 16 MiB, fit one 8 MiB chunk and waste the rest).
+        let chunk = config.chunk_bytes as usize;
+        let queue = (8 * chunk).max(16 << 20);
+        let block = (8 * chunk).min(config.cache_disk_bytes / 4).max(16 << 20);
+        let engine = BlockEngineConfig::new(device)
+            .with_block_size(block)
+            .with_buffer_pool_size(queue)
+            .with_submit_queue_size_threshold(queue);
         let chunks = HybridCacheBuilder::new()
             .with_name("shale-remote-chunks")
             .memory(config.cache_memory_bytes)
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
             .storage()
-            .with_engine_config(BlockEngineConfig::new(device))
+            .with_engine_config(engine)
             .build()
             .await
             .map_err(|e| ReadError::Cache(e.to_string()))?;

@@ -166,6 +166,10 @@ impl Broker {
     ) {
         let bytes = |f: &Result<Fetched>| f.as_ref().map_or(0, |f| f.records.len() as u64);
         let total: u64 = results.iter().map(bytes).sum();
+        let sliced: u64 = (results.iter().flatten())
+            .filter(|f| matches!(f.records, Records::Slice(_)))
+            .map(|f| f.records.len() as u64)
+            .sum();
         let as_follower: u64 = partitions
             .zip(results)
             .filter(|(p, _)| p.is_some_and(|p| !p.is_leader()))
@@ -174,6 +178,7 @@ impl Broker {
         let stats = &self.stats.requests;
         crate::stats::RequestStats::add(&stats.fetch_requests, 1);
         crate::stats::RequestStats::add(&stats.fetched_bytes, total);
+        crate::stats::RequestStats::add(&stats.zero_copy_fetched_bytes, sliced);
         crate::stats::RequestStats::add(&stats.follower_fetched_bytes, as_follower);
     }
 
@@ -333,19 +338,13 @@ impl Broker {
                 }
             };
         };
-        // The newest segments' pages are cached (they were just written): a slice's
-        // few header reads are done here. Copying reads, of older segments too,
-        // may block on the disk: off the async workers.
-        let records = match plan.locate(whole_first)? {
-            Some(slice) => {
-                let stats = &self.stats.requests;
-                crate::stats::RequestStats::add(&stats.zero_copy_fetched_bytes, slice.len() as u64);
-                slice
-            }
-            None => tokio::task::spawn_blocking(move || plan.read(limit, whole_first))
-                .await??
-                .into(),
-        };
+        // Local reads (a slice's few header reads too) may block on the disk: off
+        // the async workers.
+        let records = tokio::task::spawn_blocking(move || match plan.locate(whole_first)? {
+            Some(slice) => Ok(slice),
+            None => plan.read(limit, whole_first).map(Records::from),
+        })
+        .await??;
         Ok(Fetched {
             records,
             offsets,

@@ -29,8 +29,7 @@ pub(crate) struct RemoteCompactions {
     pub bytes_written: AtomicU64,
     pub records_removed: AtomicU64,
     pub segments_replaced: AtomicU64,
-    /// Rewrites uploaded (each one segment's objects: `.log`, `.index`, `.timeindex`,
-    /// `.keys`, `.meta`).
+    /// Rewrites uploaded (each one segment's objects: `.log`, `.indexes`, `.meta`).
     pub segments_written: AtomicU64,
     /// Per partition: where its last complete run got to.
     last: std::sync::Mutex<HashMap<(uuid::Uuid, i32), Progress>>,

@@ -270,10 +270,15 @@ async fn write_bytes<W: Sink>(
 }
 
 /// Sends a file slice to a plain socket, from the page cache, without copying it into
-/// the process. A file shorter than the slice (it cannot be: slices end at batches
-/// below the high watermark, which are never cut) ends the connection: the frame's
-/// length is already written.
+/// the process. A log cut since the slice was planned (a truncation after a leader
+/// change, rare), found before or after sending, or a file shorter than the slice,
+/// ends the connection: the frame's length is already written, and the bytes may no
+/// longer be the batches planned. The client reconnects and fetches again.
 async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()> {
+    let cut = || std::io::Error::other("the log was cut under a fetch response");
+    if !slice.is_current() {
+        return Err(cut());
+    }
     let mut position = slice.position;
     let end = slice.position + slice.len as u64;
     while position < end {
@@ -290,6 +295,9 @@ async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()>
                 "a segment file ended inside a fetch response",
             ));
         }
+    }
+    if !slice.is_current() {
+        return Err(cut());
     }
     Ok(())
 }

@@ -62,6 +62,7 @@ impl PartitionLog {
             return self.reset_to(offset);
         }
         self.rewrites += 1;
+        self.cuts.add();
         self.forget_cleaned_from(offset)?;
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         for base in doomed {
@@ -107,6 +108,7 @@ impl PartitionLog {
     /// one.
     pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
         self.rewrites += 1;
+        self.cuts.add();
         self.forget_cleaned_from(offset)?;
         match self.segments.get_mut(&offset) {
             Some(seg) => seg.clear()?,

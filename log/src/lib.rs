@@ -142,6 +142,9 @@ pub struct PartitionLog {
     /// sealed segment read before one may describe bytes that are gone (see `keys`),
     /// and a cleaning prepared before one is dropped.
     rewrites: u64,
+    /// Raised by every truncation and reset, before the file is cut (see
+    /// [`FileSlice::is_current`]).
+    cuts: records::Cuts,
     /// Where the cleaner stands (compacted topics).
     cleaner: CleanerCheckpoint,
 }
@@ -236,6 +239,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             rewrites: 0,
+            cuts: Default::default(),
             cleaner: CleanerCheckpoint::load(dir),
         };
         log.rebuild_producers()?;

@@ -151,3 +151,27 @@ fn a_damaged_offset_index_leaves_the_read_to_the_copying_path() {
     }
     assert!(left > 0, "the damaged entries were noticed");
 }
+
+/// A truncation after a slice was planned (a replica after a leader change) makes
+/// the slice stale: a sender finds out before sending, and reading it is an error.
+#[test]
+fn a_slice_planned_before_a_truncation_is_no_longer_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = log_of(dir.path(), &[3; 400], 40);
+    let end = log.log_end_offset();
+    let plan = log.plan_slice(end - 30, end, 1 << 20).unwrap();
+    let Some(Records::Slice(slice)) = plan.locate(true).unwrap() else {
+        panic!("the newest segment is read as a slice");
+    };
+    assert!(slice.is_current());
+    slice.read().unwrap();
+    log.truncate_to(end - 15).unwrap();
+    assert!(!slice.is_current());
+    assert!(slice.read().is_err());
+    // A slice planned after the cut is current.
+    let plan = log.plan_slice(end - 30, end - 15, 1 << 20).unwrap();
+    let Some(Records::Slice(slice)) = plan.locate(true).unwrap() else {
+        panic!("the newest segment is read as a slice");
+    };
+    assert!(slice.is_current());
+}

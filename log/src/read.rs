@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shale_records::batch::BatchIter;
 
-use crate::records::{FileSlice, Records};
+use crate::records::{Cuts, FileSlice, Records};
 use crate::segment::{ChunkReader, SEEK_CHUNK};
 use crate::{LogError, PartitionLog};
 
@@ -57,7 +57,7 @@ impl PartitionLog {
         let anchors = max_bytes.map(|max_bytes| Anchors {
             max_bytes,
             by_size: seg.floor_position(start.saturating_add(max_bytes as u64)),
-            by_offset: (max_offset < seg.next_offset).then(|| seg.lookup_position(max_offset)),
+            by_offset: (max_offset < seg.next_offset).then(|| seg.lookup_entry(max_offset)),
         });
         Ok(ReadPlan {
             file: seg.file()?,
@@ -69,6 +69,8 @@ impl PartitionLog {
             max_offset,
             cold,
             anchors,
+            cuts: self.cuts.clone(),
+            cuts_at: self.cuts.count(),
         })
     }
 
@@ -118,16 +120,20 @@ pub struct ReadPlan {
     pub(crate) cold: bool,
     /// Set by [`PartitionLog::plan_slice`].
     anchors: Option<Anchors>,
+    /// The log's cuts, and their count when planned (see [`FileSlice::is_current`]).
+    cuts: Cuts,
+    cuts_at: u64,
 }
 
-/// Batch starts (index entries) before which every batch of a read planned for a
-/// slice is taken: one at most `max_bytes` past the entry the read starts from, and
-/// one at or before `max_offset` (none when `max_offset` lies past the segment).
+/// Batch starts (index entries: position and base offset) before which every batch
+/// of a read planned for a slice is taken: one at most `max_bytes` past the entry the
+/// read starts from, and one at or before `max_offset` (none when `max_offset` lies
+/// past the segment).
 #[derive(Debug, Clone, Copy)]
 struct Anchors {
     max_bytes: usize,
-    by_size: u64,
-    by_offset: Option<u64>,
+    by_size: (u64, i64),
+    by_offset: Option<(u64, i64)>,
 }
 
 /// Read size of the header walks that find where a slice ends.
@@ -136,14 +142,17 @@ const LOCATE_CHUNK: usize = 4 * 1024;
 const LOCATE_MAX_BATCHES: usize = 4096;
 
 impl ReadPlan {
-    /// The batches [`ReadPlan::read`] would return, as a slice of the segment file
+    /// The batches [`ReadPlan::read`] would return (a prefix of them past 4,096 batches
+    /// between index entries, which the default index interval never has), as a slice
+    /// of the segment file
     /// (records that a plaintext connection sends without copying them); `max_bytes`
     /// is the plan's ([`PartitionLog::plan_slice`]). Only batch headers are read:
     /// batches are not CRC-checked here (they were when appended, and a Kafka client
     /// checks them); [`FileSlice::read`] checks them. `None` where the copying read
     /// must decide: a plan not made for a slice, a segment old enough to be read
-    /// uncached (the copying read drops its pages afterwards), an index that does not
-    /// lead to the batch, or a header that does not parse.
+    /// uncached (the copying read drops its pages afterwards), an index entry that does
+    /// not name the batch it points at, or a header that does not parse. The kernel is
+    /// asked to read the slice ahead, so that sending it rarely waits on the disk.
     pub fn locate(&self, whole_first: bool) -> Result<Option<Records>, LogError> {
         let Some(a) = self.anchors.filter(|_| !self.cold) else {
             return Ok(None);
@@ -170,25 +179,47 @@ impl ReadPlan {
             return Ok(Some(Records::default()));
         }
         let limit_end = first.position + a.max_bytes.max(first_size) as u64;
-        // Every batch before the nearer anchor is taken: the walk starts there.
-        let anchor = a.by_size.min(a.by_offset.unwrap_or(u64::MAX));
-        let mut end = anchor.max(first.position + first_size as u64);
+        // Every batch before the nearer anchor is taken: the walk starts there, and
+        // the batch there must be the one its index entry names.
+        let (anchor, anchor_base) = [Some(a.by_size), a.by_offset]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(position, _)| *position)
+            .expect("by_size is always set");
+        let mut end = first.position + first_size as u64;
+        let mut expect = None;
+        if anchor > end {
+            (end, expect) = (anchor, Some(anchor_base));
+        }
         for _ in 0..LOCATE_MAX_BATCHES {
             let h = match reader.next_batch(end, false) {
                 None => break,
                 Some(Ok(h)) => h,
                 Some(Err(_)) => return Ok(None),
             };
+            if expect.take().is_some_and(|base| base != h.base_offset) {
+                return Ok(None);
+            }
             let next = end + h.total_size() as u64;
             if h.last_offset() >= self.max_offset || next > limit_end {
                 break;
             }
             end = next;
         }
+        let len = end - first.position;
+        // Advice only: starts reading what is not cached, without waiting.
+        let _ = rustix::fs::fadvise(
+            &*self.file,
+            first.position,
+            std::num::NonZeroU64::new(len),
+            rustix::fs::Advice::WillNeed,
+        );
         Ok(Some(Records::Slice(FileSlice {
             file: self.file.clone(),
             position: first.position,
-            len: (end - first.position) as usize,
+            len: len as usize,
+            cuts: self.cuts.clone(),
+            planned: self.cuts_at,
         })))
     }
 

@@ -6,9 +6,28 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use shale_records::batch::BatchIter;
+
+/// How many times a log was cut in place (truncated, or reset): a slice planned
+/// before a cut may no longer hold the batches it was planned for. (Retention and
+/// cleaning never cut a file: they delete or replace it, and an open one keeps its
+/// bytes.)
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cuts(Arc<AtomicU64>);
+
+impl Cuts {
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Called under the partition's lock, before the file is cut.
+    pub(crate) fn add(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
 
 /// Whole batches at `[position, position + len)` of an open segment file. The file
 /// stays open while the slice lives, so a segment deleted by retention (or replaced
@@ -18,13 +37,26 @@ pub struct FileSlice {
     pub file: Arc<File>,
     pub position: u64,
     pub len: usize,
+    pub(crate) cuts: Cuts,
+    /// `cuts` when the slice was planned.
+    pub(crate) planned: u64,
 }
 
 impl FileSlice {
-    /// The slice's bytes, each batch CRC-checked (what a copying read returns).
+    /// Whether the log has not been cut since the slice was planned: its bytes are
+    /// still the batches planned. A sender checks this before and after sending.
+    pub fn is_current(&self) -> bool {
+        self.cuts.count() == self.planned
+    }
+
+    /// The slice's bytes, each batch CRC-checked (what a copying read returns); an
+    /// error if the log was cut meanwhile.
     pub fn read(&self) -> io::Result<Bytes> {
         let mut buf = vec![0; self.len];
         self.file.read_exact_at(&mut buf, self.position)?;
+        if !self.is_current() {
+            return Err(io::Error::other("the log was cut while the slice was read"));
+        }
         for item in BatchIter::new(&buf) {
             let (h, range) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             h.validate_stored(&buf[range])

@@ -391,11 +391,17 @@ impl Segment {
             })
     }
 
-    /// The last indexed batch start at or before file position `position` (0: none).
-    pub(crate) fn floor_position(&self, position: u64) -> u64 {
+    /// The last indexed batch at or before file position `position`: its position and
+    /// base offset (0 and the segment's base when none is).
+    pub(crate) fn floor_position(&self, position: u64) -> (u64, i64) {
         self.index
             .floor(|e| u64::from(e.position) <= position)
-            .map_or(0, |e| u64::from(e.position))
+            .map_or((0, self.base_offset), |e| {
+                (
+                    u64::from(e.position),
+                    self.base_offset + i64::from(e.relative_offset),
+                )
+            })
     }
 
     /// File position from which to scan for the first batch whose timestamps reach `ts`.

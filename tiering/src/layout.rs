@@ -25,14 +25,15 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
-    /// Every kind a segment's objects may have (what deleting a segment removes).
+    /// Every kind a segment's objects may have (what deleting a segment removes, in
+    /// this order: `.meta`, which describes the others, goes last).
     pub const ALL: [ObjectKind; 6] = [
         ObjectKind::Log,
         ObjectKind::Indexes,
-        ObjectKind::Meta,
         ObjectKind::Index,
         ObjectKind::TimeIndex,
         ObjectKind::Keys,
+        ObjectKind::Meta,
     ];
 
     /// The kinds a segment copied now has.

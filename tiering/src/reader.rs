@@ -141,7 +141,11 @@ impl RemoteReader {
         // chunks (foyer's defaults, 16 MiB, fit one 8 MiB chunk and waste the rest).
         let chunk = config.chunk_bytes as usize;
         let queue = (8 * chunk).max(16 << 20);
-        let block = (8 * chunk).min(config.cache_disk_bytes / 4).max(16 << 20);
+        // (A chunk larger than a block would never reach the disk.)
+        let block = (8 * chunk)
+            .min(config.cache_disk_bytes / 4)
+            .max(2 * chunk)
+            .max(16 << 20);
         let engine = BlockEngineConfig::new(device)
             .with_block_size(block)
             .with_buffer_pool_size(queue)
@@ -252,12 +256,12 @@ impl RemoteReader {
         }
     }
 
-    /// Keeps a just-copied segment's key filter in the cache, so lookups need no GET
-    /// for it.
+    /// Keeps a just-copied segment's decoded key filter in memory, so lookups need no
+    /// GET for it while it stays there (64 MiB of filters; an evicted one comes back
+    /// with the segment's `.indexes` object, one GET, then cached).
     pub fn remember_key_filter(&self, segment_id: Uuid, encoded: Bytes) {
         if let Ok(f) = KeyFilter::decode(&encoded) {
             self.filters.insert(segment_id, Some(Arc::new(f)));
-            self.chunks.insert(format!("{segment_id}/keys"), encoded);
         }
     }
 

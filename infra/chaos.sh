@@ -29,11 +29,8 @@ while [ $# -gt 0 ]; do
 done
 
 infra/test-services.sh                 # PostgreSQL and s3s-fs, started or installed
-if [ ${#features[@]} -gt 0 ] && ! pkg-config --exists 'rdkafka >= 1.9.2' 2>/dev/null; then
-  # The librdkafka producer (--kafka) links Debian's librdkafka.
-  echo "chaos.sh: installing librdkafka-dev and pkg-config with apt-get" >&2
-  apt-get update -qq
-  apt-get install -y -qq librdkafka-dev pkg-config >/dev/null
+if [ ${#features[@]} -gt 0 ]; then
+  infra/rdkafka-build-deps.sh          # the librdkafka producer (--kafka) builds it
 fi
 cargo build --locked --bin shale-broker --bin shale
 cargo build --locked -p shale-chaos "${features[@]}"

@@ -23,8 +23,6 @@ command -v openssl >/dev/null 2>&1 || apt_missing+=(openssl)
 /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_missing+=(python3-venv)
 command -v node >/dev/null 2>&1 || apt_missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_missing+=(npm)
-# The bench's librdkafka scenario links the system's librdkafka.
-pkg-config --exists 'rdkafka >= 1.9.2' 2>/dev/null || apt_missing+=(librdkafka-dev pkg-config)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   log "installing with apt-get: ${apt_missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -45,10 +43,15 @@ if [ ! -f "$NODE/node_modules/kafkajs/package.json" ]; then
   npm install --silent --no-audit --no-fund --prefix "$NODE" kafkajs@2.2.4 >/dev/null
 fi
 
+# What the bench's librdkafka build needs (cmake, a C++ compiler, OpenSSL's and
+# libcurl's headers).
+infra/rdkafka-build-deps.sh
+
 export SHALE_TEST_POSTGRES_URL="${SHALE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 [ "${1:-}" = "--install-only" ] && exit 0
 
-# The bench's Kafka-client scenario (librdkafka through the `kafka` feature): lint it and
+# The bench's Kafka-client scenario (librdkafka through the `kafka` feature, built from
+# source): lint it and
 # run it small, so it keeps working; it fails on any undelivered or unread record.
 cargo clippy -p shale-bench --features kafka --all-targets --locked -- -D warnings
 cargo run -q -p shale-bench --features kafka --locked -- kafka --quick \

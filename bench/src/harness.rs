@@ -215,7 +215,11 @@ impl S3Process {
     }
 
     pub(crate) fn stats(&self) -> ProcessStats {
-        self.server.pid().map(ProcessStats::of).unwrap_or_default()
+        ProcessStats::of(self.pid())
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.server.pid().unwrap_or(0)
     }
 
     /// Every request the server has received so far, by kind, from its own log.
@@ -310,6 +314,37 @@ impl std::ops::Sub for S3Requests {
     }
 }
 
+/// The process listening on TCP `port` of this machine (from `/proc/net/tcp{,6}` and
+/// the processes' open sockets), to read a peer broker's CPU time.
+pub(crate) fn listening_pid(port: u16) -> Option<u32> {
+    const LISTEN: &str = "0A";
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = f.get(1)?.rsplit_once(':')?.1;
+                    let listening =
+                        *f.get(3)? == LISTEN && u16::from_str_radix(local_port, 16).ok()? == port;
+                    listening.then(|| f.get(9).map(|i| i.to_string()))?
+                })
+                .collect::<Vec<_>>()
+        })
+        .next()?;
+    let socket = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|proc| {
+        let pid: u32 = proc.file_name().to_str()?.parse().ok()?;
+        let fds = std::fs::read_dir(proc.path().join("fd")).ok()?;
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == socket.as_str()))
+            .then_some(pid)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +375,14 @@ x DEBUG s3s::service: duration: 1ms, resp: Response { status: 200 }
             }
         );
         assert_eq!(r.writes(), 4);
+    }
+
+    #[test]
+    fn the_process_listening_on_a_port_is_found() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(super::listening_pid(port), Some(std::process::id()));
+        drop(listener);
+        assert_eq!(super::listening_pid(port), None);
     }
 }

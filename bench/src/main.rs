@@ -44,6 +44,19 @@ struct Cli {
     /// listener, or a peer's) instead of a Shale broker started for it.
     #[arg(long)]
     kafka_bootstrap: Option<String>,
+    /// The `peer` scenario's other brokers, `NAME=HOST:PORT` (any Kafka-protocol
+    /// broker; repeat for several), measured in turn with this run's Shale broker.
+    #[arg(long, value_parser = parse_peer)]
+    peer: Vec<(String, String)>,
+}
+
+fn parse_peer(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, bootstrap)) if !name.is_empty() && bootstrap.contains(':') => {
+            Ok((name.to_string(), bootstrap.to_string()))
+        }
+        _ => Err(format!("expected NAME=HOST:PORT, got {s:?}")),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,6 +81,9 @@ enum Scenario {
     /// Produce, consume, e2e, partition count and replay isolation through librdkafka
     /// (needs the `kafka` feature); not part of `all`.
     Kafka,
+    /// Produce, consume, e2e and 1,000 partitions through librdkafka against this
+    /// run's Shale broker and every `--peer`, interleaved (`kafka` feature).
+    Peer,
     /// Only the `kafka` scenario's replay isolation case (`kafka` feature).
     KafkaIsolation,
     /// Only the `kafka` scenario's security cases: produce and consume through
@@ -109,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
         postgres: cli.postgres.clone(),
         bootstrap: cli.bootstrap.clone(),
         kafka_bootstrap: cli.kafka_bootstrap.clone(),
+        peers: cli.peer.clone(),
         run_tag: if cli.bootstrap.is_some() || cli.kafka_bootstrap.is_some() {
             format!("-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))
         } else {
@@ -161,6 +178,9 @@ async fn main() -> anyhow::Result<()> {
     if cli.scenario == Scenario::Kafka {
         scenarios::running("kafka", "starting");
         results.extend(scenarios::kafka(&ctx).await?);
+    }
+    if cli.scenario == Scenario::Peer {
+        results.extend(scenarios::peer(&ctx).await?);
     }
     if cli.scenario == Scenario::KafkaIsolation {
         results.extend(scenarios::kafka_isolation(&ctx).await?);

@@ -9,6 +9,8 @@ mod kafka_tls;
 mod latency;
 mod load;
 mod lookup;
+#[cfg(feature = "kafka")]
+mod peer;
 mod rebalance;
 mod recovery;
 mod replay;
@@ -30,6 +32,8 @@ pub(crate) use kafka::{kafka, kafka_isolation, replay_worker};
 pub(crate) use kafka_tls::kafka_tls as kafka_security;
 pub(crate) use latency::e2e;
 pub(crate) use lookup::lookup_by_key;
+#[cfg(feature = "kafka")]
+pub(crate) use peer::peer;
 pub(crate) use rebalance::rebalance;
 pub(crate) use recovery::recovery;
 pub(crate) use replay::replay;
@@ -48,6 +52,9 @@ pub(crate) struct Ctx {
     /// broker started for it.
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub kafka_bootstrap: Option<String>,
+    /// The `peer` scenario's other brokers: name, bootstrap address.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub peers: Vec<(String, String)>,
     /// Appended to every topic name when the broker is not this run's own
     /// (`--bootstrap`, `--kafka-bootstrap`), so runs against one broker never meet an
     /// earlier run's topics; empty otherwise.
@@ -66,6 +73,11 @@ pub(crate) async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<report::Cas
 }
 
 #[cfg(not(feature = "kafka"))]
+pub(crate) async fn peer(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
+    kafka(ctx).await
+}
+
+#[cfg(not(feature = "kafka"))]
 pub(crate) async fn kafka_security(ctx: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     kafka(ctx).await
 }
@@ -75,8 +87,8 @@ pub(crate) async fn kafka_security(ctx: &Ctx) -> anyhow::Result<Vec<report::Case
 pub(crate) async fn kafka(_: &Ctx) -> anyhow::Result<Vec<report::CaseResult>> {
     anyhow::bail!(
         "shale-bench was built without the `kafka` feature: build it with \
-         `cargo build --release -p shale-bench --features kafka` (needs librdkafka-dev \
-         and pkg-config, see bench/kafka.sh)"
+         `cargo build --release -p shale-bench --features kafka` (builds librdkafka \
+         from source: needs cmake and a C++ compiler, see bench/kafka.sh)"
     )
 }
 

@@ -42,11 +42,37 @@ impl Driver {
     }
 }
 
-pub(crate) async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
-    isolation_with(ctx, Driver::Grpc).await
+/// Where the replay's client and the object store run against the broker's cores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// All on the same cores at the same priority: the replay client and the object
+    /// store compete with the broker and the producer on equal terms.
+    Shared,
+    /// The replay client and the object store at nice 19, standing in for the other
+    /// machines they run on in production: they get only what the broker, the
+    /// producer and the latency consumer leave.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    Apart,
 }
 
-pub(super) async fn isolation_with(ctx: &Ctx, driver: Driver) -> anyhow::Result<Vec<CaseResult>> {
+impl Placement {
+    fn name(self) -> &'static str {
+        match self {
+            Placement::Shared => "shared",
+            Placement::Apart => "apart (replay client and object store at nice 19)",
+        }
+    }
+}
+
+pub(crate) async fn isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
+    isolation_with(ctx, Driver::Grpc, Placement::Shared).await
+}
+
+pub(super) async fn isolation_with(
+    ctx: &Ctx,
+    driver: Driver,
+    placement: Placement,
+) -> anyhow::Result<Vec<CaseResult>> {
     let bytes = ctx.size(1024, 48);
     let segment = if ctx.quick { 1 << 20 } else { 16 << 20 };
     let metrics_port = crate::harness::free_port();
@@ -79,12 +105,37 @@ pub(super) async fn isolation_with(ctx: &Ctx, driver: Driver) -> anyhow::Result<
     let idle = measure(run_for).await?;
     let before_busy = produce_latency_buckets(metrics_port).await?;
 
+    let nice = placement == Placement::Apart;
+    if nice {
+        renice_all_threads(s3.pid())?;
+    }
     let replay = match driver {
-        Driver::Grpc => Replay::start(&broker.address(), replay_topic)?,
+        Driver::Grpc => Replay::start(&broker.address(), replay_topic, nice)?,
         #[cfg(feature = "kafka")]
-        Driver::Kafka => Replay::start_kafka(&kafka, replay_topic, bytes / 1024)?,
+        Driver::Kafka => Replay::start_kafka(&kafka, replay_topic, bytes / 1024, nice)?,
     };
+    // Who uses the two cores while the latency is measured during the replay.
+    let pids = [
+        ("broker", broker.pid()),
+        ("object_store", s3.pid()),
+        ("replay_client", replay.child.id()),
+        ("bench", std::process::id()),
+    ];
+    let cpu_before = pids.map(|(_, pid)| ProcessStats::of(pid).cpu_seconds);
+    let busy_started = Instant::now();
     let busy = measure(run_for).await?;
+    let busy_secs = busy_started.elapsed().as_secs_f64();
+    let cores: Vec<(String, f64)> = pids
+        .iter()
+        .zip(cpu_before)
+        .map(|((name, pid), before)| {
+            let used = ProcessStats::of(*pid).cpu_seconds - before;
+            (
+                format!("replay_cores_{name}"),
+                (used / busy_secs * 100.0).round() / 100.0,
+            )
+        })
+        .collect();
     let after_busy = produce_latency_buckets(metrics_port).await?;
     let measured_during = replay.started.elapsed();
     let replay_secs = replay.wait()?;
@@ -118,6 +169,7 @@ pub(super) async fn isolation_with(ctx: &Ctx, driver: Driver) -> anyhow::Result<
             0.0
         }
     };
+    latency.extend(cores);
     let share = |x: f64| (x * 10_000.0).round() / 10_000.0;
     latency.insert(
         "idle_broker_produce_over_1ms_share".into(),
@@ -131,6 +183,7 @@ pub(super) async fn isolation_with(ctx: &Ctx, driver: Driver) -> anyhow::Result<
         ("client", driver.name().to_string()),
         ("rate_per_sec", format!("{RATE:.0}")),
         ("acks", "1".into()),
+        ("placement", placement.name().into()),
         ("replay_mib", format!("{:.0}", bytes as f64 / MIB)),
         (
             "remote_share",
@@ -213,10 +266,39 @@ struct Replay {
     started: Instant,
 }
 
+/// `program`, under `nice -n 19` when `nice`.
+fn command(program: &std::path::Path, nice: bool) -> Command {
+    if nice {
+        let mut c = Command::new("nice");
+        c.args(["-n", "19"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Every thread of process `pid` to nice 19 (nice is per thread on Linux; threads
+/// started later inherit it from the thread that starts them).
+fn renice_all_threads(pid: u32) -> anyhow::Result<()> {
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .flatten()
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .collect();
+    let status = Command::new("renice")
+        .args(["-n", "19", "-p"])
+        .args(&tids)
+        .stdout(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("renice of process {pid}'s threads failed: {status}");
+    }
+    Ok(())
+}
+
 impl Replay {
-    fn start(bootstrap: &str, topic: &str) -> anyhow::Result<Self> {
+    fn start(bootstrap: &str, topic: &str, nice: bool) -> anyhow::Result<Self> {
         let cli = std::env::current_exe()?.with_file_name("shale");
-        let child = Command::new(&cli)
+        let child = command(&cli, nice)
             .args([
                 "--bootstrap",
                 bootstrap,
@@ -237,9 +319,9 @@ impl Replay {
 
     /// A `shale-bench kafka-replay-worker` process: librdkafka reading `records`.
     #[cfg(feature = "kafka")]
-    fn start_kafka(bootstrap: &str, topic: &str, records: u64) -> anyhow::Result<Self> {
+    fn start_kafka(bootstrap: &str, topic: &str, records: u64, nice: bool) -> anyhow::Result<Self> {
         let me = std::env::current_exe()?;
-        let child = Command::new(&me)
+        let child = command(&me, nice)
             .args(["kafka-replay-worker", "--kafka-bootstrap", bootstrap])
             .env("SHALE_BENCH_REPLAY_TOPIC", topic)
             .env("SHALE_BENCH_REPLAY_RECORDS", records.to_string())

@@ -27,9 +27,13 @@ use crate::harness::{BrokerProcess, ProcessStats, free_port};
 use crate::report::{CaseResult, Ratio, numbers, params};
 
 /// A Kafka-protocol broker: one this run started, or `--kafka-bootstrap`.
-struct KafkaTarget {
-    broker: Option<BrokerProcess>,
-    bootstrap: String,
+pub(super) struct KafkaTarget {
+    /// This run's own broker, stopped when the target is dropped.
+    _broker: Option<BrokerProcess>,
+    /// The broker's process, when it runs on this machine (its CPU time is read from
+    /// `/proc`): this run's own, or the one listening on a given loopback port.
+    pid: Option<u32>,
+    pub(super) bootstrap: String,
     /// A second Kafka listener of this run's broker that copies record bytes
     /// (`sendfile = false`), to measure `sendfile(2)` against in the same run.
     copying: Option<String>,
@@ -37,14 +41,9 @@ struct KafkaTarget {
 }
 
 impl KafkaTarget {
-    async fn new(ctx: &Ctx) -> anyhow::Result<Self> {
+    pub(super) async fn new(ctx: &Ctx) -> anyhow::Result<Self> {
         if let Some(bootstrap) = &ctx.kafka_bootstrap {
-            return Ok(Self {
-                broker: None,
-                bootstrap: bootstrap.clone(),
-                copying: None,
-                data_dir: ctx.base.clone(),
-            });
+            return Ok(Self::external(bootstrap, ctx));
         }
         let kafka = format!("127.0.0.1:{}", free_port());
         let copying = format!("127.0.0.1:{}", free_port());
@@ -55,27 +54,41 @@ impl KafkaTarget {
         let b = BrokerProcess::start(&config, &args, &ctx.base).await?;
         Ok(Self {
             data_dir: b.data_dir(),
-            broker: Some(b),
+            pid: Some(b.pid()),
+            _broker: Some(b),
             bootstrap: kafka,
             copying: Some(copying),
         })
     }
 
-    /// The broker's CPU seconds so far (0 for a broker this run did not start).
-    fn cpu_seconds(&self) -> f64 {
+    /// Any Kafka-protocol broker at `bootstrap`; its process is found when it listens
+    /// on this machine.
+    pub(super) fn external(bootstrap: &str, ctx: &Ctx) -> Self {
+        let pid = bootstrap
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse().ok())
+            .and_then(crate::harness::listening_pid);
+        Self {
+            _broker: None,
+            pid,
+            bootstrap: bootstrap.to_string(),
+            copying: None,
+            data_dir: ctx.base.clone(),
+        }
+    }
+
+    /// The broker's CPU seconds so far (0 when its process is not known).
+    pub(super) fn cpu_seconds(&self) -> f64 {
         self.stats().cpu_seconds
     }
 
-    fn stats(&self) -> ProcessStats {
-        self.broker
-            .as_ref()
-            .map(BrokerProcess::stats)
-            .unwrap_or_default()
+    pub(super) fn stats(&self) -> ProcessStats {
+        self.pid.map(ProcessStats::of).unwrap_or_default()
     }
 
-    /// The broker's resident memory now (MiB), when it is this run's own.
+    /// The broker's resident memory now (MiB), when its process is known.
     fn rss_mib(&self) -> Option<f64> {
-        let pid = self.broker.as_ref()?.pid();
+        let pid = self.pid?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let kib: f64 = status
             .lines()
@@ -87,17 +100,17 @@ impl KafkaTarget {
         Some(kib / 1024.0)
     }
 
-    fn config(&self) -> ClientConfig {
+    pub(super) fn config(&self) -> ClientConfig {
         Self::config_for(&self.bootstrap)
     }
 
-    fn config_for(bootstrap: &str) -> ClientConfig {
+    pub(super) fn config_for(bootstrap: &str) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", bootstrap);
         c
     }
 
-    async fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+    pub(super) async fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
         let admin: AdminClient<DefaultClientContext> = self.config().create()?;
         let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
@@ -395,9 +408,14 @@ pub(super) async fn latency_of(
     tokio::task::spawn_blocking(move || latency(config, &topic, rate, run_for)).await?
 }
 
-/// Replay isolation through librdkafka (the `isolation` scenario's Kafka variant).
+/// Replay isolation through librdkafka (the `isolation` scenario's Kafka variant),
+/// with the replay's client and the object store sharing the cores on equal terms,
+/// then standing in for other machines (niced).
 pub(crate) async fn kafka_isolation(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
-    super::isolation::isolation_with(ctx, super::isolation::Driver::Kafka).await
+    use super::isolation::{Driver, Placement, isolation_with};
+    let mut out = isolation_with(ctx, Driver::Kafka, Placement::Shared).await?;
+    out.extend(isolation_with(ctx, Driver::Kafka, Placement::Apart).await?);
+    Ok(out)
 }
 
 /// The replay process of the Kafka variant: reads `SHALE_BENCH_REPLAY_RECORDS` records
@@ -421,7 +439,7 @@ pub(super) fn client_params(pairs: &[(&str, &str)]) -> std::collections::BTreeMa
 
 /// `metrics` with the broker's CPU seconds per GiB moved (none for a broker this
 /// run did not start: its CPU is not known).
-fn with_cpu(
+pub(super) fn with_cpu(
     mut metrics: std::collections::BTreeMap<String, f64>,
     cpu_seconds: f64,
     sent: &Sent,
@@ -443,7 +461,7 @@ pub(super) fn rates(sent: &Sent) -> std::collections::BTreeMap<String, f64> {
 
 /// Sends 100-byte records stamped with their send time at `rate` for `run_for`
 /// (acks=1, no linger) while a consumer records each one's latency (µs).
-fn latency(
+pub(super) fn latency(
     config: ClientConfig,
     topic: &str,
     rate: f64,
@@ -462,8 +480,9 @@ fn latency(
     tpl.add_partition_offset(topic, 0, Offset::Offset(end))?;
     consumer.assign(&tpl)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
     let reader = {
-        let stop = stop.clone();
+        let (stop, received) = (stop.clone(), received.clone());
         std::thread::spawn(move || -> anyhow::Result<Histogram<u64>> {
             let mut hist = Histogram::<u64>::new(3)?;
             while !stop.load(Ordering::Relaxed) {
@@ -473,6 +492,7 @@ fn latency(
                         u64::from_be_bytes(v[..8].try_into().unwrap_or_default())
                     });
                     let _ = hist.record(now_nanos().saturating_sub(sent) / 1_000);
+                    received.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Ok(hist)
@@ -485,6 +505,7 @@ fn latency(
     let interval = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
     let mut next = start;
+    let mut sent = 0u64;
     while start.elapsed() < run_for {
         let now = Instant::now();
         if next > now {
@@ -499,10 +520,16 @@ fn latency(
                     .partition(0),
             )
             .map_err(|(e, _)| e)?;
+        sent += 1;
         next += interval;
     }
     producer.flush(Duration::from_secs(30))?;
-    std::thread::sleep(Duration::from_millis(500));
+    // Until every record has arrived (a slow broker's last ones count too), for at
+    // most 10 s.
+    let waited = Instant::now();
+    while received.load(Ordering::Relaxed) < sent && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     stop.store(true, Ordering::Relaxed);
     let hist = reader
         .join()

@@ -344,6 +344,7 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         let rss_before = target.rss_mib();
         let topic = ctx.topic(&format!("kafka-partitions-{partitions}"));
         target.create_topic(&topic, partitions).await?;
+        let first = first_appends(&target, &topic, partitions).await?;
         for &per_record in spreads {
             let config = target.config();
             let t = topic.clone();
@@ -357,6 +358,9 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
                 one = sent.mib_per_sec();
             }
             let mut metrics = with_cpu(rates(&sent), cpu, &sent);
+            if per_record {
+                metrics.extend(first.clone());
+            }
             if let (Some(before), Some(after)) = (rss_before, target.rss_mib()) {
                 let per_partition_kib = (after - before).max(0.0) * 1024.0 / partitions as f64;
                 metrics.extend(numbers(&[(
@@ -392,6 +396,32 @@ pub(crate) async fn kafka(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         out.extend(kafka_isolation(ctx).await?);
     }
     Ok(out)
+}
+
+/// Sends one record to each partition of a new topic (untimed in the cases after it):
+/// a partition's first append starts its leader epoch, which the broker may record
+/// durably (Shale writes and fsyncs the partition's epoch checkpoint), a one-time
+/// cost per partition and leadership, kept apart from the steady state measured
+/// after. Returns its seconds and the broker's CPU seconds, as metrics.
+pub(super) async fn first_appends(
+    target: &KafkaTarget,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    if partitions <= 1 {
+        return Ok(Default::default());
+    }
+    let (config, t) = (target.config(), topic.to_string());
+    let cpu = target.cpu_seconds();
+    let sent = tokio::task::spawn_blocking(move || {
+        produce(config, &t, Some(partitions), partitions as u64 * 1024, 1024)
+    })
+    .await??;
+    let cpu = target.cpu_seconds() - cpu;
+    Ok(numbers(&[
+        ("first_appends_secs", sent.secs),
+        ("first_appends_broker_cpu_s", cpu),
+    ]))
 }
 
 /// The produce → consume latency histogram (µs) at `rate` through librdkafka against

@@ -6,13 +6,16 @@
 
 use std::time::Duration;
 
-use super::kafka::{KafkaTarget, client_params, consume, latency, produce, rates, with_cpu};
+use super::kafka::{
+    KafkaTarget, client_params, consume, first_appends, latency, produce, rates, with_cpu,
+};
 use super::{Ctx, running};
 use crate::report::{CaseResult, Ratio, numbers};
 
 /// Produce (1 KiB records, acks=1, 8 partitions), consume of the same records from
 /// offset 0, e2e latency at 1,000 records/s, and produce spread record by record over
-/// 1,000 partitions, against Shale and each peer, in rounds.
+/// 1,000 partitions (after one record to each, see [`first_appends`]), against Shale
+/// and each peer, in rounds.
 pub(crate) async fn peer(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     if ctx.peers.is_empty() {
         anyhow::bail!("the peer scenario needs at least one --peer NAME=HOST:PORT");
@@ -101,6 +104,7 @@ async fn one_round(
     let spread = format!("peer-partitions{suffix}");
     let partitions = if ctx.quick { 100 } else { 1_000 };
     target.create_topic(&spread, partitions).await?;
+    let first = first_appends(target, &spread, partitions).await?;
     let bytes = ctx.size(64, 8);
     let (config, t) = (target.config(), spread.clone());
     let cpu = target.cpu_seconds();
@@ -108,6 +112,8 @@ async fn one_round(
         tokio::task::spawn_blocking(move || produce(config, &t, Some(partitions), bytes, 1024))
             .await??;
     let cpu = target.cpu_seconds() - cpu;
+    let mut metrics = with_cpu(rates(&sent), cpu, &sent);
+    metrics.extend(first);
     out.push(case(
         "peer-partitions",
         &[
@@ -115,7 +121,7 @@ async fn one_round(
             ("partitions", &partitions.to_string()),
             ("spread", "per-record"),
         ],
-        with_cpu(rates(&sent), cpu, &sent),
+        metrics,
         target,
     ));
     Ok(out)

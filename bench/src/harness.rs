@@ -316,6 +316,7 @@ impl std::ops::Sub for S3Requests {
 
 /// The process listening on TCP `port` of this machine (from `/proc/net/tcp{,6}` and
 /// the processes' open sockets), to read a peer broker's CPU time.
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 pub(crate) fn listening_pid(port: u16) -> Option<u32> {
     const LISTEN: &str = "0A";
     let inode = ["/proc/net/tcp", "/proc/net/tcp6"]

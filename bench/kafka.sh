@@ -3,7 +3,7 @@
 # against Shale's Kafka listener (a broker started for it) or any Kafka-protocol broker:
 #   bench/kafka.sh [--quick] [--kafka-bootstrap HOST:PORT] [--out DIR]
 # Installs what building librdkafka from source needs when missing (cmake, a C++
-# compiler, OpenSSL's headers), builds the release binaries with the `kafka` feature,
+# compiler, OpenSSL's and libcurl's headers), builds the release binaries with the `kafka` feature,
 # runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

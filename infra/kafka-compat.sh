@@ -51,8 +51,8 @@ export SHALE_TEST_POSTGRES_URL="${SHALE_TEST_POSTGRES_URL:-postgres://postgres@1
 [ "${1:-}" = "--install-only" ] && exit 0
 
 # The bench's Kafka-client scenario (librdkafka through the `kafka` feature, built from
-# source): lint it and
-# run it small, so it keeps working; it fails on any undelivered or unread record.
+# source): lint it and run it small, so it keeps working; it fails on any undelivered
+# or unread record.
 cargo clippy -p shale-bench --features kafka --all-targets --locked -- -D warnings
 cargo run -q -p shale-bench --features kafka --locked -- kafka --quick \
   --out target/bench-kafka-quick >/dev/null

@@ -38,9 +38,10 @@ use shale_records::batch::BatchHeader;
 use shale_records::compact::{for_each_record, key_hash};
 use shale_records::failpoint;
 
+use crate::chunk_reader::{ChunkReader, SCAN_CHUNK};
 use crate::files::FileCache;
 use crate::layout::{LOG_SUFFIX, STAGED_SUFFIX, segment_path};
-use crate::segment::{ChunkReader, SCAN_CHUNK, Segment};
+use crate::segment::Segment;
 use crate::{LogError, PartitionLog, sync_dir};
 
 mod files;

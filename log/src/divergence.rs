@@ -2,8 +2,9 @@
 //! divergence checks ask), a new leader's epoch, cutting a divergent tail, and
 //! restarting the log empty at an offset.
 
+use crate::chunk_reader::{ChunkReader, SEEK_CHUNK};
 use crate::producers::ProducerStates;
-use crate::segment::{ChunkReader, SEEK_CHUNK, Segment};
+use crate::segment::Segment;
 use crate::{EpochEntry, LogError, PartitionLog, sync_dir};
 
 impl PartitionLog {

@@ -14,6 +14,7 @@
 //! the disk is governed by `flush.messages` / `flush.ms` (see docs/durability.md).
 
 mod append;
+mod chunk_reader;
 mod clean;
 mod divergence;
 mod epochs;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shale_records::batch::BatchIter;
 
+use crate::chunk_reader::{ChunkReader, SEEK_CHUNK};
 use crate::records::{Cuts, FileSlice, Records};
-use crate::segment::{ChunkReader, SEEK_CHUNK};
 use crate::{LogError, PartitionLog};
 
 impl PartitionLog {

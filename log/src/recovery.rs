@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
+use crate::chunk_reader::{ChunkReader, SCAN_CHUNK, SEEK_CHUNK};
 use crate::epochs::EpochCache;
 use crate::producers::ProducerStates;
-use crate::segment::{ChunkReader, SCAN_CHUNK, SEEK_CHUNK, Segment};
+use crate::segment::Segment;
 use crate::{EpochEntry, PartitionLog};
 
 impl PartitionLog {

@@ -5,9 +5,10 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::chunk_reader::{ChunkReader, SCAN_CHUNK};
 use crate::files::FileCache;
 use crate::layout::LOG_SUFFIX;
-use crate::segment::{self, ChunkReader, SCAN_CHUNK, Segment};
+use crate::segment::{self, Segment};
 use crate::{LogError, PartitionLog, sync_dir};
 
 /// A sealed segment's identity and files (offsets inclusive).

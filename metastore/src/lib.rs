@@ -46,6 +46,23 @@ pub struct NewTopic {
     pub assignments: Vec<Vec<i32>>,
 }
 
+/// A topic brought back from the object store alone (`shale cluster restore`): its id,
+/// name, configs and partition count as they were, each partition's remote log, and
+/// leader epochs above every epoch its remote log names, so a new leader's batches
+/// never pass for the bucket's.
+#[derive(Debug, Clone)]
+pub struct RestoredTopic {
+    pub id: Uuid,
+    pub topic: NewTopic,
+    pub created_at_ms: i64,
+    /// Each partition's first leader epoch, by partition.
+    pub leader_epochs: Vec<i32>,
+    /// Each partition's log start offset (records below were deleted), by partition.
+    pub log_starts: Vec<i64>,
+    /// The remote logs' segments, `CopyFinished`.
+    pub segments: Vec<RemoteSegment>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("topic '{0}' already exists")]
@@ -139,6 +156,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait Metastore: Send + Sync + 'static {
     /// Creates a topic with a fresh id; fails with `TopicAlreadyExists` on a taken name.
     async fn create_topic(&self, topic: NewTopic) -> Result<Topic>;
+    /// Creates a topic as it was (see [`RestoredTopic`]) in one transaction: its
+    /// partitions' states (leaders as `create_topic` gives them) and finished remote
+    /// segments. `TopicAlreadyExists` on a taken name or id, or an id whose remote
+    /// segments are still registered.
+    async fn restore_topic(&self, topic: RestoredTopic) -> Result<Topic>;
     async fn get_topic(&self, name: &str) -> Result<Option<Topic>>;
     /// All topics, ordered by name.
     async fn list_topics(&self) -> Result<Vec<Topic>>;

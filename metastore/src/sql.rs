@@ -23,8 +23,8 @@ use uuid::Uuid;
 
 use crate::{
     AclBinding, BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic,
-    PartitionState, RemoteLog, RemoteSegment, RemoteSegmentState, Result, ScramCredential,
-    StateGuard, Topic,
+    PartitionState, RemoteLog, RemoteSegment, RemoteSegmentState, RestoredTopic, Result,
+    ScramCredential, StateGuard, Topic,
 };
 
 /// Invokes `$m!` once per backend with its type, its database, the locking suffix of a
@@ -154,6 +154,10 @@ macro_rules! sql_metastore {
         impl Metastore for $ty {
             async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
                 self.create_topic(t).await
+            }
+
+            async fn restore_topic(&self, t: RestoredTopic) -> Result<Topic> {
+                self.restore_topic(t).await
             }
 
             async fn get_topic(&self, name: &str) -> Result<Option<Topic>> {

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use shale_metastore::{
-    Error, Metastore, NewTopic, PartitionState, RemoteSegment, RemoteSegmentState, StateGuard,
+    Error, Metastore, NewTopic, PartitionState, RemoteSegment, RemoteSegmentState, RestoredTopic,
+    StateGuard,
 };
 
 /// A metastore under test plus whatever must be cleaned up after it.
@@ -1240,6 +1241,77 @@ async fn decommissioning_is_kept_per_broker(m: &dyn Metastore) {
     assert!((1..60_000).contains(&dead_for), "dead for {dead_for} ms");
 }
 
+async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) {
+    let id = uuid::Uuid::new_v4();
+    let name = format!("restored-{}", uuid_like());
+    let mut first = segment(id, 0, 99);
+    first.state = RemoteSegmentState::CopyFinished;
+    first.epochs = vec![(3, 0), (4, 50)];
+    let mut cut = segment(id, 100, 149);
+    cut.state = RemoteSegmentState::CopyFinished;
+    cut.object_end_offset = 199;
+    cut.epochs = vec![(4, 100)];
+    let restored = RestoredTopic {
+        id,
+        topic: NewTopic {
+            partitions: 2,
+            ..new_topic(&name, 2)
+        },
+        created_at_ms: 42,
+        leader_epochs: vec![5, 1],
+        log_starts: vec![20, 0],
+        segments: vec![first.clone(), cut.clone()],
+    };
+    let topic = m.restore_topic(restored.clone()).await.unwrap();
+    assert_eq!((topic.id, topic.created_at_ms), (id, 42));
+    assert_eq!(m.get_topic(&name).await.unwrap().unwrap(), topic);
+    let states: Vec<_> = (m.list_partition_states().await.unwrap().into_iter())
+        .filter(|s| s.topic_id == id)
+        .collect();
+    assert_eq!(
+        states.iter().map(|s| s.leader_epoch).collect::<Vec<_>>(),
+        [5, 1]
+    );
+    assert!(states.iter().all(|s| s.leader == 0 && s.isr == [0]));
+    let starts = m.log_start_offsets().await.unwrap();
+    assert!(starts.contains(&(id, 0, 20)), "{starts:?}");
+    let logs = m.remote_logs(id).await.unwrap();
+    let log = &logs[&0];
+    assert_eq!(log.copied_end, 149);
+    assert!(!log.unfinished);
+    assert_eq!(log.finished.len(), 2);
+    assert_eq!(log.finished[0].epochs, first.epochs);
+    assert_eq!(
+        (
+            log.finished[1].end_offset,
+            log.finished[1].object_end_offset
+        ),
+        (149, 199)
+    );
+    // Neither the name nor the id can be restored twice.
+    assert!(matches!(
+        m.restore_topic(restored.clone()).await,
+        Err(Error::TopicAlreadyExists(_))
+    ));
+    let renamed = RestoredTopic {
+        topic: new_topic(&format!("other-{}", uuid_like()), 2),
+        ..restored.clone()
+    };
+    assert!(matches!(
+        m.restore_topic(renamed).await,
+        Err(Error::TopicAlreadyExists(_))
+    ));
+    // Nothing half-done: a segment that is not finished undoes the topic.
+    let mut bad = RestoredTopic {
+        id: uuid::Uuid::new_v4(),
+        topic: new_topic(&format!("bad-{}", uuid_like()), 2),
+        ..restored
+    };
+    bad.segments = vec![segment(bad.id, 0, 9)];
+    assert!(m.restore_topic(bad.clone()).await.is_err());
+    assert!(m.get_topic(&bad.topic.name).await.unwrap().is_none());
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -1271,6 +1343,7 @@ macro_rules! metastore_suite {
             case!(acls_are_kept_once_and_deleted_exactly);
             case!(reassignments_are_kept_with_the_partition_state);
             case!(decommissioning_is_kept_per_broker);
+            case!(a_restored_topic_keeps_its_id_epochs_and_remote_log);
         }
     };
 }

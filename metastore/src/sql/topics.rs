@@ -8,7 +8,8 @@ use uuid::Uuid;
 use super::cluster::PARTITION_STATE_COLUMNS;
 use super::{is_unique_violation, now_ms};
 use crate::cluster::encode_ids;
-use crate::{Error, NewTopic, PartitionState, Result, Topic};
+use crate::remote::encode_epochs;
+use crate::{Error, NewTopic, PartitionState, RemoteSegmentState, RestoredTopic, Result, Topic};
 
 type TopicRow = (Uuid, String, i32, i32, i64);
 
@@ -93,11 +94,12 @@ macro_rules! topics_sql {
                 })
             }
 
-            pub(super) async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
-                check_assignments(&t.assignments, t.partitions.max(0) as usize, t.replication_factor)?;
-                let id = Uuid::new_v4();
-                let created_at_ms = now_ms();
-                let mut tx = self.begin_write().await?;
+            /// Inserts a topic's row and configs; `TopicAlreadyExists` on a taken name
+            /// or id.
+            async fn insert_topic<'e, E>(exec: &mut E, id: Uuid, t: &NewTopic, created_at_ms: i64) -> Result<()>
+            where
+                for<'c> &'c mut E: sqlx::Executor<'c, Database = $db>,
+            {
                 let inserted = sqlx::query(
                     "INSERT INTO topics (id, name, partitions, replication_factor, created_at_ms) \
                      VALUES ($1, $2, $3, $4, $5)",
@@ -107,10 +109,10 @@ macro_rules! topics_sql {
                 .bind(t.partitions)
                 .bind(t.replication_factor)
                 .bind(created_at_ms)
-                .execute(&mut *tx)
+                .execute(&mut *exec)
                 .await;
                 match inserted {
-                    Err(e) if is_unique_violation(&e) => return Err(Error::TopicAlreadyExists(t.name)),
+                    Err(e) if is_unique_violation(&e) => return Err(Error::TopicAlreadyExists(t.name.clone())),
                     other => other?,
                 };
                 for (k, v) in &t.configs {
@@ -118,9 +120,18 @@ macro_rules! topics_sql {
                         .bind(id)
                         .bind(k)
                         .bind(v)
-                        .execute(&mut *tx)
+                        .execute(&mut *exec)
                         .await?;
                 }
+                Ok(())
+            }
+
+            pub(super) async fn create_topic(&self, t: NewTopic) -> Result<Topic> {
+                check_assignments(&t.assignments, t.partitions.max(0) as usize, t.replication_factor)?;
+                let id = Uuid::new_v4();
+                let created_at_ms = now_ms();
+                let mut tx = self.begin_write().await?;
+                Self::insert_topic(&mut *tx, id, &t, created_at_ms).await?;
                 Self::insert_partition_states(&mut *tx, id, 0, &t.assignments).await?;
                 tx.commit().await?;
                 Ok(Topic {
@@ -130,6 +141,77 @@ macro_rules! topics_sql {
                     replication_factor: t.replication_factor,
                     configs: t.configs,
                     created_at_ms,
+                })
+            }
+
+            pub(super) async fn restore_topic(&self, r: RestoredTopic) -> Result<Topic> {
+                let t = &r.topic;
+                let count = t.partitions.max(0) as usize;
+                check_assignments(&t.assignments, count, t.replication_factor)?;
+                if r.leader_epochs.len() != count || r.log_starts.len() != count {
+                    return Err(Error::InvalidAssignment(format!(
+                        "{} leader epochs and {} log starts for {count} partitions",
+                        r.leader_epochs.len(),
+                        r.log_starts.len()
+                    )));
+                }
+                let mut tx = self.begin_write().await?;
+                let (rows,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM remote_segments WHERE topic_id = $1 AND state <> 'DELETE_FINISHED'",
+                )
+                .bind(r.id)
+                .fetch_one(&mut *tx)
+                .await?;
+                if rows > 0 {
+                    return Err(Error::TopicAlreadyExists(format!("{} (id {}, whose remote segments are still registered)", t.name, r.id)));
+                }
+                Self::insert_topic(&mut *tx, r.id, t, r.created_at_ms).await?;
+                Self::insert_partition_states(&mut *tx, r.id, 0, &t.assignments).await?;
+                for (i, (epoch, start)) in r.leader_epochs.iter().zip(&r.log_starts).enumerate() {
+                    sqlx::query(
+                        "UPDATE partition_state SET leader_epoch = $1, log_start_offset = $2 \
+                         WHERE topic_id = $3 AND partition_id = $4",
+                    )
+                    .bind(*epoch)
+                    .bind(*start)
+                    .bind(r.id)
+                    .bind(i as i32)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                for s in &r.segments {
+                    if s.topic_id != r.id || s.state != RemoteSegmentState::CopyFinished {
+                        return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyFinished, to: s.state });
+                    }
+                    sqlx::query(
+                        "INSERT INTO remote_segments (segment_id, topic_id, partition_id, base_offset, \
+                         end_offset, max_timestamp, leader_epoch, size_bytes, state, created_at_ms, \
+                         updated_at_ms, epochs, object_end_offset, copied) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'COPY_FINISHED', $9, $10, $11, $12, 1)",
+                    )
+                    .bind(s.segment_id)
+                    .bind(s.topic_id)
+                    .bind(s.partition)
+                    .bind(s.base_offset)
+                    .bind(s.end_offset)
+                    .bind(s.max_timestamp)
+                    .bind(s.leader_epoch)
+                    .bind(s.size_bytes)
+                    .bind(s.created_at_ms)
+                    .bind(s.updated_at_ms)
+                    .bind(encode_epochs(&s.epochs))
+                    .bind(s.object_end_offset)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(Topic {
+                    id: r.id,
+                    name: r.topic.name,
+                    partitions: r.topic.partitions,
+                    replication_factor: r.topic.replication_factor,
+                    configs: r.topic.configs,
+                    created_at_ms: r.created_at_ms,
                 })
             }
 

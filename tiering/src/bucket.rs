@@ -1,0 +1,490 @@
+//! A bucket read back without the metastore: its segments found from their objects
+//! alone ([`list_bucket`], [`read_metas`]), and each partition's remote log planned
+//! from them ([`plan_partition`]), refusing what does not hold together and naming
+//! the object at fault.
+//!
+//! A bucket a cluster wrote holds, besides complete segments, leftovers its metastore
+//! would have explained:
+//! - a copy that never finished: objects without `.meta` (it is put last), at the end
+//!   of the remote log, or covering offsets a complete segment holds;
+//! - a deletion under way: `.meta` without `.log` (`.log` goes first, `.meta` last);
+//! - remote compaction's replaced segments (kept for a grace period) beside the
+//!   rewrite that covers the same offsets;
+//! - after an unclean election, a segment the new leader cut where its log diverged
+//!   (its objects keep the bytes past the cut) and segments past the cut, beside the
+//!   new leader's copies, written under a higher leader epoch from the cut on.
+//!
+//! The plan takes, from the lowest offset on, the segment starting there whose leader
+//! epoch there is highest (the longest among equals: a compacted rewrite over the
+//! segments it replaced), cuts it where a segment written under a higher epoch starts,
+//! and never goes back to an epoch lower than one already taken. A gap, a segment that
+//! starts inside the planned log under the same epoch, a `.log` whose size is not the
+//! one `.meta` gives, a `.meta` describing another segment, an epoch lineage that does
+//! not rise, or a leftover copy that would leave offsets out is refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use uuid::Uuid;
+
+use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
+use crate::snapshot::{
+    BrokerSnapshot, ClusterSnapshot, SNAPSHOT_DIR, broker_snapshots_dir, cluster_snapshot_path,
+};
+use crate::store::ObjectStoreRef;
+
+/// An object and what is wrong with it, or why it was left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub object: String,
+    pub problem: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.problem)
+    }
+}
+
+/// One segment as its objects show it.
+#[derive(Debug, Clone)]
+pub struct FoundSegment {
+    pub key: SegmentKey,
+    /// The objects present, with their sizes.
+    pub objects: BTreeMap<&'static str, u64>,
+    /// Its `.meta`, once read ([`read_metas`]); `Err`: present but unreadable.
+    pub meta: Option<Result<SegmentMeta, String>>,
+}
+
+/// What [`FoundSegment::check`] makes of a segment's objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Complete(SegmentMeta),
+    /// No `.meta`: a copy that never finished.
+    NoMeta,
+    /// `.meta` without `.log`: a deletion under way.
+    Deleting,
+}
+
+fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Log => "log",
+        ObjectKind::Indexes => "indexes",
+        ObjectKind::Meta => "meta",
+        ObjectKind::Index => "index",
+        ObjectKind::TimeIndex => "timeindex",
+        ObjectKind::Keys => "keys",
+    }
+}
+
+impl FoundSegment {
+    fn path(&self, kind: ObjectKind) -> String {
+        self.key.path(kind).to_string()
+    }
+
+    fn size(&self, kind: ObjectKind) -> Option<u64> {
+        self.objects.get(kind_name(kind)).copied()
+    }
+
+    fn check(&self) -> Result<State, Finding> {
+        let problem = |kind, problem: String| Finding {
+            object: self.path(kind),
+            problem,
+        };
+        let meta = match &self.meta {
+            None if self.size(ObjectKind::Meta).is_none() => return Ok(State::NoMeta),
+            None => return Err(problem(ObjectKind::Meta, "not read".into())),
+            Some(Err(e)) => return Err(problem(ObjectKind::Meta, e.clone())),
+            Some(Ok(meta)) => meta,
+        };
+        if meta.key() != self.key {
+            return Err(problem(
+                ObjectKind::Meta,
+                format!(
+                    "describes segment {} of partition {} (offsets {}..={}), not the one its name gives",
+                    meta.segment_id, meta.partition, meta.base_offset, meta.end_offset
+                ),
+            ));
+        }
+        let Some(log) = self.size(ObjectKind::Log) else {
+            return Ok(State::Deleting);
+        };
+        if log != meta.log_bytes {
+            return Err(problem(
+                ObjectKind::Log,
+                format!("{log} bytes where .meta says {}", meta.log_bytes),
+            ));
+        }
+        // The smaller objects: the `.indexes` object, or the three of older copies.
+        let mut expected = Vec::new();
+        match &meta.indexes {
+            Some(name) => {
+                let ours = self.key.path(ObjectKind::Indexes);
+                if Some(name.as_str()) != ours.filename() {
+                    return Err(problem(
+                        ObjectKind::Meta,
+                        format!("names indexes object '{name}', not its own"),
+                    ));
+                }
+                let keys = meta.key_filter.as_ref().map_or(0, |k| k.bytes);
+                let size = 16 + meta.index_bytes + meta.time_index_bytes + keys;
+                expected.push((ObjectKind::Indexes, size));
+            }
+            None => {
+                expected.push((ObjectKind::Index, meta.index_bytes));
+                expected.push((ObjectKind::TimeIndex, meta.time_index_bytes));
+                if let Some(keys) = &meta.key_filter {
+                    expected.push((ObjectKind::Keys, keys.bytes));
+                }
+            }
+        }
+        for (kind, want) in expected {
+            match self.size(kind) {
+                None => return Err(problem(kind, "missing, though .log is there".into())),
+                Some(got) if got != want => {
+                    return Err(problem(
+                        kind,
+                        format!("{got} bytes where .meta says {want}"),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        check_epochs(meta).map_err(|e| problem(ObjectKind::Meta, e))?;
+        Ok(State::Complete(meta.clone()))
+    }
+}
+
+/// A segment's epochs must rise, start within it, the first at its base.
+fn check_epochs(meta: &SegmentMeta) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("epoch lineage {:?} {why}", meta.epochs));
+    if meta.end_offset < meta.base_offset {
+        return Err(format!(
+            "ends at {} before it starts at {}",
+            meta.end_offset, meta.base_offset
+        ));
+    }
+    let Some(first) = meta.epochs.first() else {
+        return Ok(());
+    };
+    if first.1 != meta.base_offset {
+        return bad("does not start at the segment's base offset");
+    }
+    for pair in meta.epochs.windows(2) {
+        if pair[1].0 <= pair[0].0 || pair[1].1 <= pair[0].1 {
+            return bad("does not rise");
+        }
+    }
+    if meta.epochs.iter().any(|e| e.1 > meta.end_offset) {
+        return bad("starts an epoch past the segment's end");
+    }
+    Ok(())
+}
+
+/// The leader epoch of the batch holding `offset` (the copy's epoch for segments
+/// copied before epochs were recorded).
+fn epoch_at(meta: &SegmentMeta, offset: i64) -> i32 {
+    meta.epochs
+        .iter()
+        .take_while(|e| e.1 <= offset)
+        .last()
+        .map_or(meta.leader_epoch, |e| e.0)
+}
+
+/// A partition's remote log as the bucket holds it.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionPlan {
+    /// The segments, by offset, with the end offset each is taken to (`meta.end_offset`
+    /// stays the end its objects were written with).
+    pub segments: Vec<(SegmentMeta, i64)>,
+    /// Objects left out, and why.
+    pub ignored: Vec<Finding>,
+    /// The highest leader epoch any of its objects names (-1: none).
+    pub max_epoch: i32,
+}
+
+impl PartitionPlan {
+    /// The first and last offsets of the remote log.
+    pub fn range(&self) -> Option<(i64, i64)> {
+        Some((
+            self.segments.first()?.0.base_offset,
+            self.segments.last()?.1,
+        ))
+    }
+}
+
+/// Plans a partition's remote log from its segments' objects (see the module's
+/// description); every problem found is returned, each naming its object.
+pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Finding>> {
+    let mut complete = Vec::new();
+    let mut leftovers = Vec::new();
+    let mut problems = Vec::new();
+    let mut max_epoch = -1;
+    for f in found {
+        if let Some(Ok(meta)) = &f.meta {
+            let top = meta.epochs.iter().map(|e| e.0).max().unwrap_or(-1);
+            max_epoch = max_epoch.max(meta.leader_epoch).max(top);
+        }
+        match f.check() {
+            Ok(State::Complete(meta)) => complete.push(meta),
+            Ok(state) => leftovers.push((f, state)),
+            Err(p) => problems.push(p),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    complete.sort_by_key(|m| (m.base_offset, m.end_offset));
+    let log_path = |m: &SegmentMeta| m.key().path(ObjectKind::Log).to_string();
+    let mut plan = PartitionPlan {
+        max_epoch,
+        ..Default::default()
+    };
+    let mut pos = complete.first().map_or(i64::MAX, |m| m.base_offset);
+    let mut floor = i32::MIN;
+    loop {
+        let best = complete
+            .iter()
+            .filter(|m| m.base_offset == pos && epoch_at(m, pos) >= floor)
+            .max_by_key(|m| (epoch_at(m, pos), m.end_offset));
+        let Some(best) = best else {
+            let later: Vec<&SegmentMeta> = complete
+                .iter()
+                .filter(|m| m.end_offset >= pos && epoch_at(m, m.base_offset.max(pos)) >= floor)
+                .collect();
+            let Some(next) = later.iter().map(|m| m.base_offset).min() else {
+                break;
+            };
+            if let Some(m) = later.iter().find(|m| m.base_offset < pos) {
+                let (prev, _) = plan.segments.last().expect("a segment was planned");
+                problems.push(Finding {
+                    object: log_path(m),
+                    problem: format!(
+                        "offsets {}..={} overlap {} under the same leader epoch",
+                        m.base_offset,
+                        m.end_offset,
+                        log_path(prev)
+                    ),
+                });
+            } else {
+                problems.push(gap(pos, next, &leftovers));
+            }
+            return Err(problems);
+        };
+        let mut end = best.end_offset;
+        for c in &complete {
+            if c.base_offset > best.base_offset
+                && c.base_offset <= best.end_offset
+                && epoch_at(c, c.base_offset) > epoch_at(best, c.base_offset)
+            {
+                end = end.min(c.base_offset - 1);
+            }
+        }
+        plan.segments.push((best.clone(), end));
+        floor = epoch_at(best, end);
+        pos = end + 1;
+    }
+    let (start, end) = plan.range().unwrap_or((i64::MAX, i64::MIN));
+    for m in &complete {
+        if !plan
+            .segments
+            .iter()
+            .any(|(p, _)| p.segment_id == m.segment_id)
+        {
+            plan.ignored.push(Finding {
+                object: log_path(m),
+                problem: "left out: its offsets are in the segments taken (a compacted rewrite's, \
+                          or ones written under a later leader epoch)"
+                    .into(),
+            });
+        }
+    }
+    for (f, state) in leftovers {
+        let (base, last) = (f.key.base_offset, f.key.end_offset);
+        let object = match state {
+            State::Deleting => f.path(ObjectKind::Log),
+            _ => f.path(ObjectKind::Meta),
+        };
+        let problem = match state {
+            State::Deleting => "left out: no .log, a deletion under way".to_string(),
+            _ if base > end => {
+                "left out: no .meta, a copy past the remote log's end that never finished"
+                    .to_string()
+            }
+            _ if base >= start && last <= end => {
+                "left out: no .meta, a copy that never finished of offsets complete segments hold"
+                    .to_string()
+            }
+            _ => {
+                problems.push(Finding {
+                    object,
+                    problem: format!(
+                        "missing: offsets {base}..={last} would be lost (the remote log \
+                         planned from the complete segments is {start}..={end})"
+                    ),
+                });
+                continue;
+            }
+        };
+        plan.ignored.push(Finding { object, problem });
+    }
+    if problems.is_empty() {
+        Ok(plan)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The problem of a gap from `pos` to `next`, naming the leftovers found in it.
+fn gap(pos: i64, next: i64, leftovers: &[(&FoundSegment, State)]) -> Finding {
+    let inside: Vec<&FoundSegment> = leftovers
+        .iter()
+        .map(|(f, _)| *f)
+        .filter(|f| f.key.base_offset < next && f.key.end_offset >= pos)
+        .collect();
+    match inside.first() {
+        Some(f) => Finding {
+            object: match f.size(ObjectKind::Meta) {
+                Some(_) => f.path(ObjectKind::Log),
+                None => f.path(ObjectKind::Meta),
+            },
+            problem: format!(
+                "missing, so offsets {pos}..={} are in no complete segment",
+                next - 1
+            ),
+        },
+        None => Finding {
+            object: format!("offsets {pos}..={}", next - 1),
+            problem: "in no segment: the remote log has a gap".into(),
+        },
+    }
+}
+
+/// Why a bucket could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum BucketError {
+    #[error("object store error: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("{0}")]
+    Damaged(Finding),
+}
+
+/// Every segment found in a bucket, by topic id and partition, and what else is there.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub segments: BTreeMap<Uuid, BTreeMap<i32, Vec<FoundSegment>>>,
+    /// Keys that are neither a segment's object nor a snapshot.
+    pub foreign: Vec<String>,
+}
+
+/// Lists the whole bucket (under the store's prefix) once.
+pub async fn list_bucket(store: &ObjectStoreRef) -> object_store::Result<Listing> {
+    let mut listing = Listing::default();
+    let mut by_key: BTreeMap<(Uuid, i32, i64, i64, Uuid), FoundSegment> = BTreeMap::new();
+    let mut objects = store.list(None);
+    while let Some(o) = objects.try_next().await? {
+        if o.location
+            .parts()
+            .next()
+            .is_some_and(|p| p.as_ref() == SNAPSHOT_DIR)
+        {
+            continue;
+        }
+        let Some((key, kind)) = SegmentKey::parse(&o.location) else {
+            listing.foreign.push(o.location.to_string());
+            continue;
+        };
+        let id = (
+            key.topic_id,
+            key.partition,
+            key.base_offset,
+            key.end_offset,
+            key.segment_id,
+        );
+        let found = by_key.entry(id).or_insert_with(|| FoundSegment {
+            key,
+            objects: BTreeMap::new(),
+            meta: None,
+        });
+        found.objects.insert(kind_name(kind), o.size);
+    }
+    for ((topic, partition, ..), found) in by_key {
+        (listing.segments.entry(topic).or_default())
+            .entry(partition)
+            .or_default()
+            .push(found);
+    }
+    Ok(listing)
+}
+
+/// Reads the `.meta` of every segment that has one, a few at a time. A `.meta` that
+/// cannot be read or parsed is recorded on its segment; a store error stops it.
+pub async fn read_metas(
+    store: &ObjectStoreRef,
+    segments: &mut [FoundSegment],
+) -> object_store::Result<()> {
+    let wanted: Vec<(usize, Path)> = (segments.iter().enumerate())
+        .filter(|(_, f)| f.size(ObjectKind::Meta).is_some())
+        .map(|(i, f)| (i, f.key.path(ObjectKind::Meta)))
+        .collect();
+    let read: Vec<(usize, Result<SegmentMeta, String>)> = futures::stream::iter(wanted)
+        .map(|(i, path)| async move {
+            let bytes = store.get(&path).await?.bytes().await?;
+            let meta = serde_json::from_slice::<SegmentMeta>(&bytes)
+                .map_err(|e| format!("not a segment description: {e}"));
+            Ok::<_, object_store::Error>((i, meta))
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await?;
+    for (i, meta) in read {
+        segments[i].meta = Some(meta);
+    }
+    Ok(())
+}
+
+/// The cluster's snapshot and the brokers' (see [`crate::snapshot`]), as far as the
+/// bucket has them.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    pub cluster: Option<ClusterSnapshot>,
+    pub brokers: Vec<BrokerSnapshot>,
+}
+
+/// Reads the snapshots; one that cannot be parsed is [`BucketError::Damaged`].
+pub async fn read_snapshots(store: &ObjectStoreRef) -> Result<Snapshots, BucketError> {
+    async fn read<T: serde::de::DeserializeOwned>(
+        store: &ObjectStoreRef,
+        path: &Path,
+    ) -> Result<Option<T>, BucketError> {
+        let bytes = match store.get(path).await {
+            Ok(got) => got.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            BucketError::Damaged(Finding {
+                object: path.to_string(),
+                problem: format!("not a snapshot this version reads: {e}"),
+            })
+        })
+    }
+    let mut out = Snapshots {
+        cluster: read(store, &cluster_snapshot_path()).await?,
+        brokers: Vec::new(),
+    };
+    let listed: Vec<_> = store
+        .list(Some(&broker_snapshots_dir()))
+        .try_collect()
+        .await?;
+    for o in listed {
+        out.brokers.extend(read(store, &o.location).await?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "bucket_tests.rs"]
+mod tests;

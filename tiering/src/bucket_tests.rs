@@ -1,0 +1,243 @@
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, PutPayload};
+
+use super::*;
+
+const T: Uuid = Uuid::from_u128(7);
+
+/// A complete segment with its objects' sizes as its `.meta` gives them.
+fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
+    let key = SegmentKey {
+        topic_id: T,
+        partition: 0,
+        base_offset: base,
+        end_offset: end,
+        segment_id: Uuid::new_v4(),
+    };
+    let indexes = key.path(ObjectKind::Indexes);
+    let meta = SegmentMeta {
+        topic: "t".into(),
+        topic_id: T,
+        partition: 0,
+        segment_id: key.segment_id,
+        base_offset: base,
+        end_offset: end,
+        max_timestamp: 0,
+        leader_epoch: epochs.last().map_or(0, |e| e.0),
+        log_bytes: 1000,
+        index_bytes: 8,
+        time_index_bytes: 12,
+        log_crc32c: 0,
+        index_crc32c: 0,
+        time_index_crc32c: 0,
+        key_filter: None,
+        epochs: epochs.to_vec(),
+        indexes: Some(indexes.filename().unwrap().to_string()),
+    };
+    FoundSegment {
+        key,
+        objects: BTreeMap::from([("log", 1000), ("indexes", 36), ("meta", 400)]),
+        meta: Some(Ok(meta)),
+    }
+}
+
+fn taken(plan: &PartitionPlan) -> Vec<(i64, i64, i64)> {
+    let segments = plan.segments.iter();
+    segments
+        .map(|(m, end)| (m.base_offset, m.end_offset, *end))
+        .collect()
+}
+
+fn only_problem(r: Result<PartitionPlan, Vec<Finding>>) -> Finding {
+    let problems = r.expect_err("refused");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    problems.into_iter().next().unwrap()
+}
+
+#[test]
+fn contiguous_segments_are_taken_whole() {
+    let found = [
+        seg(200, 299, &[(1, 200)]),
+        seg(0, 99, &[(0, 0)]),
+        seg(100, 199, &[(0, 100), (1, 150)]),
+    ];
+    let plan = plan_partition(&found).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(0, 99, 99), (100, 199, 199), (200, 299, 299)]
+    );
+    assert_eq!(plan.range(), Some((0, 299)));
+    assert_eq!(plan.max_epoch, 1);
+    assert!(plan.ignored.is_empty());
+}
+
+#[test]
+fn a_compacted_rewrite_is_taken_over_the_segments_it_replaced() {
+    let found = [
+        seg(0, 99, &[(2, 0)]),
+        seg(100, 199, &[(2, 100)]),
+        seg(0, 199, &[(2, 0)]),
+        seg(200, 250, &[(2, 200)]),
+    ];
+    let plan = plan_partition(&found).unwrap();
+    assert_eq!(taken(&plan), [(0, 199, 199), (200, 250, 250)]);
+    assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
+}
+
+#[test]
+fn a_later_epoch_cuts_the_segment_it_diverged_from_and_drops_the_rest() {
+    // Epoch 5's leader cut the remote log at 150; the segment past the cut was still
+    // being deleted.
+    let found = [
+        seg(100, 199, &[(3, 100)]),
+        seg(200, 299, &[(3, 200)]),
+        seg(150, 260, &[(5, 150)]),
+        seg(261, 300, &[(5, 261), (6, 280)]),
+    ];
+    let plan = plan_partition(&found).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(100, 199, 149), (150, 260, 260), (261, 300, 300)]
+    );
+    assert_eq!(plan.max_epoch, 6);
+    assert_eq!(plan.ignored.len(), 1);
+    assert!(plan.ignored[0].object.contains("00000000000000000200-"));
+    // At the same offset, the higher epoch wins.
+    let plan = plan_partition(&[seg(100, 199, &[(3, 100)]), seg(100, 180, &[(5, 100)])]).unwrap();
+    assert_eq!(taken(&plan), [(100, 180, 180)]);
+}
+
+#[test]
+fn gaps_and_overlaps_under_one_epoch_are_refused() {
+    let p = only_problem(plan_partition(&[
+        seg(0, 99, &[(0, 0)]),
+        seg(150, 199, &[(0, 150)]),
+    ]));
+    assert!(p.to_string().contains("offsets 100..=149"), "{p}");
+    let p = only_problem(plan_partition(&[
+        seg(0, 99, &[(0, 0)]),
+        seg(50, 149, &[(0, 50)]),
+    ]));
+    assert!(p.problem.contains("overlap"), "{p}");
+    assert!(
+        p.object.contains("00000000000000000050-") && p.object.ends_with(".log"),
+        "{p}"
+    );
+}
+
+#[test]
+fn a_missing_meta_inside_the_log_is_refused_and_past_its_end_is_a_leftover() {
+    let mut middle = seg(100, 199, &[(0, 100)]);
+    middle.objects.remove("meta");
+    middle.meta = None;
+    let meta_path = middle.key.path(ObjectKind::Meta).to_string();
+    let found = [
+        seg(0, 99, &[(0, 0)]),
+        middle.clone(),
+        seg(200, 299, &[(0, 200)]),
+    ];
+    let p = only_problem(plan_partition(&found));
+    assert_eq!(p.object, meta_path);
+    assert!(p.problem.contains("100..=199"), "{p}");
+    // Below the start: the offsets would be lost too.
+    let p = only_problem(plan_partition(&[
+        middle.clone(),
+        seg(200, 299, &[(0, 200)]),
+    ]));
+    assert_eq!(p.object, meta_path);
+    // Past the end: a copy that never finished.
+    let plan = plan_partition(&[seg(0, 99, &[(0, 0)]), middle]).unwrap();
+    assert_eq!(taken(&plan), [(0, 99, 99)]);
+    assert_eq!(plan.ignored[0].object, meta_path);
+}
+
+#[test]
+fn a_deletion_under_way_is_left_out() {
+    let mut deleting = seg(0, 99, &[(0, 0)]);
+    deleting.objects.remove("log");
+    deleting.objects.remove("indexes");
+    let plan = plan_partition(&[deleting, seg(100, 199, &[(0, 100)])]).unwrap();
+    assert_eq!(taken(&plan), [(100, 199, 199)]);
+    assert!(plan.ignored[0].problem.contains("deletion"));
+}
+
+#[test]
+fn damaged_objects_are_refused_by_name() {
+    let mut truncated = seg(100, 199, &[(0, 100)]);
+    truncated.objects.insert("log", 999);
+    let p = only_problem(plan_partition(&[seg(0, 99, &[(0, 0)]), truncated.clone()]));
+    assert_eq!(p.object, truncated.key.path(ObjectKind::Log).to_string());
+    assert!(p.problem.contains("999 bytes where .meta says 1000"), "{p}");
+
+    let mut other = seg(100, 199, &[(0, 100)]);
+    if let Some(Ok(m)) = &mut other.meta {
+        m.segment_id = Uuid::new_v4();
+    }
+    let p = only_problem(plan_partition(&[other.clone()]));
+    assert_eq!(p.object, other.key.path(ObjectKind::Meta).to_string());
+
+    let mut no_indexes = seg(0, 99, &[(0, 0)]);
+    no_indexes.objects.remove("indexes");
+    let p = only_problem(plan_partition(&[no_indexes]));
+    assert!(p.object.ends_with(".indexes"), "{p}");
+
+    let mut unreadable = seg(0, 99, &[(0, 0)]);
+    unreadable.meta = Some(Err("not a segment description".into()));
+    assert!(plan_partition(&[unreadable]).is_err());
+
+    for epochs in [&[(3, 0), (2, 50)][..], &[(1, 10)], &[(1, 0), (2, 150)]] {
+        let p = only_problem(plan_partition(&[seg(0, 99, epochs)]));
+        assert!(p.problem.contains("epoch lineage"), "{p}");
+    }
+}
+
+#[tokio::test]
+async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
+    let store: crate::ObjectStoreRef = Arc::new(InMemory::new());
+    let a = seg(0, 99, &[(0, 0)]);
+    for kind in ObjectKind::WRITTEN {
+        let body = match kind {
+            ObjectKind::Meta => {
+                let Some(Ok(meta)) = &a.meta else {
+                    unreachable!()
+                };
+                serde_json::to_vec(meta).unwrap()
+            }
+            _ => vec![0; a.size(kind).unwrap() as usize],
+        };
+        store
+            .put(&a.key.path(kind), PutPayload::from(body))
+            .await
+            .unwrap();
+    }
+    let put = |path: &str| {
+        let store = store.clone();
+        let path = Path::from(path);
+        async move {
+            store
+                .put(&path, PutPayload::from_static(b"{}"))
+                .await
+                .unwrap()
+        }
+    };
+    put("_shale/cluster.json").await;
+    put("notes.txt").await;
+    put(&format!("{T}/0/readme")).await;
+    let mut listing = list_bucket(&store).await.unwrap();
+    assert_eq!(
+        listing.foreign,
+        [format!("{T}/0/readme"), "notes.txt".to_string()]
+    );
+    let found = listing.segments.get_mut(&T).unwrap().get_mut(&0).unwrap();
+    assert_eq!(found.len(), 1);
+    read_metas(&store, found).await.unwrap();
+    let plan = plan_partition(found).unwrap();
+    assert_eq!(taken(&plan), [(0, 99, 99)]);
+    // The cluster snapshot there is not one.
+    assert!(matches!(
+        read_snapshots(&store).await,
+        Err(BucketError::Damaged(_))
+    ));
+}

@@ -1,0 +1,145 @@
+//! What the bucket keeps of the cluster besides segments, so that a cluster whose
+//! metastore is lost can be rebuilt from the bucket alone: every
+//! `tiering.snapshot_interval_ms` the controller writes `_shale/cluster.json` (topics,
+//! their configs and partitions' leader epochs and log starts, and every group's
+//! committed offsets) and each broker writes `_shale/brokers/{id}.json` (the high
+//! watermark of each partition it leads). A few objects a snapshot, each replaced
+//! whole (a PUT is atomic), and only when its content changed.
+
+use std::collections::BTreeMap;
+
+use object_store::path::Path;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The first part of every key that is not a segment's.
+pub const SNAPSHOT_DIR: &str = "_shale";
+
+/// The version of the documents this code writes.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+pub fn cluster_snapshot_path() -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/cluster.json"))
+}
+
+pub fn broker_snapshot_path(broker_id: i32) -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/brokers/{broker_id}.json"))
+}
+
+/// Where the brokers' snapshots are.
+pub fn broker_snapshots_dir() -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/brokers"))
+}
+
+/// `_shale/cluster.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSnapshot {
+    pub version: u32,
+    pub cluster_id: Uuid,
+    pub taken_at_ms: i64,
+    pub topics: Vec<TopicSnapshot>,
+    pub groups: Vec<GroupSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSnapshot {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// Config overrides only (Kafka names).
+    pub configs: BTreeMap<String, String>,
+    pub created_at_ms: i64,
+    /// Each partition's leader epoch, by partition.
+    pub leader_epochs: Vec<i32>,
+    /// Partitions whose records were deleted below an offset (DeleteRecords):
+    /// partition → offset.
+    #[serde(default)]
+    pub log_starts: BTreeMap<i32, i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    pub group: String,
+    pub offsets: Vec<GroupOffset>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOffset {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub offset: i64,
+    #[serde(default)]
+    pub metadata: String,
+    pub commit_ms: i64,
+}
+
+/// `_shale/brokers/{id}.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerSnapshot {
+    pub version: u32,
+    pub cluster_id: Uuid,
+    pub broker_id: i32,
+    pub taken_at_ms: i64,
+    /// The partitions the broker led when it wrote this.
+    pub partitions: Vec<PartitionMark>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMark {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub high_watermark: i64,
+}
+
+/// The newest high watermark of each partition among brokers' snapshots: the one
+/// written under the highest leader epoch (a broker that led earlier may have left its
+/// snapshot behind), the higher mark within one epoch.
+pub fn high_watermarks(brokers: &[BrokerSnapshot]) -> BTreeMap<(Uuid, i32), PartitionMark> {
+    let mut out: BTreeMap<(Uuid, i32), PartitionMark> = BTreeMap::new();
+    for mark in brokers.iter().flat_map(|b| &b.partitions) {
+        let newer = |old: &PartitionMark| {
+            (mark.leader_epoch, mark.high_watermark) > (old.leader_epoch, old.high_watermark)
+        };
+        match out.get(&(mark.topic_id, mark.partition)) {
+            Some(old) if !newer(old) => {}
+            _ => {
+                out.insert((mark.topic_id, mark.partition), *mark);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_epochs_mark_wins() {
+        let t = Uuid::new_v4();
+        let mark = |leader_epoch, high_watermark| PartitionMark {
+            topic_id: t,
+            partition: 0,
+            leader_epoch,
+            high_watermark,
+        };
+        let broker = |id, partitions| BrokerSnapshot {
+            version: SNAPSHOT_VERSION,
+            cluster_id: Uuid::nil(),
+            broker_id: id,
+            taken_at_ms: 0,
+            partitions,
+        };
+        // Broker 1 led at epoch 3 and left a higher mark than broker 2's at epoch 4
+        // (records the later leader truncated); epoch 4 decides.
+        let marks = high_watermarks(&[
+            broker(1, vec![mark(3, 900)]),
+            broker(2, vec![mark(4, 700)]),
+            broker(3, vec![mark(4, 650)]),
+        ]);
+        assert_eq!(marks[&(t, 0)].high_watermark, 700);
+        assert_eq!(marks.len(), 1);
+    }
+}

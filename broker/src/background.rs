@@ -52,6 +52,17 @@ impl Broker {
             "remote compaction",
             |b| async move { b.remote_compaction_pass().await },
         );
+        if self.config.tiering.snapshot_interval_ms > 0 {
+            let last = Arc::new(std::sync::Mutex::new(Default::default()));
+            self.spawn_every(
+                self.config.tiering.snapshot_interval_ms,
+                "bucket snapshot",
+                move |b| {
+                    let last = last.clone();
+                    async move { b.snapshot_pass(&last).await }
+                },
+            );
+        }
         // Key filters of newly sealed segments (and, after a start, of older ones).
         self.spawn_every(
             self.config.tiering.upload_interval_ms,

@@ -29,6 +29,8 @@ mod reconcile;
 mod registry;
 mod remote_io;
 pub mod replication;
+pub mod restore;
+mod snapshots;
 pub mod stats;
 #[cfg(test)]
 mod testing;

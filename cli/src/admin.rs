@@ -52,6 +52,23 @@ pub(crate) enum ClusterCommand {
     /// Undoes a decommission: the broker takes partitions again (the balancer gives
     /// it its share).
     Recommission { broker_id: i32 },
+    /// Brings topics back from the bucket alone, after the metastore was lost: ids,
+    /// configs, partitions, remote logs and the groups' committed offsets, from the
+    /// segments' objects and the snapshots kept beside them. Prints, per partition,
+    /// what the bucket holds and how many records since the last snapshot were only
+    /// on local disks (lost). A damaged bucket is refused, naming the objects.
+    Restore {
+        /// The bucket, `s3://bucket/prefix`: the brokers must be configured with it
+        /// (default: theirs).
+        #[arg(long)]
+        from: Option<String>,
+        /// Only this topic (repeatable; default: every topic in the bucket).
+        #[arg(long)]
+        topic: Vec<String>,
+        /// Print what would be restored, and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// The moves the balancer would start now (decommissions, dead brokers'
     /// replacements, replica and leader balance).
     Balance {
@@ -158,6 +175,14 @@ pub(crate) async fn cluster(
         }
         ClusterCommand::Decommission { broker_id, no_wait } => {
             decommission(&client, broker_id, no_wait).await
+        }
+        ClusterCommand::Restore {
+            from,
+            topic,
+            dry_run,
+        } => {
+            let report = (client.restore_cluster(from.as_deref(), &topic, dry_run)).await?;
+            crate::restore::print(&report, dry_run, output)
         }
         ClusterCommand::Recommission { broker_id } => {
             client.decommission_broker(broker_id, true).await?;

@@ -10,6 +10,7 @@ mod out;
 mod partition;
 mod produce;
 mod progress;
+mod restore;
 mod topic;
 mod user;
 

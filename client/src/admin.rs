@@ -91,6 +91,28 @@ impl Client {
         check_result(r.error)
     }
 
+    /// Restores topics from the bucket the cluster is configured with (`from`, if
+    /// given, must name it): every topic it holds, or only `topics`.
+    pub async fn restore_cluster(
+        &self,
+        from: Option<&str>,
+        topics: &[String],
+        dry_run: bool,
+    ) -> Result<RestoreClusterResponse> {
+        let r = self
+            .admin
+            .clone()
+            .restore_cluster(RestoreClusterRequest {
+                from: from.unwrap_or_default().to_string(),
+                topics: topics.to_vec(),
+                dry_run,
+            })
+            .await?
+            .into_inner();
+        check_result(r.error.clone())?;
+        Ok(r)
+    }
+
     /// The moves the balancer would start now.
     pub async fn balance_plan(&self) -> Result<Vec<PlannedMove>> {
         let r = self

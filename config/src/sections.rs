@@ -226,6 +226,11 @@ pub struct TieringSection {
     /// How long the segments a remote compaction replaced stay in the object store,
     /// so reads already in them can finish. Default: 300000 (5 min).
     pub remote_compaction_delete_delay_ms: u64,
+    /// How often the cluster's snapshot goes to the object store beside the segments
+    /// (`_shale/`: topics, configs, leader epochs, group offsets, each broker's high
+    /// watermarks), so that `shale cluster restore` can rebuild the cluster from the
+    /// bucket alone; written only when it changed. 0: never. Default: 60000 (1 min).
+    pub snapshot_interval_ms: u64,
 }
 
 impl Default for TieringSection {
@@ -248,6 +253,7 @@ impl Default for TieringSection {
             remote_compaction_interval_ms: 3_600_000,
             remote_compaction_concurrency: 1,
             remote_compaction_delete_delay_ms: 300_000,
+            snapshot_interval_ms: 60_000,
         }
     }
 }

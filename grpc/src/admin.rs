@@ -383,6 +383,53 @@ impl Admin for Front {
         }))
     }
 
+    async fn restore_cluster(
+        &self,
+        request: Request<RestoreClusterRequest>,
+    ) -> Result<Response<RestoreClusterResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let r = request.into_inner();
+        let req = shale_service::RestoreRequest {
+            from: Some(r.from).filter(|f| !f.is_empty()),
+            topics: r.topics,
+            dry_run: r.dry_run,
+        };
+        let result = self.service.restore_cluster(&ctx, req).await;
+        let error = error_result(&result);
+        let report = result.unwrap_or_default();
+        Ok(Response::new(RestoreClusterResponse {
+            error,
+            snapshot_taken_at_ms: report.snapshot_taken_at_ms.unwrap_or(-1),
+            topics: (report.topics.into_iter())
+                .map(|t| RestoredTopic {
+                    name: t.name,
+                    topic_id: t.id.to_string(),
+                    from_snapshot: t.from_snapshot,
+                    partitions: (t.partitions.into_iter())
+                        .map(|p| RestoredPartition {
+                            partition: p.partition,
+                            segments: p.segments as i32,
+                            remote_start_offset: p.remote.map_or(-1, |r| r.0),
+                            remote_end_offset: p.remote.map_or(-1, |r| r.1),
+                            next_offset: p.next_offset,
+                            leader_epoch: p.leader_epoch,
+                            snapshot_high_watermark: p.snapshot_high_watermark.unwrap_or(-1),
+                            lost_records: p.lost_records.unwrap_or(-1),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            groups: (report.groups.into_iter())
+                .map(|g| RestoredGroup {
+                    group: g.group,
+                    offsets: g.offsets as i32,
+                    moved_back: g.moved_back as i32,
+                })
+                .collect(),
+            ignored: report.ignored,
+        }))
+    }
+
     async fn balance_plan(
         &self,
         request: Request<BalancePlanRequest>,

@@ -54,6 +54,20 @@ impl Service {
         .await
     }
 
+    /// Restores topics from the bucket (`shale cluster restore`).
+    pub async fn restore_cluster(
+        &self,
+        ctx: &RequestContext,
+        req: shale_broker::restore::RestoreRequest,
+    ) -> Result<shale_broker::restore::RestoreReport> {
+        self.call(ctx, "RestoreCluster", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
+            let r = self.broker.restore_from_bucket(req).await;
+            self.counted(r)
+        })
+        .await
+    }
+
     /// The moves the balancer would start now.
     pub async fn balance_plan(&self, ctx: &RequestContext) -> Result<Vec<PlannedMove>> {
         self.call(ctx, "BalancePlan", async {

@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
 use crate::snapshot::{
-    BrokerSnapshot, ClusterSnapshot, SNAPSHOT_DIR, broker_snapshots_dir, cluster_snapshot_path,
+    BrokerSnapshot, ClusterSnapshot, SNAPSHOT_DIR, broker_snapshots_dir, cluster_snapshots_dir,
 };
 use crate::store::ObjectStoreRef;
 
@@ -59,9 +59,9 @@ pub struct FoundSegment {
 }
 
 /// What [`FoundSegment::check`] makes of a segment's objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    Complete(SegmentMeta),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State<'a> {
+    Complete(&'a SegmentMeta),
     /// No `.meta`: a copy that never finished.
     NoMeta,
     /// `.meta` without `.log`: a deletion under way.
@@ -88,7 +88,7 @@ impl FoundSegment {
         self.objects.get(kind_name(kind)).copied()
     }
 
-    fn check(&self) -> Result<State, Finding> {
+    fn check(&self) -> Result<State<'_>, Finding> {
         let problem = |kind, problem: String| Finding {
             object: self.path(kind),
             problem,
@@ -153,7 +153,7 @@ impl FoundSegment {
             }
         }
         check_epochs(meta).map_err(|e| problem(ObjectKind::Meta, e))?;
-        Ok(State::Complete(meta.clone()))
+        Ok(State::Complete(meta))
     }
 }
 
@@ -252,6 +252,7 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
         let Some(best) = best else {
             let later: Vec<&SegmentMeta> = complete
                 .iter()
+                .copied()
                 .filter(|m| m.end_offset >= pos && epoch_at(m, m.base_offset.max(pos)) >= floor)
                 .collect();
             let Some(next) = later.iter().map(|m| m.base_offset).min() else {
@@ -282,7 +283,7 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
                 end = end.min(c.base_offset - 1);
             }
         }
-        plan.segments.push((best.clone(), end));
+        plan.segments.push(((*best).clone(), end));
         floor = epoch_at(best, end);
         pos = end + 1;
     }
@@ -338,7 +339,7 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
 }
 
 /// The problem of a gap from `pos` to `next`, naming the leftovers found in it.
-fn gap(pos: i64, next: i64, leftovers: &[(&FoundSegment, State)]) -> Finding {
+fn gap(pos: i64, next: i64, leftovers: &[(&FoundSegment, State<'_>)]) -> Finding {
     let inside: Vec<&FoundSegment> = leftovers
         .iter()
         .map(|(f, _)| *f)
@@ -445,16 +446,19 @@ pub async fn read_metas(
     Ok(())
 }
 
-/// The cluster's snapshot and the brokers' (see [`crate::snapshot`]), as far as the
-/// bucket has them.
+/// The snapshots a restore reads (see [`crate::snapshot`]), as far as the bucket has
+/// them.
 #[derive(Debug, Default)]
 pub struct Snapshots {
+    /// The newest cluster snapshot of another cluster than the one restoring.
     pub cluster: Option<ClusterSnapshot>,
+    /// Every broker snapshot, of every cluster.
     pub brokers: Vec<BrokerSnapshot>,
 }
 
-/// Reads the snapshots; one that cannot be parsed is [`BucketError::Damaged`].
-pub async fn read_snapshots(store: &ObjectStoreRef) -> Result<Snapshots, BucketError> {
+/// Reads the snapshots, leaving out cluster `own`'s (the one restoring); one that
+/// cannot be parsed is [`BucketError::Damaged`].
+pub async fn read_snapshots(store: &ObjectStoreRef, own: Uuid) -> Result<Snapshots, BucketError> {
     async fn read<T: serde::de::DeserializeOwned>(
         store: &ObjectStoreRef,
         path: &Path,
@@ -471,15 +475,28 @@ pub async fn read_snapshots(store: &ObjectStoreRef) -> Result<Snapshots, BucketE
             })
         })
     }
-    let mut out = Snapshots {
-        cluster: read(store, &cluster_snapshot_path()).await?,
-        brokers: Vec::new(),
-    };
-    let listed: Vec<_> = store
+    let mut out = Snapshots::default();
+    let clusters: Vec<_> = store
+        .list(Some(&cluster_snapshots_dir()))
+        .try_collect()
+        .await?;
+    for o in clusters {
+        let Some(s) = read::<ClusterSnapshot>(store, &o.location).await? else {
+            continue;
+        };
+        let newer = out
+            .cluster
+            .as_ref()
+            .is_none_or(|c| s.taken_at_ms > c.taken_at_ms);
+        if s.cluster_id != own && newer {
+            out.cluster = Some(s);
+        }
+    }
+    let brokers: Vec<_> = store
         .list(Some(&broker_snapshots_dir()))
         .try_collect()
         .await?;
-    for o in listed {
+    for o in brokers {
         out.brokers.extend(read(store, &o.location).await?);
     }
     Ok(out)

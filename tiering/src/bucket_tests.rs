@@ -4,6 +4,7 @@ use object_store::memory::InMemory;
 use object_store::{ObjectStore, PutPayload};
 
 use super::*;
+use crate::snapshot::{SNAPSHOT_VERSION, cluster_snapshot_path};
 
 const T: Uuid = Uuid::from_u128(7);
 
@@ -222,7 +223,6 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
                 .unwrap()
         }
     };
-    put("_shale/cluster.json").await;
     put("notes.txt").await;
     put(&format!("{T}/0/readme")).await;
     let mut listing = list_bucket(&store).await.unwrap();
@@ -235,9 +235,25 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
     read_metas(&store, found).await.unwrap();
     let plan = plan_partition(found).unwrap();
     assert_eq!(taken(&plan), [(0, 99, 99)]);
-    // The cluster snapshot there is not one.
-    assert!(matches!(
-        read_snapshots(&store).await,
-        Err(BucketError::Damaged(_))
-    ));
+    // The newest snapshot of another cluster is read, never the restoring one's.
+    let (own, older, newer) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    for (id, at) in [(own, 30), (older, 10), (newer, 20)] {
+        let snapshot = ClusterSnapshot {
+            version: SNAPSHOT_VERSION,
+            cluster_id: id,
+            taken_at_ms: at,
+            topics: Vec::new(),
+            groups: Vec::new(),
+        };
+        let body = PutPayload::from(serde_json::to_vec(&snapshot).unwrap());
+        store.put(&cluster_snapshot_path(id), body).await.unwrap();
+    }
+    let read = read_snapshots(&store, own).await.unwrap();
+    assert_eq!(read.cluster.map(|c| c.cluster_id), Some(newer));
+    // One that is not a snapshot is refused by name.
+    put(&format!("_shale/clusters/{}.json", Uuid::nil())).await;
+    match read_snapshots(&store, own).await {
+        Err(BucketError::Damaged(f)) => assert!(f.object.contains(&Uuid::nil().to_string())),
+        other => panic!("{other:?}"),
+    }
 }

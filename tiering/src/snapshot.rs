@@ -1,10 +1,12 @@
 //! What the bucket keeps of the cluster besides segments, so that a cluster whose
 //! metastore is lost can be rebuilt from the bucket alone: every
-//! `tiering.snapshot_interval_ms` the controller writes `_shale/cluster.json` (topics,
-//! their configs and partitions' leader epochs and log starts, and every group's
-//! committed offsets) and each broker writes `_shale/brokers/{id}.json` (the high
-//! watermark of each partition it leads). A few objects a snapshot, each replaced
-//! whole (a PUT is atomic), and only when its content changed.
+//! `tiering.snapshot_interval_ms` the controller writes
+//! `_shale/clusters/{cluster_id}.json` (topics, their configs and partitions' leader
+//! epochs and log starts, and every group's committed offsets) and each broker writes
+//! `_shale/brokers/{cluster_id}/{broker_id}.json` (the high watermark of each partition
+//! it leads). A few objects a snapshot, each replaced whole (a PUT is atomic), and only
+//! when its content changed. Each cluster writes under its own id, so a new cluster
+//! started on the bucket of a lost one never overwrites what the restore needs.
 
 use std::collections::BTreeMap;
 
@@ -18,20 +20,27 @@ pub const SNAPSHOT_DIR: &str = "_shale";
 /// The version of the documents this code writes.
 pub const SNAPSHOT_VERSION: u32 = 1;
 
-pub fn cluster_snapshot_path() -> Path {
-    Path::from(format!("{SNAPSHOT_DIR}/cluster.json"))
+pub fn cluster_snapshot_path(cluster_id: Uuid) -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/clusters/{cluster_id}.json"))
 }
 
-pub fn broker_snapshot_path(broker_id: i32) -> Path {
-    Path::from(format!("{SNAPSHOT_DIR}/brokers/{broker_id}.json"))
+/// Where the clusters' snapshots are.
+pub fn cluster_snapshots_dir() -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/clusters"))
 }
 
-/// Where the brokers' snapshots are.
+pub fn broker_snapshot_path(cluster_id: Uuid, broker_id: i32) -> Path {
+    Path::from(format!(
+        "{SNAPSHOT_DIR}/brokers/{cluster_id}/{broker_id}.json"
+    ))
+}
+
+/// Where the brokers' snapshots are, of every cluster.
 pub fn broker_snapshots_dir() -> Path {
     Path::from(format!("{SNAPSHOT_DIR}/brokers"))
 }
 
-/// `_shale/cluster.json`.
+/// `_shale/clusters/{cluster_id}.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSnapshot {
     pub version: u32,
@@ -74,7 +83,7 @@ pub struct GroupOffset {
     pub commit_ms: i64,
 }
 
-/// `_shale/brokers/{id}.json`.
+/// `_shale/brokers/{cluster_id}/{broker_id}.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerSnapshot {
     pub version: u32,
@@ -93,9 +102,9 @@ pub struct PartitionMark {
     pub high_watermark: i64,
 }
 
-/// The newest high watermark of each partition among brokers' snapshots: the one
-/// written under the highest leader epoch (a broker that led earlier may have left its
-/// snapshot behind), the higher mark within one epoch.
+/// The newest high watermark of each partition among brokers' snapshots (of any
+/// cluster): the one written under the highest leader epoch (a broker that led
+/// earlier may have left its snapshot behind), the higher mark within one epoch.
 pub fn high_watermarks(brokers: &[BrokerSnapshot]) -> BTreeMap<(Uuid, i32), PartitionMark> {
     let mut out: BTreeMap<(Uuid, i32), PartitionMark> = BTreeMap::new();
     for mark in brokers.iter().flat_map(|b| &b.partitions) {

@@ -119,6 +119,11 @@ impl Uploader {
         }
     }
 
+    /// The store it writes to.
+    pub fn store(&self) -> &ObjectStoreRef {
+        &self.store
+    }
+
     /// Copies one sealed segment. On error the attempt's row stays `COPY_STARTED`
     /// until [`Uploader::clean_unfinished`].
     pub async fn upload(

@@ -1,0 +1,92 @@
+//! What `shale cluster restore` prints: per topic and partition, the remote log the
+//! bucket holds, where the log goes on, and the records lost since the last snapshot.
+
+use serde_json::json;
+use shale_proto::v1::RestoreClusterResponse;
+
+use crate::out::{self, OutputFormat};
+
+/// `-1` (unknown) as JSON null.
+fn known(v: i64) -> serde_json::Value {
+    if v < 0 { json!(null) } else { json!(v) }
+}
+
+pub(crate) fn print(
+    r: &RestoreClusterResponse,
+    dry_run: bool,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let lost: i64 = (r.topics.iter().flat_map(|t| &t.partitions))
+        .map(|p| p.lost_records.max(0))
+        .sum();
+    if output == OutputFormat::Json {
+        return out::json(&json!({
+            "dry_run": dry_run,
+            "snapshot_taken_at_ms": known(r.snapshot_taken_at_ms),
+            "lost_records": lost,
+            "topics": r.topics.iter().map(|t| json!({
+                "topic": t.name,
+                "topic_id": t.topic_id,
+                "from_snapshot": t.from_snapshot,
+                "partitions": t.partitions.iter().map(|p| json!({
+                    "partition": p.partition,
+                    "segments": p.segments,
+                    "remote_start_offset": known(p.remote_start_offset),
+                    "remote_end_offset": known(p.remote_end_offset),
+                    "next_offset": p.next_offset,
+                    "leader_epoch": p.leader_epoch,
+                    "snapshot_high_watermark": known(p.snapshot_high_watermark),
+                    "lost_records": known(p.lost_records),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "groups": r.groups.iter().map(|g| json!({
+                "group": g.group,
+                "offsets": g.offsets,
+                "moved_back": g.moved_back,
+            })).collect::<Vec<_>>(),
+            "ignored": r.ignored,
+        }));
+    }
+    let mut text = String::new();
+    let verb = if dry_run { "would restore" } else { "restored" };
+    text.push_str(&match r.snapshot_taken_at_ms {
+        -1 => "no cluster snapshot in the bucket: topics come back from their segments alone, \
+               with remote.storage.enable=true and no other config; no group offsets\n"
+            .to_string(),
+        at => format!("cluster snapshot taken at {at} ms (Unix time)\n"),
+    });
+    text.push_str("TOPIC\tPARTITION\tSEGMENTS\tREMOTE OFFSETS\tNEXT OFFSET\tLEADER EPOCH\tLOST\n");
+    for t in &r.topics {
+        for p in &t.partitions {
+            let remote = match p.remote_end_offset {
+                -1 => "-".to_string(),
+                end => format!("{}..={end}", p.remote_start_offset),
+            };
+            let lost = match p.lost_records {
+                -1 => "unknown (no snapshot of it)".to_string(),
+                n => format!(
+                    "{n} (snapshot high watermark {})",
+                    p.snapshot_high_watermark
+                ),
+            };
+            text.push_str(&format!(
+                "{}\t{}\t{}\t{remote}\t{}\t{}\t{lost}\n",
+                t.name, p.partition, p.segments, p.next_offset, p.leader_epoch
+            ));
+        }
+    }
+    for g in &r.groups {
+        text.push_str(&format!(
+            "group {}: {verb} {} committed offsets ({} moved back to their log's end)\n",
+            g.group, g.offsets, g.moved_back
+        ));
+    }
+    for i in &r.ignored {
+        text.push_str(&format!("left out {i}\n"));
+    }
+    text.push_str(&format!(
+        "{verb} {} topic(s); {lost} record(s) the last snapshot counted were not in the bucket and are lost\n",
+        r.topics.len()
+    ));
+    out::print(&text)
+}

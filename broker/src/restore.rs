@@ -154,8 +154,9 @@ impl Broker {
             .chain(snapshot_topics.keys().copied())
             .collect();
         let wanted: BTreeSet<&str> = req.topics.iter().map(String::as_str).collect();
-        let mut planned = Vec::new();
+        let mut planned: Vec<Planned> = Vec::new();
         let mut problems = Vec::new();
+        let mut ignored = Vec::new();
         for id in ids {
             let mut partitions = listing.segments.remove(&id).unwrap_or_default();
             let snapshot = snapshot_topics.get(&id).cloned();
@@ -184,6 +185,23 @@ impl Broker {
             if !wanted.is_empty() && !wanted.contains(name.as_str()) {
                 continue;
             }
+            // A topic the snapshot does not know, none of whose objects is newer than
+            // the snapshot, was deleted before it (its objects still going): it stays
+            // deleted unless named.
+            let newest = (partitions.values().flatten().map(|f| f.modified_ms)).max();
+            if let Some(c) = &snapshots.cluster
+                && snapshot.is_none()
+                && wanted.is_empty()
+                && newest.is_some_and(|m| m < c.taken_at_ms)
+            {
+                ignored.push(format!(
+                    "topic '{name}' ({id}): left out: the snapshot taken at {} ms does not \
+                     have it and none of its objects is newer, so it was deleted before; \
+                     name it with --topic to restore it",
+                    c.taken_at_ms
+                ));
+                continue;
+            }
             let mut plans = BTreeMap::new();
             for (p, found) in &partitions {
                 match bucket::plan_partition(found) {
@@ -192,6 +210,17 @@ impl Broker {
                     }
                     Err(f) => problems.extend(f),
                 }
+            }
+            if let Some(other) = planned.iter().find(|t| t.name == name) {
+                problems.push(Finding {
+                    object: format!("{id}/"),
+                    problem: format!(
+                        "a second topic '{name}' (the other is {}/), and no snapshot says \
+                         which is current: remove the objects of the one not to restore",
+                        other.id
+                    ),
+                });
+                continue;
             }
             planned.push(Planned {
                 id,
@@ -218,6 +247,7 @@ impl Broker {
         let marks = high_watermarks(&snapshots.brokers);
         let mut report = RestoreReport {
             snapshot_taken_at_ms: snapshots.cluster.as_ref().map(|c| c.taken_at_ms),
+            ignored,
             ..Default::default()
         };
         // Where each restored partition goes on, for the groups' offsets.

@@ -54,6 +54,9 @@ pub struct FoundSegment {
     pub key: SegmentKey,
     /// The objects present, with their sizes.
     pub objects: BTreeMap<&'static str, u64>,
+    /// When the newest of them was written (ms since the Unix epoch, as the store
+    /// lists it).
+    pub modified_ms: i64,
     /// Its `.meta`, once read ([`read_metas`]); `Err`: present but unreadable.
     pub meta: Option<Result<SegmentMeta, String>>,
 }
@@ -407,9 +410,11 @@ pub async fn list_bucket(store: &ObjectStoreRef) -> object_store::Result<Listing
         let found = by_key.entry(id).or_insert_with(|| FoundSegment {
             key,
             objects: BTreeMap::new(),
+            modified_ms: 0,
             meta: None,
         });
         found.objects.insert(kind_name(kind), o.size);
+        found.modified_ms = found.modified_ms.max(o.last_modified.timestamp_millis());
     }
     for ((topic, partition, ..), found) in by_key {
         (listing.segments.entry(topic).or_default())

@@ -40,6 +40,7 @@ fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
     FoundSegment {
         key,
         objects: BTreeMap::from([("log", 1000), ("indexes", 36), ("meta", 400)]),
+        modified_ms: 0,
         meta: Some(Ok(meta)),
     }
 }

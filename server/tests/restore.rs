@@ -20,6 +20,8 @@ const PARTITIONS: i32 = 3;
 const PER_PARTITION: i64 = 1000;
 const GROUP: &str = "analytics";
 const PREFIX: &str = "cluster";
+/// A topic deleted before the last snapshot, whose objects were not all deleted.
+const GONE: &str = "gone";
 
 const CLUSTER_TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
@@ -97,6 +99,7 @@ fn metas(dir: &Path) -> BTreeMap<(i32, i64), SegmentMeta> {
         .filter(|k| k.ends_with(".meta"))
         .map(|k| serde_json::from_slice::<SegmentMeta>(&std::fs::read(dir.join(k)).unwrap()))
         .map(Result::unwrap)
+        .filter(|m| m.topic == TOPIC)
         .map(|m| ((m.partition, m.base_offset), m))
         .collect()
 }
@@ -144,6 +147,7 @@ async fn wait_for_snapshots(dir: &Path) {
         let marks = high_watermarks(&broker_snapshots(dir));
         let grouped = cluster.iter().any(|c| {
             c.topics.iter().any(|t| t.name == TOPIC)
+                && c.topics.iter().all(|t| t.name != GONE)
                 && c.groups
                     .iter()
                     .any(|g| g.group == GROUP && g.offsets.len() == 3)
@@ -199,6 +203,92 @@ async fn read_all(client: Client, ends: &BTreeMap<i32, i64>) -> HashMap<(i32, i6
         }
     }
     log
+}
+
+/// Sends `records`, retrying while the brokers learn of a new topic.
+async fn send(producer: &mut Producer, records: Vec<ProducerRecord>) -> Vec<i64> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match producer.send_all(records.clone()).await {
+            Ok(meta) => return meta.iter().map(|m| m.offset).collect(),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "produce: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+fn cp(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+/// Creates topic `GONE`, lets segments of it reach the bucket, deletes it, and puts
+/// its objects back, with their times, but for one `.log`: what a deletion cut off
+/// halfway leaves. Returns its id.
+async fn half_purged_topic(client: &Client, dir: &Path, scratch: &Path) -> String {
+    let configs = [("remote.storage.enable", "true"), ("segment.bytes", "4096")];
+    let configs = (configs.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
+    client
+        .create_topic(GONE, 1, 3, configs.collect())
+        .await
+        .unwrap();
+    let mut producer = (Producer::new(client.clone(), GONE, Acks::All)
+        .await
+        .unwrap())
+    .with_batch_size(1024);
+    let records = (0..200)
+        .map(|i| ProducerRecord {
+            partition: Some(0),
+            value: Some(value(0, i).into()),
+            ..Default::default()
+        })
+        .collect();
+    send(&mut producer, records).await;
+    let id = client
+        .describe_topic(GONE)
+        .await
+        .unwrap()
+        .topic
+        .unwrap()
+        .topic_id;
+    let objects = dir.join(&id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !common::segment_objects_in(&objects)
+        .iter()
+        .any(|o| o.ends_with(".meta"))
+    {
+        assert!(Instant::now() < deadline, "{GONE} never reached the bucket");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let aside = scratch.join(GONE);
+    cp(&objects, &aside);
+    client.delete_topic(GONE).await.unwrap();
+    while !common::segment_objects_in(&objects).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{GONE}'s objects were not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_dir_all(&objects).unwrap();
+    cp(&aside, &objects);
+    let mut logs = common::segment_objects_in(&objects);
+    logs.retain(|o| o.ends_with(".log"));
+    logs.sort();
+    std::fs::remove_file(objects.join(&logs[0])).unwrap();
+    id
 }
 
 /// Runs `shale cluster restore` through `broker`; its stdout, or its stderr on failure.
@@ -281,6 +371,7 @@ async fn a_cluster_restored_from_the_bucket_alone_serves_every_uploaded_record_a
             .collect();
         producer.send_all(records).await.unwrap();
     }
+    let gone = half_purged_topic(&client, &dir, cfg_dir.path()).await;
     let committed = BTreeMap::from([
         ((TOPIC.to_string(), 0), 100),
         ((TOPIC.to_string(), 1), PER_PARTITION),
@@ -425,6 +516,16 @@ async fn a_cluster_restored_from_the_bucket_alone_serves_every_uploaded_record_a
         lost += PER_PARTITION - end - 1;
     }
     assert_eq!(report["lost_records"], lost);
+    // The deleted topic stays deleted: it is not in the snapshot and none of its
+    // objects is newer.
+    assert_eq!(report["topics"].as_array().unwrap().len(), 1);
+    let ignored = report["ignored"].as_array().unwrap();
+    assert!(
+        ignored
+            .iter()
+            .any(|i| i.as_str().unwrap().contains(&format!("'{GONE}' ({gone})"))),
+        "{ignored:?}"
+    );
     assert_eq!(report["groups"][0]["group"], GROUP);
     assert_eq!(report["groups"][0]["moved_back"], 1);
     assert!(

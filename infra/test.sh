@@ -16,6 +16,9 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
 fi
 cargo nextest run --workspace --locked --profile ci
 
+# The README's walkthrough: a copy of part of a bucket restored and replayed elsewhere.
+infra/bucket-replay.sh
+
 # Kafka clients (kcat, librdkafka, kafka-python, kafkajs) against real brokers; installs them.
 infra/kafka-compat.sh
 # librdkafka's own test suite (from Debian's source package, built once) against a cluster.

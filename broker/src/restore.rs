@@ -36,6 +36,10 @@ pub struct RestoreRequest {
     pub topics: Vec<String>,
     /// Plan and report, write nothing.
     pub dry_run: bool,
+    /// Every restored topic's replication factor (default: each topic's own, from the
+    /// snapshot): a smaller cluster, or one broker on a laptop, can restore a bigger
+    /// one's history.
+    pub replication_factor: Option<i32>,
 }
 
 /// What a restore did (or, dry, would do).
@@ -253,7 +257,7 @@ impl Broker {
         // Where each restored partition goes on, for the groups' offsets.
         let mut next_offsets: BTreeMap<(Uuid, i32), i64> = BTreeMap::new();
         for t in planned {
-            let restored = self.restored_topic(&t).await?;
+            let restored = self.restored_topic(&t, req.replication_factor).await?;
             let mut partitions = Vec::new();
             for (p, epoch) in restored.leader_epochs.iter().enumerate() {
                 let p = p as i32;
@@ -324,11 +328,16 @@ impl Broker {
     /// The metastore's description of a planned topic: the snapshot's name, configs,
     /// partition count and replication factor (else the segments' topic name,
     /// `remote.storage.enable=true`, as many partitions as the bucket shows and the
-    /// default replication factor), replicas placed as for a new topic, leader epochs
+    /// default replication factor; `replication_factor` if given), replicas placed as
+    /// for a new topic, leader epochs
     /// above the bucket's and the snapshot's.
-    async fn restored_topic(&self, t: &Planned) -> Result<RestoredTopic> {
+    async fn restored_topic(
+        &self,
+        t: &Planned,
+        replication_factor: Option<i32>,
+    ) -> Result<RestoredTopic> {
         let in_bucket = t.plans.keys().max().map_or(0, |p| p + 1);
-        let (partitions, replication_factor, configs, created_at_ms) = match &t.snapshot {
+        let (partitions, replication_factor_was, configs, created_at_ms) = match &t.snapshot {
             Some(s) => (
                 s.partitions.max(in_bucket),
                 s.replication_factor,
@@ -342,6 +351,7 @@ impl Broker {
                 now_ms(),
             ),
         };
+        let replication_factor = replication_factor.unwrap_or(replication_factor_was);
         let assignments =
             (self.assign_replicas(&t.name, 0, partitions, replication_factor)).await?;
         let mut leader_epochs = Vec::new();

@@ -68,6 +68,10 @@ pub(crate) enum ClusterCommand {
         /// Print what would be restored, and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Every topic's replication factor (default: each topic's own, from the
+        /// snapshot), to restore onto fewer brokers.
+        #[arg(long)]
+        replication_factor: Option<i32>,
     },
     /// The moves the balancer would start now (decommissions, dead brokers'
     /// replacements, replica and leader balance).
@@ -180,8 +184,11 @@ pub(crate) async fn cluster(
             from,
             topic,
             dry_run,
+            replication_factor,
         } => {
-            let report = (client.restore_cluster(from.as_deref(), &topic, dry_run)).await?;
+            let report = client
+                .restore_cluster(from.as_deref(), &topic, dry_run, replication_factor)
+                .await?;
             crate::restore::print(&report, dry_run, output)
         }
         ClusterCommand::Recommission { broker_id } => {

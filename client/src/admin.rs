@@ -93,11 +93,13 @@ impl Client {
 
     /// Restores topics from the bucket the cluster is configured with (`from`, if
     /// given, must name it): every topic it holds, or only `topics`.
+    /// `replication_factor` replaces each topic's own.
     pub async fn restore_cluster(
         &self,
         from: Option<&str>,
         topics: &[String],
         dry_run: bool,
+        replication_factor: Option<i32>,
     ) -> Result<RestoreClusterResponse> {
         let r = self
             .admin
@@ -106,6 +108,7 @@ impl Client {
                 from: from.unwrap_or_default().to_string(),
                 topics: topics.to_vec(),
                 dry_run,
+                replication_factor: replication_factor.unwrap_or(0),
             })
             .await?
             .into_inner();

@@ -393,6 +393,7 @@ impl Admin for Front {
             from: Some(r.from).filter(|f| !f.is_empty()),
             topics: r.topics,
             dry_run: r.dry_run,
+            replication_factor: Some(r.replication_factor).filter(|f| *f > 0),
         };
         let result = self.service.restore_cluster(&ctx, req).await;
         let error = error_result(&result);

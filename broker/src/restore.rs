@@ -4,26 +4,38 @@
 //! count, each partition's remote log and leader-epoch lineage, its log start, and the
 //! groups' committed offsets.
 //!
-//! Each partition's remote log is planned from its objects (`shale_tiering::bucket`);
-//! a damaged bucket is refused before anything is written, naming the objects at
-//! fault. The restored partitions start at leader epochs above every epoch their
-//! objects name; their first leaders hold nothing locally, so they take the remote log
-//! over and write on from its end. Records that only local logs held are lost: the
-//! report says how many, per partition, from the last snapshot's high watermarks.
-//! Committed offsets past a restored log's end are brought back to it, so the group
-//! reads the first record written after the restore.
+//! Each partition's remote log is planned from its objects (`shale_tiering::bucket`),
+//! then cut where the last leader's log, as its broker's snapshot recorded it, parts
+//! from it (an unclean election whose new leader had not copied since). A damaged
+//! bucket is refused before anything is written, naming the objects at fault; every
+//! topic is then written in one metastore transaction. The restored partitions start
+//! at leader epochs above every epoch their objects and snapshots name; their first
+//! leaders hold nothing locally, so they take the remote log over and write on from
+//! its end (a partition whose segments all expired goes on after the highest offset
+//! the bucket or the snapshot names, so no offset is used twice). Records that only
+//! local logs held are lost: the report says how many, per partition, from the
+//! snapshots' high watermarks. Committed offsets past a restored log's end are brought
+//! back to it, so the group reads the first record written after the restore.
+//!
+//! Snapshots of every cluster that wrote to the bucket are merged: each topic as the
+//! newest snapshot that lists it, each group likewise. A topic no snapshot lists, none
+//! of whose objects is newer than the newest snapshot of a cluster that wrote any of
+//! the bucket's topics, was deleted before it and stays deleted unless named. A
+//! restore run again after a failure skips the topics it restored already (same name
+//! and id) and restores the groups' offsets.
+
+mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shale_metastore::{
-    CommittedOffset, NewTopic, RemoteSegment, RemoteSegmentState, RestoredTopic,
-};
-use shale_tiering::bucket::{self, BucketError, Finding, FoundSegment, PartitionPlan};
-use shale_tiering::snapshot::{TopicSnapshot, high_watermarks};
+use shale_metastore::CommittedOffset;
+use shale_tiering::bucket::{self, BucketError, Finding};
+use shale_tiering::snapshot::{GroupSnapshot, TopicSnapshot, high_watermarks};
 use uuid::Uuid;
 
+use self::plan::Planned;
+
 use crate::broker::Broker;
-use crate::clock::now_ms;
 use crate::error::{Error, Result};
 
 /// What to restore.
@@ -58,6 +70,8 @@ pub struct RestoreReport {
 pub struct RestoredTopicReport {
     pub name: String,
     pub id: Uuid,
+    /// Restored by an earlier run (only its groups' offsets were restored now).
+    pub existed: bool,
     /// Whether its configs and partition count came from the snapshot.
     pub from_snapshot: bool,
     pub partitions: Vec<RestoredPartitionReport>,
@@ -87,14 +101,6 @@ pub struct RestoredGroupReport {
     pub moved_back: usize,
 }
 
-/// One topic as the bucket and the snapshot describe it.
-struct Planned {
-    id: Uuid,
-    name: String,
-    snapshot: Option<TopicSnapshot>,
-    plans: BTreeMap<i32, PartitionPlan>,
-}
-
 fn refused(findings: &[Finding]) -> Error {
     let mut text = format!(
         "the bucket cannot be restored from: {} problem(s): ",
@@ -116,10 +122,48 @@ fn same_url(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
+/// The snapshots of every cluster, merged: each topic and each group as the newest
+/// snapshot holding it has it.
+struct Merged {
+    /// Each topic with when the snapshot holding it was taken.
+    topics: BTreeMap<Uuid, (TopicSnapshot, i64)>,
+    groups: BTreeMap<String, GroupSnapshot>,
+    /// When the newest snapshot of a cluster that wrote any topic of the bucket was
+    /// taken (topics no snapshot lists and older than it were deleted before it).
+    writers_newest: Option<i64>,
+    /// When the newest snapshot was taken.
+    newest: Option<i64>,
+}
+
+fn merge(clusters: &[shale_tiering::snapshot::ClusterSnapshot], ids: &BTreeSet<Uuid>) -> Merged {
+    let mut merged = Merged {
+        topics: BTreeMap::new(),
+        groups: BTreeMap::new(),
+        writers_newest: None,
+        newest: clusters.first().map(|c| c.taken_at_ms),
+    };
+    // Newest first: the first to hold a topic or a group has it as it was last.
+    for c in clusters {
+        for t in &c.topics {
+            (merged.topics.entry(t.id)).or_insert_with(|| (t.clone(), c.taken_at_ms));
+        }
+        for g in &c.groups {
+            merged
+                .groups
+                .entry(g.group.clone())
+                .or_insert_with(|| g.clone());
+        }
+        if merged.writers_newest.is_none() && c.topics.iter().any(|t| ids.contains(&t.id)) {
+            merged.writers_newest = Some(c.taken_at_ms);
+        }
+    }
+    merged
+}
+
 impl Broker {
     /// Restores topics from the bucket (see the module's description). Refuses, and
-    /// writes nothing, when the bucket is damaged, a topic named exists, or `from` is
-    /// not this cluster's bucket.
+    /// writes nothing, when the bucket is damaged, a topic named exists with another
+    /// id, or `from` is not this cluster's bucket.
     pub async fn restore_from_bucket(&self, req: RestoreRequest) -> Result<RestoreReport> {
         let own = &self.config.object_store_url;
         if self.config.volatile_object_store() {
@@ -151,146 +195,80 @@ impl Broker {
         if !foreign.is_empty() {
             return Err(refused(&foreign));
         }
-        let snapshot_topics: BTreeMap<Uuid, TopicSnapshot> = (snapshots.cluster.iter())
-            .flat_map(|c| c.topics.iter().map(|t| (t.id, t.clone())))
-            .collect();
-        let ids: BTreeSet<Uuid> = (listing.segments.keys().copied())
-            .chain(snapshot_topics.keys().copied())
-            .collect();
+        let in_bucket: BTreeSet<Uuid> = listing.segments.keys().copied().collect();
+        let merged = merge(&snapshots.clusters, &in_bucket);
         let wanted: BTreeSet<&str> = req.topics.iter().map(String::as_str).collect();
+        let mut report = RestoreReport {
+            snapshot_taken_at_ms: merged.newest,
+            ..Default::default()
+        };
         let mut planned: Vec<Planned> = Vec::new();
         let mut problems = Vec::new();
-        let mut ignored = Vec::new();
+        let ids: BTreeSet<Uuid> = in_bucket
+            .iter()
+            .chain(merged.topics.keys())
+            .copied()
+            .collect();
         for id in ids {
-            let mut partitions = listing.segments.remove(&id).unwrap_or_default();
-            let snapshot = snapshot_topics.get(&id).cloned();
-            // The name: from the snapshot, else from the segments' descriptions.
-            let known = snapshot.as_ref().map(|t| t.name.clone());
-            if known
-                .as_deref()
-                .is_some_and(|n| !wanted.is_empty() && !wanted.contains(n))
-            {
-                continue;
-            }
-            for found in partitions.values_mut() {
-                bucket::read_metas(&store, found)
-                    .await
-                    .map_err(store_error)?;
-            }
-            let Some(name) = known.or_else(|| name_in(&partitions)) else {
-                problems.push(Finding {
-                    object: format!("{id}/"),
-                    problem:
-                        "no segment of this topic has a readable .meta, and no snapshot names it"
-                            .into(),
-                });
-                continue;
-            };
-            if !wanted.is_empty() && !wanted.contains(name.as_str()) {
-                continue;
-            }
-            // A topic the snapshot does not know, none of whose objects is newer than
-            // the snapshot, was deleted before it (its objects still going): it stays
-            // deleted unless named.
-            let newest = (partitions.values().flatten().map(|f| f.modified_ms)).max();
-            if let Some(c) = &snapshots.cluster
-                && snapshot.is_none()
-                && wanted.is_empty()
-                && newest.is_some_and(|m| m < c.taken_at_ms)
-            {
-                ignored.push(format!(
-                    "topic '{name}' ({id}): left out: the snapshot taken at {} ms does not \
-                     have it and none of its objects is newer, so it was deleted before; \
-                     name it with --topic to restore it",
-                    c.taken_at_ms
-                ));
-                continue;
-            }
-            let mut plans = BTreeMap::new();
-            for (p, found) in &partitions {
-                match bucket::plan_partition(found) {
-                    Ok(plan) => {
-                        plans.insert(*p, plan);
-                    }
-                    Err(f) => problems.extend(f),
-                }
-            }
-            if let Some(other) = planned.iter().find(|t| t.name == name) {
-                problems.push(Finding {
-                    object: format!("{id}/"),
-                    problem: format!(
-                        "a second topic '{name}' (the other is {}/), and no snapshot says \
-                         which is current: remove the objects of the one not to restore",
-                        other.id
-                    ),
-                });
-                continue;
-            }
-            planned.push(Planned {
+            let partitions = listing.segments.remove(&id).unwrap_or_default();
+            let snapshot = merged.topics.get(&id).cloned();
+            match plan::plan_topic(
+                &store,
                 id,
-                name,
+                partitions,
                 snapshot,
-                plans,
-            });
+                &wanted,
+                merged.writers_newest,
+            )
+            .await
+            .map_err(store_error)?
+            {
+                plan::Outcome::Planned(t) => planned.push(t),
+                plan::Outcome::Skipped(why) => report.ignored.extend(why),
+                plan::Outcome::Damaged(f) => problems.extend(f),
+            }
         }
         if !problems.is_empty() {
             return Err(refused(&problems));
         }
+        report.ignored.extend(plan::one_per_name(&mut planned));
         for name in &wanted {
             if !planned.iter().any(|t| t.name == *name) {
                 return Err(Error::InvalidRequest(format!(
-                    "topic '{name}' is in neither the bucket's snapshot nor its segments"
+                    "topic '{name}' is in neither the bucket's snapshots nor its segments"
                 )));
             }
         }
-        for t in &planned {
-            if self.metastore.get_topic(&t.name).await?.is_some() {
-                return Err(Error::TopicAlreadyExists(t.name.clone()));
-            }
-        }
+        // Every check and every placement before the first write.
         let marks = high_watermarks(&snapshots.brokers);
-        let mut report = RestoreReport {
-            snapshot_taken_at_ms: snapshots.cluster.as_ref().map(|c| c.taken_at_ms),
-            ignored,
-            ..Default::default()
-        };
-        // Where each restored partition goes on, for the groups' offsets.
+        let mut restored = Vec::new();
         let mut next_offsets: BTreeMap<(Uuid, i32), i64> = BTreeMap::new();
-        for t in planned {
-            let restored = self.restored_topic(&t, req.replication_factor).await?;
-            let mut partitions = Vec::new();
-            for (p, epoch) in restored.leader_epochs.iter().enumerate() {
-                let p = p as i32;
-                let plan = t.plans.get(&p);
-                let remote = plan.and_then(PartitionPlan::range);
-                let next_offset = remote.map_or(0, |(_, end)| end + 1);
-                let mark = marks.get(&(t.id, p)).map(|m| m.high_watermark);
-                next_offsets.insert((t.id, p), next_offset);
-                report
-                    .ignored
-                    .extend((plan.iter().flat_map(|p| &p.ignored)).map(Finding::to_string));
-                partitions.push(RestoredPartitionReport {
-                    partition: p,
-                    segments: plan.map_or(0, |p| p.segments.len()),
-                    remote,
-                    next_offset,
-                    leader_epoch: *epoch,
-                    snapshot_high_watermark: mark,
-                    lost_records: mark.map(|hw| (hw - next_offset).max(0)),
-                });
+        for mut t in planned {
+            let existed = match self.metastore.get_topic(&t.name).await? {
+                Some(have) if have.id == t.id => true,
+                Some(_) => return Err(Error::TopicAlreadyExists(t.name.clone())),
+                None => false,
+            };
+            t.cut_where_the_last_leader_parts(&marks);
+            let topic = self
+                .restored_topic(&t, req.replication_factor, &marks)
+                .await?;
+            for (p, next) in topic.copied_ends.iter().enumerate() {
+                next_offsets.insert((t.id, p as i32), next + 1);
             }
-            if !req.dry_run {
-                self.metastore.restore_topic(restored).await?;
-                tracing::warn!(topic = %t.name, id = %t.id, "restored topic from the bucket");
+            report.ignored.extend(t.ignored());
+            report.topics.push(t.report(&topic, &marks, existed));
+            if !existed {
+                restored.push(topic);
             }
-            report.topics.push(RestoredTopicReport {
-                name: t.name,
-                id: t.id,
-                from_snapshot: t.snapshot.is_some(),
-                partitions,
-            });
         }
-        for group in snapshots.cluster.iter().flat_map(|c| &c.groups) {
+        if !req.dry_run && !restored.is_empty() {
+            self.metastore.restore_topics(&restored).await?;
+            for t in &restored {
+                tracing::warn!(topic = %t.topic.name, id = %t.id, "restored topic from the bucket");
+            }
+        }
+        for group in merged.groups.values() {
             let mut moved_back = 0;
             let offsets: Vec<CommittedOffset> = (group.offsets.iter())
                 .filter_map(|o| {
@@ -309,7 +287,7 @@ impl Broker {
                 continue;
             }
             if !req.dry_run {
-                self.metastore
+                (self.metastore)
                     .commit_offsets(&group.group, &offsets, None)
                     .await?;
             }
@@ -324,97 +302,4 @@ impl Broker {
         }
         Ok(report)
     }
-
-    /// The metastore's description of a planned topic: the snapshot's name, configs,
-    /// partition count and replication factor (else the segments' topic name,
-    /// `remote.storage.enable=true`, as many partitions as the bucket shows and the
-    /// default replication factor; `replication_factor` if given), replicas placed as
-    /// for a new topic, leader epochs
-    /// above the bucket's and the snapshot's.
-    async fn restored_topic(
-        &self,
-        t: &Planned,
-        replication_factor: Option<i32>,
-    ) -> Result<RestoredTopic> {
-        let in_bucket = t.plans.keys().max().map_or(0, |p| p + 1);
-        let (partitions, replication_factor_was, configs, created_at_ms) = match &t.snapshot {
-            Some(s) => (
-                s.partitions.max(in_bucket),
-                s.replication_factor,
-                s.configs.clone(),
-                s.created_at_ms,
-            ),
-            None => (
-                in_bucket.max(1),
-                self.config.cluster.default_replication_factor,
-                BTreeMap::from([("remote.storage.enable".to_string(), "true".to_string())]),
-                now_ms(),
-            ),
-        };
-        let replication_factor = replication_factor.unwrap_or(replication_factor_was);
-        let assignments =
-            (self.assign_replicas(&t.name, 0, partitions, replication_factor)).await?;
-        let mut leader_epochs = Vec::new();
-        let mut log_starts = Vec::new();
-        let mut segments = Vec::new();
-        for p in 0..partitions {
-            let plan = t.plans.get(&p);
-            let snapshot_epoch = (t.snapshot.as_ref())
-                .and_then(|s| s.leader_epochs.get(p as usize).copied())
-                .unwrap_or(0);
-            let bucket_epoch = plan.map_or(-1, |p| p.max_epoch);
-            leader_epochs.push(snapshot_epoch.max(bucket_epoch) + 1);
-            let next = plan
-                .and_then(PartitionPlan::range)
-                .map_or(0, |(_, end)| end + 1);
-            let deleted_below = (t.snapshot.as_ref())
-                .and_then(|s| s.log_starts.get(&p).copied())
-                .unwrap_or(0);
-            log_starts.push(deleted_below.min(next));
-            let now = now_ms();
-            for (meta, end) in plan.iter().flat_map(|p| &p.segments) {
-                segments.push(RemoteSegment {
-                    segment_id: meta.segment_id,
-                    topic_id: t.id,
-                    partition: p,
-                    base_offset: meta.base_offset,
-                    end_offset: *end,
-                    max_timestamp: meta.max_timestamp,
-                    leader_epoch: meta.leader_epoch,
-                    size_bytes: meta.log_bytes as i64,
-                    state: RemoteSegmentState::CopyFinished,
-                    created_at_ms: now,
-                    updated_at_ms: now,
-                    epochs: meta
-                        .epochs
-                        .iter()
-                        .copied()
-                        .filter(|e| e.1 <= *end)
-                        .collect(),
-                    object_end_offset: meta.end_offset,
-                });
-            }
-        }
-        Ok(RestoredTopic {
-            id: t.id,
-            topic: NewTopic {
-                name: t.name.clone(),
-                partitions,
-                replication_factor,
-                configs,
-                assignments,
-            },
-            created_at_ms,
-            leader_epochs,
-            log_starts,
-            segments,
-        })
-    }
-}
-
-/// The topic name the segments' descriptions give.
-fn name_in(partitions: &BTreeMap<i32, Vec<FoundSegment>>) -> Option<String> {
-    (partitions.values().flatten())
-        .find_map(|f| f.meta.as_ref()?.as_ref().ok())
-        .map(|m| m.topic.clone())
 }

@@ -38,6 +38,7 @@ impl Broker {
                 partition: p.index,
                 leader_epoch: p.leader_epoch(),
                 high_watermark: p.high_watermark(),
+                epochs: p.epoch_lineage(),
             })
             .collect();
         partitions.sort_by_key(|m| (m.topic_id, m.partition));

@@ -394,6 +394,7 @@ impl Broker {
                 time_index_path: seg.time_index_path,
                 key_filter,
                 epochs: p.epochs_between(seg.base_offset, seg.end_offset),
+                replaces: Vec::new(),
             };
             match self.tier.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {

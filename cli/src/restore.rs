@@ -28,6 +28,7 @@ pub(crate) fn print(
                 "topic": t.name,
                 "topic_id": t.topic_id,
                 "from_snapshot": t.from_snapshot,
+                "existed": t.existed,
                 "partitions": t.partitions.iter().map(|p| json!({
                     "partition": p.partition,
                     "segments": p.segments,
@@ -56,7 +57,13 @@ pub(crate) fn print(
         at => format!("cluster snapshot taken at {at} ms (Unix time)\n"),
     });
     text.push_str("TOPIC\tPARTITION\tSEGMENTS\tREMOTE OFFSETS\tNEXT OFFSET\tLEADER EPOCH\tLOST\n");
-    for t in &r.topics {
+    for t in r.topics.iter().filter(|t| t.existed) {
+        text.push_str(&format!(
+            "{}: restored by an earlier run, left as it is\n",
+            t.name
+        ));
+    }
+    for t in r.topics.iter().filter(|t| !t.existed) {
         for p in &t.partitions {
             let remote = match p.remote_end_offset {
                 -1 => "-".to_string(),

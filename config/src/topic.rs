@@ -120,6 +120,10 @@ pub struct TopicConfig {
     pub compression_type: CompressionType,
     /// Accepted for Kafka tools and ignored: batches are always RecordBatch v2.
     pub message_format_version: String,
+    /// A read-replica topic's source: the bucket (`s3://bucket/prefix`, `file://…`)
+    /// of the cluster that writes the topic, whose segments it serves read-only.
+    /// Empty: a topic of this cluster. Set at creation only.
+    pub read_replica_of: String,
 }
 
 impl Default for TopicConfig {
@@ -147,6 +151,7 @@ impl Default for TopicConfig {
             flush_ms: i64::MAX,
             compression_type: CompressionType::Producer,
             message_format_version: "3.0-IV1".to_string(),
+            read_replica_of: String::new(),
         }
     }
 }
@@ -168,6 +173,7 @@ pub const KEYS: &[&str] = &[
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "min.insync.replicas",
+    "read.replica.of",
     "remote.storage.enable",
     "retention.bytes",
     "retention.ms",
@@ -284,6 +290,19 @@ impl TopicConfig {
                 }
             }
             "remote.storage.enable" => self.remote_storage_enable = boolean(key, value)?,
+            "read.replica.of" => {
+                let url = value.trim();
+                if !(url.is_empty() || url.starts_with("s3://") || url.starts_with("file://")) {
+                    return Err(ConfigError {
+                        key: key.into(),
+                        value: value.into(),
+                        reason:
+                            "must be the source cluster's bucket, s3://bucket/prefix or file://path"
+                                .into(),
+                    });
+                }
+                self.read_replica_of = url.to_string();
+            }
             "unclean.leader.election.enable" => {
                 self.unclean_leader_election_enable = boolean(key, value)?
             }
@@ -375,6 +394,7 @@ impl TopicConfig {
                 TimestampType::LogAppendTime => "LogAppendTime".into(),
             },
             "remote.storage.enable" => self.remote_storage_enable.to_string(),
+            "read.replica.of" => self.read_replica_of.clone(),
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),

@@ -406,6 +406,7 @@ impl Admin for Front {
                     name: t.name,
                     topic_id: t.id.to_string(),
                     from_snapshot: t.from_snapshot,
+                    existed: t.existed,
                     partitions: (t.partitions.into_iter())
                         .map(|p| RestoredPartition {
                             partition: p.partition,

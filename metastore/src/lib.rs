@@ -61,6 +61,9 @@ pub struct RestoredTopic {
     pub log_starts: Vec<i64>,
     /// The remote logs' segments, `CopyFinished`.
     pub segments: Vec<RemoteSegment>,
+    /// Each partition's highest offset copied once (-1: none), by partition: where
+    /// its log goes on when that is past its segments (their records expired).
+    pub copied_ends: Vec<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -156,11 +159,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait Metastore: Send + Sync + 'static {
     /// Creates a topic with a fresh id; fails with `TopicAlreadyExists` on a taken name.
     async fn create_topic(&self, topic: NewTopic) -> Result<Topic>;
-    /// Creates a topic as it was (see [`RestoredTopic`]) in one transaction: its
-    /// partitions' states (leaders as `create_topic` gives them) and finished remote
-    /// segments. `TopicAlreadyExists` on a taken name or id, or an id whose remote
-    /// segments are still registered.
-    async fn restore_topic(&self, topic: RestoredTopic) -> Result<Topic>;
+    /// Creates topics as they were (see [`RestoredTopic`]), all in one transaction:
+    /// their partitions' states (leaders as `create_topic` gives them) and finished
+    /// remote segments. `TopicAlreadyExists` on a taken name or id, or an id whose
+    /// remote segments are still registered; nothing is written then.
+    async fn restore_topics(&self, topics: &[RestoredTopic]) -> Result<Vec<Topic>>;
     async fn get_topic(&self, name: &str) -> Result<Option<Topic>>;
     /// All topics, ordered by name.
     async fn list_topics(&self) -> Result<Vec<Topic>>;

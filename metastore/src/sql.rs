@@ -156,8 +156,8 @@ macro_rules! sql_metastore {
                 self.create_topic(t).await
             }
 
-            async fn restore_topic(&self, t: RestoredTopic) -> Result<Topic> {
-                self.restore_topic(t).await
+            async fn restore_topics(&self, topics: &[RestoredTopic]) -> Result<Vec<Topic>> {
+                self.restore_topics(topics).await
             }
 
             async fn get_topic(&self, name: &str) -> Result<Option<Topic>> {

@@ -1261,8 +1261,14 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         leader_epochs: vec![5, 1],
         log_starts: vec![20, 0],
         segments: vec![first.clone(), cut.clone()],
+        // Partition 1's segments expired: its log goes on after 999.
+        copied_ends: vec![149, 999],
     };
-    let topic = m.restore_topic(restored.clone()).await.unwrap();
+    let topic = m
+        .restore_topics(std::slice::from_ref(&restored))
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!((topic.id, topic.created_at_ms), (id, 42));
     assert_eq!(m.get_topic(&name).await.unwrap().unwrap(), topic);
     let states: Vec<_> = (m.list_partition_states().await.unwrap().into_iter())
@@ -1288,9 +1294,11 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         ),
         (149, 199)
     );
+    assert_eq!((logs[&1].copied_end, logs[&1].finished.len()), (999, 0));
+    assert!(!logs[&1].unfinished);
     // Neither the name nor the id can be restored twice.
     assert!(matches!(
-        m.restore_topic(restored.clone()).await,
+        m.restore_topics(std::slice::from_ref(&restored)).await,
         Err(Error::TopicAlreadyExists(_))
     ));
     let renamed = RestoredTopic {
@@ -1298,17 +1306,28 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         ..restored.clone()
     };
     assert!(matches!(
-        m.restore_topic(renamed).await,
+        m.restore_topics(&[renamed]).await,
         Err(Error::TopicAlreadyExists(_))
     ));
-    // Nothing half-done: a segment that is not finished undoes the topic.
+    // All or nothing: a topic that cannot be restored undoes the others.
+    let good = RestoredTopic {
+        id: uuid::Uuid::new_v4(),
+        topic: new_topic(&format!("good-{}", uuid_like()), 2),
+        segments: Vec::new(),
+        ..restored.clone()
+    };
     let mut bad = RestoredTopic {
         id: uuid::Uuid::new_v4(),
         topic: new_topic(&format!("bad-{}", uuid_like()), 2),
         ..restored
     };
     bad.segments = vec![segment(bad.id, 0, 9)];
-    assert!(m.restore_topic(bad.clone()).await.is_err());
+    assert!(
+        m.restore_topics(&[good.clone(), bad.clone()])
+            .await
+            .is_err()
+    );
+    assert!(m.get_topic(&good.topic.name).await.unwrap().is_none());
     assert!(m.get_topic(&bad.topic.name).await.unwrap().is_none());
 }
 

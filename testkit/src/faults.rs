@@ -57,8 +57,8 @@ impl Metastore for FaultyMetastore {
     async fn create_topic(&self, topic: NewTopic) -> R<Topic> {
         self.inner.create_topic(topic).await
     }
-    async fn restore_topic(&self, topic: shale_metastore::RestoredTopic) -> R<Topic> {
-        self.inner.restore_topic(topic).await
+    async fn restore_topics(&self, topics: &[shale_metastore::RestoredTopic]) -> R<Vec<Topic>> {
+        self.inner.restore_topics(topics).await
     }
     async fn get_topic(&self, name: &str) -> R<Option<Topic>> {
         self.inner.get_topic(name).await

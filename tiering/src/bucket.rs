@@ -14,13 +14,17 @@
 //!   (its objects keep the bytes past the cut) and segments past the cut, beside the
 //!   new leader's copies, written under a higher leader epoch from the cut on.
 //!
-//! The plan takes, from the lowest offset on, the segment starting there whose leader
-//! epoch there is highest (the longest among equals: a compacted rewrite over the
-//! segments it replaced), cuts it where a segment written under a higher epoch starts,
-//! and never goes back to an epoch lower than one already taken. A gap, a segment that
-//! starts inside the planned log under the same epoch, a `.log` whose size is not the
-//! one `.meta` gives, a `.meta` describing another segment, an epoch lineage that does
-//! not rise, or a leftover copy that would leave offsets out is refused.
+//! The plan goes by the leader epoch each segment was copied under (`.meta`'s
+//! `leader_epoch`): a leader copies only its own log, from where the remote log ended
+//! when it began (`export_segment_tail`), after cutting what it did not share. So a
+//! segment's offsets from the first copy of any later epoch on were cut, and a segment
+//! a compacted rewrite names (`replaces`; for older objects, a run of segments a later
+//! or equal copy tiles exactly) gives way to it. What is left must follow on from one
+//! another. A gap, two segments overlapping otherwise, a `.log` or `.indexes` whose size
+//! is not the one `.meta` gives, a `.meta` describing another segment, an epoch lineage
+//! that does not rise, or a leftover copy that would leave offsets out is refused. A cut
+//! the new leader has not copied after yet is not in the bucket; the restore takes it
+//! from the last leader's epochs in the snapshot.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -186,16 +190,6 @@ fn check_epochs(meta: &SegmentMeta) -> Result<(), String> {
     Ok(())
 }
 
-/// The leader epoch of the batch holding `offset` (the copy's epoch for segments
-/// copied before epochs were recorded).
-fn epoch_at(meta: &SegmentMeta, offset: i64) -> i32 {
-    meta.epochs
-        .iter()
-        .take_while(|e| e.1 <= offset)
-        .last()
-        .map_or(meta.leader_epoch, |e| e.0)
-}
-
 /// A partition's remote log as the bucket holds it.
 #[derive(Debug, Clone, Default)]
 pub struct PartitionPlan {
@@ -206,6 +200,9 @@ pub struct PartitionPlan {
     pub ignored: Vec<Finding>,
     /// The highest leader epoch any of its objects names (-1: none).
     pub max_epoch: i32,
+    /// The highest offset any of its objects' keys names, complete or not (-1: none):
+    /// offsets up to there were written once, even where nothing of them is left.
+    pub highest_named: i64,
 }
 
 impl PartitionPlan {
@@ -216,19 +213,76 @@ impl PartitionPlan {
             self.segments.last()?.1,
         ))
     }
+
+    /// Cuts the remote log before `from` (segments from there on leave it, the one
+    /// holding it ends before it).
+    pub fn cut(&mut self, from: i64) {
+        let log = |m: &SegmentMeta| m.key().path(ObjectKind::Log).to_string();
+        let mut kept = Vec::new();
+        for (meta, end) in std::mem::take(&mut self.segments) {
+            if meta.base_offset >= from {
+                self.ignored.push(Finding {
+                    object: log(&meta),
+                    problem: format!(
+                        "left out: past offset {from}, where the last leader's log parts from it"
+                    ),
+                });
+            } else {
+                kept.push((meta, end.min(from - 1)));
+            }
+        }
+        self.segments = kept;
+    }
+}
+
+/// Whether `m` is a compacted rewrite, and of which segments: `.meta` names them
+/// (`replaces`); for objects written before it did, a segment whose offsets a run of
+/// other segments copied no later tiles exactly is taken for their rewrite.
+fn replaced_by(m: &SegmentMeta, all: &[&SegmentMeta]) -> Option<Vec<Uuid>> {
+    match &m.replaces {
+        Some(ids) if ids.is_empty() => None,
+        Some(ids) => Some(ids.clone()),
+        None => {
+            let mut run = Vec::new();
+            let mut pos = m.base_offset;
+            while pos <= m.end_offset {
+                // Of two copies of the same offsets under one epoch, one stands.
+                let whole = |o: &SegmentMeta| {
+                    o.base_offset == m.base_offset && o.end_offset == m.end_offset
+                };
+                let next = all.iter().filter(|o| {
+                    o.segment_id != m.segment_id
+                        && o.base_offset == pos
+                        && o.end_offset <= m.end_offset
+                        && (o.leader_epoch < m.leader_epoch
+                            || (o.leader_epoch == m.leader_epoch
+                                && (!whole(o) || o.segment_id < m.segment_id)))
+                });
+                let next = next.max_by_key(|o| o.end_offset)?;
+                run.push(next.segment_id);
+                pos = next.end_offset + 1;
+            }
+            Some(run)
+        }
+    }
 }
 
 /// Plans a partition's remote log from its segments' objects (see the module's
 /// description); every problem found is returned, each naming its object.
 pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Finding>> {
-    let mut complete = Vec::new();
+    let mut complete: Vec<&SegmentMeta> = Vec::new();
     let mut leftovers = Vec::new();
     let mut problems = Vec::new();
-    let mut max_epoch = -1;
+    let mut plan = PartitionPlan {
+        max_epoch: -1,
+        highest_named: -1,
+        ..Default::default()
+    };
     for f in found {
+        plan.highest_named = plan.highest_named.max(f.key.end_offset);
         if let Some(Ok(meta)) = &f.meta {
             let top = meta.epochs.iter().map(|e| e.0).max().unwrap_or(-1);
-            max_epoch = max_epoch.max(meta.leader_epoch).max(top);
+            plan.max_epoch = plan.max_epoch.max(meta.leader_epoch).max(top);
         }
         match f.check() {
             Ok(State::Complete(meta)) => complete.push(meta),
@@ -239,72 +293,76 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
     if !problems.is_empty() {
         return Err(problems);
     }
-    complete.sort_by_key(|m| (m.base_offset, m.end_offset));
     let log_path = |m: &SegmentMeta| m.key().path(ObjectKind::Log).to_string();
-    let mut plan = PartitionPlan {
-        max_epoch,
-        ..Default::default()
+    let left_out = |m: &SegmentMeta, why: &str| Finding {
+        object: log_path(m),
+        problem: format!("left out: {why}"),
     };
-    let mut pos = complete.first().map_or(i64::MAX, |m| m.base_offset);
-    let mut floor = i32::MIN;
-    loop {
-        let best = complete
-            .iter()
-            .filter(|m| m.base_offset == pos && epoch_at(m, pos) >= floor)
-            .max_by_key(|m| (epoch_at(m, pos), m.end_offset));
-        let Some(best) = best else {
-            let later: Vec<&SegmentMeta> = complete
-                .iter()
-                .copied()
-                .filter(|m| m.end_offset >= pos && epoch_at(m, m.base_offset.max(pos)) >= floor)
-                .collect();
-            let Some(next) = later.iter().map(|m| m.base_offset).min() else {
-                break;
-            };
-            if let Some(m) = later.iter().find(|m| m.base_offset < pos) {
-                let (prev, _) = plan.segments.last().expect("a segment was planned");
-                problems.push(Finding {
-                    object: log_path(m),
-                    problem: format!(
-                        "offsets {}..={} overlap {} under the same leader epoch",
-                        m.base_offset,
-                        m.end_offset,
-                        log_path(prev)
-                    ),
-                });
-            } else {
-                problems.push(gap(pos, next, &leftovers));
-            }
-            return Err(problems);
-        };
-        let mut end = best.end_offset;
-        for c in &complete {
-            if c.base_offset > best.base_offset
-                && c.base_offset <= best.end_offset
-                && epoch_at(c, c.base_offset) > epoch_at(best, c.base_offset)
-            {
-                end = end.min(c.base_offset - 1);
-            }
+    // Segments a compacted rewrite replaced give way to it.
+    let mut rewrites = Vec::new();
+    let mut replaced = std::collections::HashSet::new();
+    for m in &complete {
+        if let Some(ids) = replaced_by(m, &complete) {
+            rewrites.push(m.segment_id);
+            replaced.extend(ids);
         }
-        plan.segments.push(((*best).clone(), end));
-        floor = epoch_at(best, end);
-        pos = end + 1;
+    }
+    // A leader's first copy starts where the remote log ended when it began copying:
+    // whatever was copied under an earlier epoch from there on had been cut.
+    let mut first_copy: BTreeMap<i32, i64> = BTreeMap::new();
+    for m in &complete {
+        if !rewrites.contains(&m.segment_id) && !replaced.contains(&m.segment_id) {
+            let first = first_copy.entry(m.leader_epoch).or_insert(i64::MAX);
+            *first = (*first).min(m.base_offset);
+        }
+    }
+    let mut taken: Vec<(&SegmentMeta, i64)> = Vec::new();
+    for m in &complete {
+        if replaced.contains(&m.segment_id) {
+            plan.ignored
+                .push(left_out(m, "a compacted rewrite replaced it"));
+            continue;
+        }
+        let limit = (first_copy.range(m.leader_epoch + 1..).map(|(_, b)| *b)).min();
+        let end = limit.map_or(m.end_offset, |l| m.end_offset.min(l - 1));
+        if end < m.base_offset {
+            plan.ignored.push(left_out(
+                m,
+                "a leader of a later epoch copied from an earlier offset (the remote log was cut there)",
+            ));
+        } else {
+            taken.push((m, end));
+        }
+    }
+    // The rest must follow on from one another: the later copy first at one offset.
+    taken.sort_by_key(|(m, end)| (m.base_offset, std::cmp::Reverse((m.leader_epoch, *end))));
+    let mut pos = taken.first().map_or(0, |(m, _)| m.base_offset);
+    for (m, end) in taken {
+        if end < pos {
+            plan.ignored
+                .push(left_out(m, "a copy of offsets another copy of them holds"));
+        } else if m.base_offset < pos {
+            let (prev, _) = plan.segments.last().expect("a segment was taken");
+            problems.push(Finding {
+                object: log_path(m),
+                problem: format!(
+                    "offsets {}..={} overlap {} (copied under leader epoch {}, this under {})",
+                    m.base_offset,
+                    m.end_offset,
+                    log_path(prev),
+                    prev.leader_epoch,
+                    m.leader_epoch
+                ),
+            });
+        } else if m.base_offset > pos {
+            problems.push(gap(pos, m.base_offset, &leftovers));
+            break;
+        } else {
+            plan.segments.push((m.clone(), end));
+            pos = end + 1;
+        }
     }
     let (start, end) = plan.range().unwrap_or((i64::MAX, i64::MIN));
-    for m in &complete {
-        if !plan
-            .segments
-            .iter()
-            .any(|(p, _)| p.segment_id == m.segment_id)
-        {
-            plan.ignored.push(Finding {
-                object: log_path(m),
-                problem: "left out: its offsets are in the segments taken (a compacted rewrite's, \
-                          or ones written under a later leader epoch)"
-                    .into(),
-            });
-        }
-    }
     for (f, state) in leftovers {
         let (base, last) = (f.key.base_offset, f.key.end_offset);
         let object = match state {
@@ -455,8 +513,8 @@ pub async fn read_metas(
 /// them.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    /// The newest cluster snapshot of another cluster than the one restoring.
-    pub cluster: Option<ClusterSnapshot>,
+    /// Every cluster snapshot but the restoring cluster's, newest first.
+    pub clusters: Vec<ClusterSnapshot>,
     /// Every broker snapshot, of every cluster.
     pub brokers: Vec<BrokerSnapshot>,
 }
@@ -486,17 +544,14 @@ pub async fn read_snapshots(store: &ObjectStoreRef, own: Uuid) -> Result<Snapsho
         .try_collect()
         .await?;
     for o in clusters {
-        let Some(s) = read::<ClusterSnapshot>(store, &o.location).await? else {
-            continue;
-        };
-        let newer = out
-            .cluster
-            .as_ref()
-            .is_none_or(|c| s.taken_at_ms > c.taken_at_ms);
-        if s.cluster_id != own && newer {
-            out.cluster = Some(s);
+        if let Some(s) = read::<ClusterSnapshot>(store, &o.location).await?
+            && s.cluster_id != own
+        {
+            out.clusters.push(s);
         }
     }
+    out.clusters
+        .sort_by_key(|c| std::cmp::Reverse(c.taken_at_ms));
     let brokers: Vec<_> = store
         .list(Some(&broker_snapshots_dir()))
         .try_collect()

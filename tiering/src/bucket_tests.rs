@@ -8,8 +8,14 @@ use crate::snapshot::{SNAPSHOT_VERSION, cluster_snapshot_path};
 
 const T: Uuid = Uuid::from_u128(7);
 
-/// A complete segment with its objects' sizes as its `.meta` gives them.
+/// A complete segment copied under the last epoch of its batches, with its objects'
+/// sizes as its `.meta` gives them.
 fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
+    copied(base, end, epochs, epochs.last().map_or(0, |e| e.0))
+}
+
+/// A complete segment copied under leader epoch `copy`.
+fn copied(base: i64, end: i64, epochs: &[(i32, i64)], copy: i32) -> FoundSegment {
     let key = SegmentKey {
         topic_id: T,
         partition: 0,
@@ -26,7 +32,7 @@ fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
         base_offset: base,
         end_offset: end,
         max_timestamp: 0,
-        leader_epoch: epochs.last().map_or(0, |e| e.0),
+        leader_epoch: copy,
         log_bytes: 1000,
         index_bytes: 8,
         time_index_bytes: 12,
@@ -36,6 +42,7 @@ fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
         key_filter: None,
         epochs: epochs.to_vec(),
         indexes: Some(indexes.filename().unwrap().to_string()),
+        replaces: Some(Vec::new()),
     };
     FoundSegment {
         key,
@@ -43,6 +50,25 @@ fn seg(base: i64, end: i64, epochs: &[(i32, i64)]) -> FoundSegment {
         modified_ms: 0,
         meta: Some(Ok(meta)),
     }
+}
+
+fn meta_mut(f: &mut FoundSegment) -> &mut SegmentMeta {
+    match &mut f.meta {
+        Some(Ok(m)) => m,
+        _ => unreachable!(),
+    }
+}
+
+/// As written before `.meta` said whether a segment is a rewrite.
+fn legacy(mut f: FoundSegment) -> FoundSegment {
+    meta_mut(&mut f).replaces = None;
+    f
+}
+
+/// A compacted rewrite of `replaced`.
+fn rewrite(mut f: FoundSegment, replaced: &[&FoundSegment]) -> FoundSegment {
+    meta_mut(&mut f).replaces = Some(replaced.iter().map(|r| r.key.segment_id).collect());
+    f
 }
 
 fn taken(plan: &PartitionPlan) -> Vec<(i64, i64, i64)> {
@@ -71,44 +97,81 @@ fn contiguous_segments_are_taken_whole() {
         [(0, 99, 99), (100, 199, 199), (200, 299, 299)]
     );
     assert_eq!(plan.range(), Some((0, 299)));
-    assert_eq!(plan.max_epoch, 1);
+    assert_eq!((plan.max_epoch, plan.highest_named), (1, 299));
     assert!(plan.ignored.is_empty());
 }
 
 #[test]
-fn a_compacted_rewrite_is_taken_over_the_segments_it_replaced() {
-    let found = [
-        seg(0, 99, &[(2, 0)]),
-        seg(100, 199, &[(2, 100)]),
-        seg(0, 199, &[(2, 0)]),
-        seg(200, 250, &[(2, 200)]),
-    ];
-    let plan = plan_partition(&found).unwrap();
-    assert_eq!(taken(&plan), [(0, 199, 199), (200, 250, 250)]);
+fn a_compacted_rewrite_is_taken_over_the_segments_it_replaced_and_no_further() {
+    // The rewrite, made under a later epoch, covers the first two segments only: the
+    // third, copied under the earlier epoch, stays.
+    let (o1, o2) = (
+        copied(0, 99, &[(1, 0)], 1),
+        copied(100, 199, &[(1, 100)], 1),
+    );
+    let o3 = copied(200, 299, &[(1, 200)], 1);
+    let r = rewrite(copied(0, 199, &[], 2), &[&o1, &o2]);
+    let next = copied(300, 399, &[(2, 300)], 2);
+    let plan =
+        plan_partition(&[o1.clone(), o2.clone(), o3.clone(), r.clone(), next.clone()]).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(0, 199, 199), (200, 299, 299), (300, 399, 399)]
+    );
     assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
+    // Objects written before `.meta` named what a rewrite replaces: a copy that other
+    // segments tile exactly is taken for their rewrite.
+    let [o1, o2, o3, r, next] = [o1, o2, o3, r, next].map(legacy);
+    let plan = plan_partition(&[o1, o2, o3, r, next]).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(0, 199, 199), (200, 299, 299), (300, 399, 399)]
+    );
+    // Two legacy copies of the same offsets under one epoch: one stands.
+    let plan =
+        plan_partition(&[legacy(seg(0, 99, &[(0, 0)])), legacy(seg(0, 99, &[(0, 0)]))]).unwrap();
+    assert_eq!(taken(&plan), [(0, 99, 99)]);
 }
 
 #[test]
-fn a_later_epoch_cuts_the_segment_it_diverged_from_and_drops_the_rest() {
-    // Epoch 5's leader cut the remote log at 150; the segment past the cut was still
-    // being deleted.
-    let found = [
-        seg(100, 199, &[(3, 100)]),
-        seg(200, 299, &[(3, 200)]),
-        seg(150, 260, &[(5, 150)]),
-        seg(261, 300, &[(5, 261), (6, 280)]),
-    ];
-    let plan = plan_partition(&found).unwrap();
+fn a_later_leaders_copies_cut_what_earlier_leaders_copied_from_where_they_start() {
+    // L (epoch 5) copied A with its own records from 100; F, elected at 6, cut the
+    // remote log at 100 and copied its own log from there (its batches from 100 are
+    // of epoch 4, lower than A's there: the copy epoch decides, not the batches').
+    let a = copied(0, 249, &[(3, 0), (5, 100)], 5);
+    let t1 = copied(100, 199, &[(4, 100), (6, 150)], 6);
+    let t2 = copied(200, 260, &[(6, 200)], 6);
+    let plan = plan_partition(&[a, t1, t2]).unwrap();
     assert_eq!(
         taken(&plan),
-        [(100, 199, 149), (150, 260, 260), (261, 300, 300)]
+        [(0, 249, 99), (100, 199, 199), (200, 260, 260)]
     );
     assert_eq!(plan.max_epoch, 6);
-    assert_eq!(plan.ignored.len(), 1);
-    assert!(plan.ignored[0].object.contains("00000000000000000200-"));
-    // At the same offset, the higher epoch wins.
-    let plan = plan_partition(&[seg(100, 199, &[(3, 100)]), seg(100, 180, &[(5, 100)])]).unwrap();
-    assert_eq!(taken(&plan), [(100, 180, 180)]);
+    // A deposed leader's copy that landed after the new leader cleaned up (complete,
+    // never finished) is superseded from the new leader's first copy on.
+    let first = copied(0, 199, &[(5, 0)], 5);
+    let late = copied(200, 299, &[(5, 200)], 5);
+    let t1 = copied(200, 249, &[(5, 200)], 6);
+    let t2 = copied(250, 300, &[(6, 250)], 6);
+    let plan = plan_partition(&[first, late.clone(), t1, t2]).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(0, 199, 199), (200, 249, 249), (250, 300, 300)]
+    );
+    let late_log = late.key.path(ObjectKind::Log).to_string();
+    assert!(
+        plan.ignored.iter().any(|f| f.object == late_log),
+        "{:?}",
+        plan.ignored
+    );
+    // Segments past a cut, still being deleted, go with it.
+    let found = [
+        copied(100, 199, &[(3, 100)], 3),
+        copied(200, 299, &[(3, 200)], 3),
+        copied(150, 260, &[(5, 150)], 5),
+    ];
+    let plan = plan_partition(&found).unwrap();
+    assert_eq!(taken(&plan), [(100, 199, 149), (150, 260, 260)]);
 }
 
 #[test]
@@ -127,6 +190,16 @@ fn gaps_and_overlaps_under_one_epoch_are_refused() {
         p.object.contains("00000000000000000050-") && p.object.ends_with(".log"),
         "{p}"
     );
+}
+
+#[test]
+fn a_cut_not_yet_copied_after_comes_from_outside() {
+    let mut plan = plan_partition(&[seg(0, 99, &[(0, 0)]), seg(100, 199, &[(0, 100)])]).unwrap();
+    plan.cut(150);
+    assert_eq!(taken(&plan), [(0, 99, 99), (100, 199, 149)]);
+    plan.cut(100);
+    assert_eq!(taken(&plan), [(0, 99, 99)]);
+    assert_eq!(plan.ignored.len(), 1);
 }
 
 #[test]
@@ -236,7 +309,7 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
     read_metas(&store, found).await.unwrap();
     let plan = plan_partition(found).unwrap();
     assert_eq!(taken(&plan), [(0, 99, 99)]);
-    // The newest snapshot of another cluster is read, never the restoring one's.
+    // Every other cluster's snapshot is read, newest first, never the restoring one's.
     let (own, older, newer) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     for (id, at) in [(own, 30), (older, 10), (newer, 20)] {
         let snapshot = ClusterSnapshot {
@@ -250,7 +323,8 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
         store.put(&cluster_snapshot_path(id), body).await.unwrap();
     }
     let read = read_snapshots(&store, own).await.unwrap();
-    assert_eq!(read.cluster.map(|c| c.cluster_id), Some(newer));
+    let ids: Vec<Uuid> = read.clusters.iter().map(|c| c.cluster_id).collect();
+    assert_eq!(ids, [newer, older]);
     // One that is not a snapshot is refused by name.
     put(&format!("_shale/clusters/{}.json", Uuid::nil())).await;
     match read_snapshots(&store, own).await {

@@ -93,6 +93,7 @@ impl Fixture {
             time_index_path,
             key_filter: None,
             epochs: vec![(0, base)],
+            replaces: Vec::new(),
         }
     }
 }

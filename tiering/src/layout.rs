@@ -192,6 +192,10 @@ pub struct SegmentMeta {
     /// of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub indexes: Option<String>,
+    /// The segments a compacted rewrite replaces (empty: a copy of the log; absent in
+    /// objects written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Vec<Uuid>>,
 }
 
 /// The key filter as `.meta` names it: in the `.indexes` object (`object` names it),

@@ -94,12 +94,17 @@ pub struct BrokerSnapshot {
     pub partitions: Vec<PartitionMark>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionMark {
     pub topic_id: Uuid,
     pub partition: i32,
     pub leader_epoch: i32,
     pub high_watermark: i64,
+    /// The leader's log's epochs with the offset each starts at, oldest first: where
+    /// it parts from the bucket's copies of an earlier leader (an unclean election
+    /// whose new leader has not copied since) shows against them.
+    #[serde(default)]
+    pub epochs: Vec<(i32, i64)>,
 }
 
 /// The newest high watermark of each partition among brokers' snapshots (of any
@@ -114,7 +119,7 @@ pub fn high_watermarks(brokers: &[BrokerSnapshot]) -> BTreeMap<(Uuid, i32), Part
         match out.get(&(mark.topic_id, mark.partition)) {
             Some(old) if !newer(old) => {}
             _ => {
-                out.insert((mark.topic_id, mark.partition), *mark);
+                out.insert((mark.topic_id, mark.partition), mark.clone());
             }
         }
     }
@@ -133,6 +138,7 @@ mod tests {
             partition: 0,
             leader_epoch,
             high_watermark,
+            epochs: vec![(leader_epoch, 0)],
         };
         let broker = |id, partitions| BrokerSnapshot {
             version: SNAPSHOT_VERSION,

@@ -46,6 +46,8 @@ pub struct SealedSegment {
     pub key_filter: Option<Bytes>,
     /// The leader epochs of its batches with the offset each starts at, oldest first.
     pub epochs: Vec<(i32, i64)>,
+    /// The segments it replaces (a compacted rewrite's); empty for a copy of the log.
+    pub replaces: Vec<Uuid>,
 }
 
 /// Which partition a segment belongs to.
@@ -215,6 +217,7 @@ impl Uploader {
             key_filter,
             epochs: seg.epochs.clone(),
             indexes: Some(indexes_name),
+            replaces: Some(seg.replaces.clone()),
         };
         let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
         self.store

@@ -164,6 +164,11 @@ impl Partition {
         Ok(())
     }
 
+    /// This log's leader epochs with the offset each starts at, oldest first.
+    pub fn epoch_lineage(&self) -> Vec<(i32, i64)> {
+        epochs_of(&self.replica())
+    }
+
     /// The leader epochs of this log's batches in `[base, end]`, with the offset each
     /// starts at (the first from `base`): what a copy of that range records.
     pub fn epochs_between(&self, base: i64, end: i64) -> Vec<(i32, i64)> {

@@ -241,6 +241,7 @@ impl Broker {
             time_index_path: sealed.time_index_path.clone(),
             key_filter: key_filter.clone(),
             epochs: merged_epochs(group),
+            replaces: group.iter().map(|s| s.segment_id).collect(),
         };
         // Only the upload and the swap hold the tier lock: uploads, retention and the
         // local cleaner's swaps of the partition wait for one rewrite at most.

@@ -9,7 +9,10 @@ use super::cluster::PARTITION_STATE_COLUMNS;
 use super::{is_unique_violation, now_ms};
 use crate::cluster::encode_ids;
 use crate::remote::encode_epochs;
-use crate::{Error, NewTopic, PartitionState, RemoteSegmentState, RestoredTopic, Result, Topic};
+use crate::{
+    Error, NewTopic, PartitionState, RemoteSegment, RemoteSegmentState, RestoredTopic, Result,
+    Topic,
+};
 
 type TopicRow = (Uuid, String, i32, i32, i64);
 
@@ -144,29 +147,42 @@ macro_rules! topics_sql {
                 })
             }
 
-            pub(super) async fn restore_topic(&self, r: RestoredTopic) -> Result<Topic> {
+            pub(super) async fn restore_topics(&self, topics: &[RestoredTopic]) -> Result<Vec<Topic>> {
+                let mut tx = self.begin_write().await?;
+                let mut out = Vec::new();
+                for r in topics {
+                    out.push(Self::restore_topic(&mut *tx, r).await?);
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn restore_topic<'e, E>(exec: &mut E, r: &RestoredTopic) -> Result<Topic>
+            where
+                for<'c> &'c mut E: sqlx::Executor<'c, Database = $db>,
+            {
                 let t = &r.topic;
                 let count = t.partitions.max(0) as usize;
                 check_assignments(&t.assignments, count, t.replication_factor)?;
-                if r.leader_epochs.len() != count || r.log_starts.len() != count {
+                if [r.leader_epochs.len(), r.log_starts.len(), r.copied_ends.len()] != [count; 3] {
                     return Err(Error::InvalidAssignment(format!(
-                        "{} leader epochs and {} log starts for {count} partitions",
+                        "{} leader epochs, {} log starts and {} copied ends for {count} partitions",
                         r.leader_epochs.len(),
-                        r.log_starts.len()
+                        r.log_starts.len(),
+                        r.copied_ends.len()
                     )));
                 }
-                let mut tx = self.begin_write().await?;
                 let (rows,): (i64,) = sqlx::query_as(
                     "SELECT COUNT(*) FROM remote_segments WHERE topic_id = $1 AND state <> 'DELETE_FINISHED'",
                 )
                 .bind(r.id)
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut *exec)
                 .await?;
                 if rows > 0 {
                     return Err(Error::TopicAlreadyExists(format!("{} (id {}, whose remote segments are still registered)", t.name, r.id)));
                 }
-                Self::insert_topic(&mut *tx, r.id, t, r.created_at_ms).await?;
-                Self::insert_partition_states(&mut *tx, r.id, 0, &t.assignments).await?;
+                Self::insert_topic(&mut *exec, r.id, t, r.created_at_ms).await?;
+                Self::insert_partition_states(&mut *exec, r.id, 0, &t.assignments).await?;
                 for (i, (epoch, start)) in r.leader_epochs.iter().zip(&r.log_starts).enumerate() {
                     sqlx::query(
                         "UPDATE partition_state SET leader_epoch = $1, log_start_offset = $2 \
@@ -176,18 +192,42 @@ macro_rules! topics_sql {
                     .bind(*start)
                     .bind(r.id)
                     .bind(i as i32)
-                    .execute(&mut *tx)
+                    .execute(&mut *exec)
                     .await?;
                 }
-                for s in &r.segments {
-                    if s.topic_id != r.id || s.state != RemoteSegmentState::CopyFinished {
+                let now = now_ms();
+                // Where a partition's copies went past what is left of them, one row
+                // deleted already remembers how far (as remote retention leaves it).
+                let markers = r.copied_ends.iter().enumerate().filter_map(|(p, end)| {
+                    let finished = r.segments.iter().filter(|s| s.partition == p as i32);
+                    let finished_end = finished.map(|s| s.end_offset).max().unwrap_or(-1);
+                    (*end > finished_end).then(|| RemoteSegment {
+                        segment_id: Uuid::new_v4(),
+                        topic_id: r.id,
+                        partition: p as i32,
+                        base_offset: *end,
+                        end_offset: *end,
+                        max_timestamp: -1,
+                        leader_epoch: 0,
+                        size_bytes: 0,
+                        state: RemoteSegmentState::DeleteFinished,
+                        created_at_ms: now,
+                        updated_at_ms: now,
+                        epochs: Vec::new(),
+                        object_end_offset: *end,
+                    })
+                });
+                let markers: Vec<RemoteSegment> = markers.collect();
+                for s in r.segments.iter().chain(&markers) {
+                    let finished = s.state == RemoteSegmentState::CopyFinished;
+                    if s.topic_id != r.id || !(finished || markers.iter().any(|m| m.segment_id == s.segment_id)) {
                         return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyFinished, to: s.state });
                     }
                     sqlx::query(
                         "INSERT INTO remote_segments (segment_id, topic_id, partition_id, base_offset, \
                          end_offset, max_timestamp, leader_epoch, size_bytes, state, created_at_ms, \
                          updated_at_ms, epochs, object_end_offset, copied) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'COPY_FINISHED', $9, $10, $11, $12, 1)",
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1)",
                     )
                     .bind(s.segment_id)
                     .bind(s.topic_id)
@@ -197,20 +237,20 @@ macro_rules! topics_sql {
                     .bind(s.max_timestamp)
                     .bind(s.leader_epoch)
                     .bind(s.size_bytes)
+                    .bind(s.state.as_str())
                     .bind(s.created_at_ms)
                     .bind(s.updated_at_ms)
                     .bind(encode_epochs(&s.epochs))
                     .bind(s.object_end_offset)
-                    .execute(&mut *tx)
+                    .execute(&mut *exec)
                     .await?;
                 }
-                tx.commit().await?;
                 Ok(Topic {
                     id: r.id,
-                    name: r.topic.name,
-                    partitions: r.topic.partitions,
-                    replication_factor: r.topic.replication_factor,
-                    configs: r.topic.configs,
+                    name: t.name.clone(),
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t.configs.clone(),
                     created_at_ms: r.created_at_ms,
                 })
             }

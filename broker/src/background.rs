@@ -63,6 +63,11 @@ impl Broker {
                 },
             );
         }
+        self.spawn_every(
+            self.config.tiering.read_replica_poll_interval_ms.max(1),
+            "read replicas",
+            |b| async move { b.read_replica_pass().await },
+        );
         // Key filters of newly sealed segments (and, after a start, of older ones).
         self.spawn_every(
             self.config.tiering.upload_interval_ms,

@@ -181,8 +181,9 @@ impl Broker {
             tasks: tasks.clone(),
         };
         // Opened on the remote-I/O runtime: the cache's own tasks run there.
+        let routes = Arc::new(shale_tiering::routes::RoutingStore::new(read_store));
         let reader = remote_io
-            .run(RemoteReader::open(read_store, reader_config))
+            .run(RemoteReader::open(routes.clone(), reader_config))
             .await
             .map_err(|e| {
                 StartError::ReadCache(shale_tiering::reader::ReadError::Cache(e.to_string()))
@@ -223,6 +224,7 @@ impl Broker {
                 remote_io,
                 upload_permits,
                 remote_compactions: Default::default(),
+                read_replicas: crate::read_replicas::ReadReplicas::new(routes),
             },
             stats: crate::stats::Stats::default(),
             registry: crate::registry::Registry::new(shared),

@@ -27,6 +27,11 @@ impl Broker {
         offset: i64,
     ) -> Result<i64> {
         let p = self.leader_partition(topic, partition)?;
+        if !p.config().read_replica_of.is_empty() {
+            let of = p.config().read_replica_of.clone();
+            let topic = topic.to_string();
+            return Err(Error::ReadReplica { topic, of });
+        }
         if !self.lease_valid() {
             return Err(Error::LeaseLapsed);
         }

@@ -68,6 +68,10 @@ pub enum Error {
     #[error("{0}")]
     InvalidRequest(String),
     #[error(
+        "topic '{topic}' is a read replica of {of}: it takes no writes (write to the source cluster)"
+    )]
+    ReadReplica { topic: String, of: String },
+    #[error(
         "local disk limit reached: partition logs hold {used} bytes, the limit is {limit}; retry once segments are uploaded and deleted"
     )]
     LocalDiskFull { used: u64, limit: u64 },
@@ -184,6 +188,7 @@ impl Error {
             OffsetNotAvailable { .. } => ErrorCode::OffsetNotAvailable,
             InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             InvalidRequest(_) => ErrorCode::InvalidRequest,
+            ReadReplica { .. } => ErrorCode::InvalidTopicException,
             ShuttingDown => ErrorCode::LeaderNotAvailable,
             Storage(_) | LocalDiskFull { .. } => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,

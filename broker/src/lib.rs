@@ -24,6 +24,7 @@ pub mod metrics;
 mod partition;
 pub mod produce;
 pub mod read_limits;
+mod read_replicas;
 pub mod reassignments;
 mod reconcile;
 mod registry;

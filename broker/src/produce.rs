@@ -72,6 +72,11 @@ impl Broker {
                 .into_iter()
                 .map(|(p, records)| match p {
                     Err(e) => (Err(e), None),
+                    Ok(p) if !p.config().read_replica_of.is_empty() => {
+                        let of = p.config().read_replica_of.clone();
+                        let topic = p.topic.to_string();
+                        (Err(Error::ReadReplica { topic, of }), None)
+                    }
                     Ok(p) => {
                         let min_isr = p.config().min_insync_replicas.max(1) as usize;
                         let r = p.append(&records, (acks == -1).then_some(min_isr), now);

@@ -185,7 +185,9 @@ impl Broker {
             Err(BucketError::Damaged(f)) => return Err(refused(&[f])),
             Err(BucketError::Store(e)) => return Err(store_error(e)),
         };
-        let mut listing = bucket::list_bucket(&store).await.map_err(store_error)?;
+        let mut listing = bucket::list_bucket(&store, None)
+            .await
+            .map_err(store_error)?;
         let foreign: Vec<Finding> = (listing.foreign.iter())
             .map(|o| Finding {
                 object: o.clone(),

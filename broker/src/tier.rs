@@ -16,6 +16,8 @@ pub(crate) struct Tier {
     /// Partitions copying at once (`tiering.upload_concurrency`).
     pub(crate) upload_permits: Arc<tokio::sync::Semaphore>,
     pub(crate) remote_compactions: RemoteCompactions,
+    /// Read-replica topics' sources, and the store remote reads go through.
+    pub(crate) read_replicas: crate::read_replicas::ReadReplicas,
 }
 
 /// What remote compaction did since the broker started (metrics), and where each

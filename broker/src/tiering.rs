@@ -44,7 +44,7 @@ fn partition_ref(p: &Partition) -> PartitionRef {
 /// offset ever copied (which outlives the segments: once remote retention has deleted
 /// them all, the local copies of what they held must be neither uploaded again nor
 /// served).
-fn remote_state_of(finished: Vec<RemoteSegment>, copied_end: i64) -> RemoteState {
+pub(crate) fn remote_state_of(finished: Vec<RemoteSegment>, copied_end: i64) -> RemoteState {
     let end_offset = finished
         .iter()
         .map(|s| s.end_offset)

@@ -81,6 +81,22 @@ impl Broker {
         validate_only: bool,
     ) -> Result<Topic> {
         validate_topic_name(name)?;
+        if let Some(url) = configs.get("read.replica.of").filter(|u| !u.is_empty()) {
+            let url = url.clone();
+            let replication_factor = match replication_factor {
+                -1 => self.config.cluster.default_replication_factor,
+                n => n,
+            };
+            return (self.create_read_replica(
+                name,
+                &url,
+                partitions,
+                replication_factor,
+                configs,
+                validate_only,
+            ))
+            .await;
+        }
         // -1: the broker's defaults, as in Kafka's CreateTopics.
         let partitions = if partitions == -1 {
             self.config.cluster.num_partitions
@@ -111,6 +127,14 @@ impl Broker {
         validate_only: bool,
     ) -> Result<Topic> {
         validate_topic_name(name)?;
+        if configs
+            .get("read.replica.of")
+            .is_some_and(|u| !u.is_empty())
+        {
+            return Err(Error::InvalidReplicaAssignment(
+                "a read replica's replicas are placed by the brokers: create it without an assignment".into(),
+            ));
+        }
         Self::check_partitions(assignments.len() as i32)?;
         self.check_assignments(&assignments, None).await?;
         self.create_assigned_topic(name, assignments, configs, validate_only)
@@ -234,7 +258,7 @@ impl Broker {
     /// Checks a topic's effective config against its replication factor and the
     /// broker (as Kafka does at create and alter time). A local retention the topic sets
     /// itself must not exceed its total retention; a default one is capped by it.
-    fn check_topic_config(
+    pub(crate) fn check_topic_config(
         &self,
         config: &TopicConfig,
         own: &BTreeMap<String, String>,
@@ -331,6 +355,16 @@ impl Broker {
         let before = self.resolve_config(&topic.configs)?;
         let after = self.resolve_config(&overrides)?;
         self.check_topic_config(&after, &overrides, topic.replication_factor)?;
+        if before.read_replica_of != after.read_replica_of
+            || (!before.read_replica_of.is_empty() && after.remote_storage_enable)
+        {
+            return Err(shale_config::topic::ConfigError {
+                key: "read.replica.of".into(),
+                value: after.read_replica_of.clone(),
+                reason: "a topic is a read replica, or not, from its creation on".into(),
+            }
+            .into());
+        }
         if before.remote_storage_enable && !after.remote_storage_enable {
             // As in Kafka: the remote log would be orphaned.
             return Err(shale_config::topic::ConfigError {
@@ -365,6 +399,15 @@ impl Broker {
             .get_topic(name)
             .await?
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        if !self
+            .resolve_config(&topic.configs)?
+            .read_replica_of
+            .is_empty()
+        {
+            return Err(Error::InvalidPartitions(format!(
+                "'{name}' is a read replica: it has its source's partitions"
+            )));
+        }
         if total <= topic.partitions {
             return Err(Error::InvalidPartitions(format!(
                 "topic '{name}' has {} partitions; the new count {total} must be larger (partitions are never removed)",

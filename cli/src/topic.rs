@@ -14,9 +14,9 @@ pub(crate) enum TopicCommand {
     Create {
         /// Topic name: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
         name: String,
-        /// Number of partitions.
-        #[arg(long, default_value_t = 1)]
-        partitions: i32,
+        /// Number of partitions (default: 1; a read replica: its source's).
+        #[arg(long)]
+        partitions: Option<i32>,
         /// Replicas per partition. Default: the broker's
         /// `cluster.default_replication_factor`.
         #[arg(long)]
@@ -27,6 +27,11 @@ pub(crate) enum TopicCommand {
         /// Succeed, changing nothing, if the topic exists already.
         #[arg(long)]
         if_not_exists: bool,
+        /// Serve, read-only, the topic of this name that another cluster writes, from
+        /// that cluster's bucket (`s3://bucket/prefix`): replays run on this cluster
+        /// and never reach the other's brokers (sets `read.replica.of`).
+        #[arg(long, value_name = "BUCKET_URL")]
+        read_replica_of: Option<String>,
     },
     /// List topic names.
     List,
@@ -101,14 +106,19 @@ pub(crate) async fn run(
             replication_factor,
             configs,
             if_not_exists,
+            read_replica_of,
         } => {
+            let mut configs: std::collections::BTreeMap<String, String> =
+                configs.into_iter().collect();
+            let partitions = match &read_replica_of {
+                Some(url) => {
+                    configs.insert("read.replica.of".into(), url.clone());
+                    partitions.unwrap_or(-1)
+                }
+                None => partitions.unwrap_or(1),
+            };
             let created = client
-                .create_topic(
-                    &name,
-                    partitions,
-                    replication_factor.unwrap_or(-1),
-                    configs.into_iter().collect(),
-                )
+                .create_topic(&name, partitions, replication_factor.unwrap_or(-1), configs)
                 .await;
             match created {
                 Ok(id) => out::print(&format!("created topic {name} ({id})\n"))?,

@@ -231,6 +231,10 @@ pub struct TieringSection {
     /// watermarks), so that `shale cluster restore` can rebuild the cluster from the
     /// bucket alone; written only when it changed. 0: never. Default: 60000 (1 min).
     pub snapshot_interval_ms: u64,
+    /// How often each broker holding replicas of a read-replica topic lists the
+    /// topic's prefix in its source bucket for new segments (one LIST a topic).
+    /// Default: 10000 (10 s).
+    pub read_replica_poll_interval_ms: u64,
 }
 
 impl Default for TieringSection {
@@ -254,6 +258,7 @@ impl Default for TieringSection {
             remote_compaction_concurrency: 1,
             remote_compaction_delete_delay_ms: 300_000,
             snapshot_interval_ms: 60_000,
+            read_replica_poll_interval_ms: 10_000,
         }
     }
 }

@@ -441,11 +441,14 @@ pub struct Listing {
     pub foreign: Vec<String>,
 }
 
-/// Lists the whole bucket (under the store's prefix) once.
-pub async fn list_bucket(store: &ObjectStoreRef) -> object_store::Result<Listing> {
+/// Lists the bucket (under the store's prefix), or only under `prefix`, once.
+pub async fn list_bucket(
+    store: &ObjectStoreRef,
+    prefix: Option<&Path>,
+) -> object_store::Result<Listing> {
     let mut listing = Listing::default();
     let mut by_key: BTreeMap<(Uuid, i32, i64, i64, Uuid), FoundSegment> = BTreeMap::new();
-    let mut objects = store.list(None);
+    let mut objects = store.list(prefix);
     while let Some(o) = objects.try_next().await? {
         if o.location
             .parts()

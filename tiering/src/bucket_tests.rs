@@ -299,7 +299,7 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
     };
     put("notes.txt").await;
     put(&format!("{T}/0/readme")).await;
-    let mut listing = list_bucket(&store).await.unwrap();
+    let mut listing = list_bucket(&store, None).await.unwrap();
     assert_eq!(
         listing.foreign,
         [format!("{T}/0/readme"), "notes.txt".to_string()]

@@ -10,6 +10,7 @@ mod fixture;
 pub use shale_records::failpoint;
 pub mod layout;
 pub mod reader;
+pub mod routes;
 pub mod snapshot;
 pub mod store;
 pub mod uploader;

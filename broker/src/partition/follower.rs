@@ -25,6 +25,10 @@ impl Partition {
     /// Follower: where its log stands, for the next replica fetch (`None` while this
     /// broker leads or the partition has no leader).
     pub fn follower_position(&self) -> Option<FollowerPosition> {
+        // A read replica's every replica follows the source's bucket, not a leader.
+        if !self.config().read_replica_of.is_empty() {
+            return None;
+        }
         let r = self.replica();
         if r.role.leader == self.broker_id || r.role.leader < 0 {
             return None;

@@ -126,6 +126,10 @@ impl Partition {
     /// Leader: followers in the ISR that have not caught up within `lag_ms`; the ISR
     /// without them, if any.
     pub fn isr_to_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<(Role, Vec<i32>)> {
+        // A read replica's followers fetch nothing: each follows the source's bucket.
+        if !self.config().read_replica_of.is_empty() {
+            return None;
+        }
         let mut r = self.replica();
         if r.role.leader != self.broker_id {
             return None;

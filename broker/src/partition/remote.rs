@@ -164,6 +164,21 @@ impl Partition {
         Ok(())
     }
 
+    /// A read-replica partition (see `read_replicas`) takes the source's remote log
+    /// whole: its log, which never takes a record, restarts after the remote log's end
+    /// whenever that moves on, so every offset is read from the remote log, and the
+    /// high watermark follows (waking consumers waiting at the end).
+    pub(crate) fn follow_remote_log(&self, state: RemoteState) -> Result<()> {
+        let mut r = self.replica();
+        let next = state.end_offset + 1;
+        if next > r.log.log_end_offset() {
+            r.log.reset_to(next)?;
+            self.high_watermark.send_replace(next);
+        }
+        self.install_remote_state(&r, state);
+        Ok(())
+    }
+
     /// This log's leader epochs with the offset each starts at, oldest first.
     pub fn epoch_lineage(&self) -> Vec<(i32, i64)> {
         epochs_of(&self.replica())

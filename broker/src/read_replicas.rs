@@ -119,6 +119,7 @@ impl Broker {
             log_starts: vec![0; n],
             segments: Vec::new(),
             copied_ends: vec![-1; n],
+            leftovers: Vec::new(),
         };
         let topic = self.metastore.restore_topics(&[restored]).await?.remove(0);
         tracing::info!(topic = %topic.name, id = %topic.id, source = url, "created read-replica topic");

@@ -30,7 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shale_metastore::CommittedOffset;
 use shale_tiering::bucket::{self, BucketError, Finding};
-use shale_tiering::snapshot::{GroupSnapshot, TopicSnapshot, high_watermarks};
+use shale_tiering::snapshot::{
+    GroupSnapshot, RestoredMarker, SNAPSHOT_VERSION, TopicSnapshot, high_watermarks,
+    restored_marker_path,
+};
 use uuid::Uuid;
 
 use self::plan::Planned;
@@ -161,6 +164,29 @@ fn merge(clusters: &[shale_tiering::snapshot::ClusterSnapshot], ids: &BTreeSet<U
 }
 
 impl Broker {
+    /// Records that this cluster replaces the clusters it restored from (see
+    /// `RestoredMarker`), with those an earlier run recorded.
+    async fn mark_restored(
+        &self,
+        store: &shale_tiering::ObjectStoreRef,
+        mut supersedes: BTreeSet<Uuid>,
+    ) -> Result<()> {
+        let path = restored_marker_path(self.cluster_id());
+        if let Ok(got) = store.get(&path).await
+            && let Ok(bytes) = got.bytes().await
+            && let Ok(earlier) = serde_json::from_slice::<RestoredMarker>(&bytes)
+        {
+            supersedes.extend(earlier.supersedes);
+        }
+        let marker = RestoredMarker {
+            version: SNAPSHOT_VERSION,
+            cluster_id: self.cluster_id(),
+            restored_at_ms: crate::clock::now_ms(),
+            supersedes: supersedes.into_iter().collect(),
+        };
+        self.put_json(&path, &marker).await
+    }
+
     /// Restores topics from the bucket (see the module's description). Refuses, and
     /// writes nothing, when the bucket is damaged, a topic named exists with another
     /// id, or `from` is not this cluster's bucket.
@@ -271,8 +297,15 @@ impl Broker {
             }
         }
         for group in merged.groups.values() {
+            // A partition the group committed in since (after an earlier run) keeps it.
+            let since: BTreeSet<(Uuid, i32)> = (self.metastore.committed_offsets(&group.group))
+                .await?
+                .into_iter()
+                .map(|c| (c.topic_id, c.partition))
+                .collect();
             let mut moved_back = 0;
             let offsets: Vec<CommittedOffset> = (group.offsets.iter())
+                .filter(|o| !since.contains(&(o.topic_id, o.partition)))
                 .filter_map(|o| {
                     let next = *next_offsets.get(&(o.topic_id, o.partition))?;
                     moved_back += usize::from(o.offset > next);
@@ -298,6 +331,12 @@ impl Broker {
                 offsets: offsets.len(),
                 moved_back,
             });
+        }
+        if !req.dry_run && req.topics.is_empty() && !snapshots.clusters.is_empty() {
+            let replaced = snapshots.clusters.iter().map(|c| c.cluster_id).collect();
+            if let Err(e) = self.mark_restored(&store, replaced).await {
+                tracing::warn!(error = %e, "cannot record in the bucket which clusters this one was restored from");
+            }
         }
         if !req.dry_run {
             self.reconcile().await?;

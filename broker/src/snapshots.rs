@@ -77,7 +77,7 @@ impl Broker {
         Ok(())
     }
 
-    async fn put_json<T: serde::Serialize>(
+    pub(crate) async fn put_json<T: serde::Serialize>(
         &self,
         path: &object_store::path::Path,
         doc: &T,

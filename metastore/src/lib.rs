@@ -64,6 +64,9 @@ pub struct RestoredTopic {
     /// Each partition's highest offset copied once (-1: none), by partition: where
     /// its log goes on when that is past its segments (their records expired).
     pub copied_ends: Vec<i64>,
+    /// Segments whose objects the restore left out (`DeleteStarted`): the partition's
+    /// next leader deletes them before it copies, so no later restore meets them.
+    pub leftovers: Vec<RemoteSegment>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1263,6 +1263,11 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         segments: vec![first.clone(), cut.clone()],
         // Partition 1's segments expired: its log goes on after 999.
         copied_ends: vec![149, 999],
+        // Objects a restore left out, for the next leader to delete.
+        leftovers: vec![RemoteSegment {
+            state: RemoteSegmentState::DeleteStarted,
+            ..segment(id, 150, 199)
+        }],
     };
     let topic = m
         .restore_topics(std::slice::from_ref(&restored))
@@ -1284,7 +1289,14 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
     let logs = m.remote_logs(id).await.unwrap();
     let log = &logs[&0];
     assert_eq!(log.copied_end, 149);
-    assert!(!log.unfinished);
+    assert!(
+        log.unfinished,
+        "the leftover is cleaned up before the next copy"
+    );
+    let leftovers = (m.list_remote_segments(id, 0, &[RemoteSegmentState::DeleteStarted]))
+        .await
+        .unwrap();
+    assert_eq!(leftovers.len(), 1);
     assert_eq!(log.finished.len(), 2);
     assert_eq!(log.finished[0].epochs, first.epochs);
     assert_eq!(
@@ -1314,6 +1326,7 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         id: uuid::Uuid::new_v4(),
         topic: new_topic(&format!("good-{}", uuid_like()), 2),
         segments: Vec::new(),
+        leftovers: Vec::new(),
         ..restored.clone()
     };
     let mut bad = RestoredTopic {
@@ -1322,6 +1335,7 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
         ..restored
     };
     bad.segments = vec![segment(bad.id, 0, 9)];
+    bad.leftovers = Vec::new();
     assert!(
         m.restore_topics(&[good.clone(), bad.clone()])
             .await

@@ -35,7 +35,8 @@ use uuid::Uuid;
 
 use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
 use crate::snapshot::{
-    BrokerSnapshot, ClusterSnapshot, SNAPSHOT_DIR, broker_snapshots_dir, cluster_snapshots_dir,
+    BrokerSnapshot, ClusterSnapshot, RestoredMarker, SNAPSHOT_DIR, broker_snapshots_dir,
+    cluster_snapshots_dir, restored_markers_dir,
 };
 use crate::store::ObjectStoreRef;
 
@@ -203,6 +204,8 @@ pub struct PartitionPlan {
     /// The highest offset any of its objects' keys names, complete or not (-1: none):
     /// offsets up to there were written once, even where nothing of them is left.
     pub highest_named: i64,
+    /// The segments left out, whose objects nothing will read.
+    pub leftovers: Vec<SegmentKey>,
 }
 
 impl PartitionPlan {
@@ -214,19 +217,22 @@ impl PartitionPlan {
         ))
     }
 
+    fn leave_out(&mut self, m: &SegmentMeta, why: &str) {
+        self.leftovers.push(m.key());
+        self.ignored.push(Finding {
+            object: m.key().path(ObjectKind::Log).to_string(),
+            problem: format!("left out: {why}"),
+        });
+    }
+
     /// Cuts the remote log before `from` (segments from there on leave it, the one
     /// holding it ends before it).
     pub fn cut(&mut self, from: i64) {
-        let log = |m: &SegmentMeta| m.key().path(ObjectKind::Log).to_string();
         let mut kept = Vec::new();
         for (meta, end) in std::mem::take(&mut self.segments) {
             if meta.base_offset >= from {
-                self.ignored.push(Finding {
-                    object: log(&meta),
-                    problem: format!(
-                        "left out: past offset {from}, where the last leader's log parts from it"
-                    ),
-                });
+                let why = format!("past offset {from}, where the last leader's log parts from it");
+                self.leave_out(&meta, &why);
             } else {
                 kept.push((meta, end.min(from - 1)));
             }
@@ -236,35 +242,46 @@ impl PartitionPlan {
 }
 
 /// Whether `m` is a compacted rewrite, and of which segments: `.meta` names them
-/// (`replaces`); for objects written before it did, a segment whose offsets a run of
-/// other segments copied no later tiles exactly is taken for their rewrite.
+/// (`replaces`). For objects written before it did, a segment whose offsets a run of
+/// other segments copied no later tiles exactly is taken for their rewrite, and so is
+/// one that a segment copied under an earlier epoch follows on from (a leader copies
+/// from the remote log's end, so only a rewrite ends where older copies go on; the
+/// segments it replaced may be gone already).
 fn replaced_by(m: &SegmentMeta, all: &[&SegmentMeta]) -> Option<Vec<Uuid>> {
     match &m.replaces {
         Some(ids) if ids.is_empty() => None,
         Some(ids) => Some(ids.clone()),
-        None => {
-            let mut run = Vec::new();
-            let mut pos = m.base_offset;
-            while pos <= m.end_offset {
-                // Of two copies of the same offsets under one epoch, one stands.
-                let whole = |o: &SegmentMeta| {
-                    o.base_offset == m.base_offset && o.end_offset == m.end_offset
-                };
-                let next = all.iter().filter(|o| {
-                    o.segment_id != m.segment_id
-                        && o.base_offset == pos
-                        && o.end_offset <= m.end_offset
-                        && (o.leader_epoch < m.leader_epoch
-                            || (o.leader_epoch == m.leader_epoch
-                                && (!whole(o) || o.segment_id < m.segment_id)))
-                });
-                let next = next.max_by_key(|o| o.end_offset)?;
-                run.push(next.segment_id);
-                pos = next.end_offset + 1;
-            }
-            Some(run)
-        }
+        None => tiling(m, all).or_else(|| {
+            let followed = all
+                .iter()
+                .any(|o| o.base_offset == m.end_offset + 1 && o.leader_epoch < m.leader_epoch);
+            followed.then(Vec::new)
+        }),
     }
+}
+
+/// The run of other segments, copied no later than `m`, that tiles `m`'s offsets
+/// exactly, if any.
+fn tiling(m: &SegmentMeta, all: &[&SegmentMeta]) -> Option<Vec<Uuid>> {
+    let mut run = Vec::new();
+    let mut pos = m.base_offset;
+    while pos <= m.end_offset {
+        // Of two copies of the same offsets under one epoch, one stands.
+        let whole =
+            |o: &SegmentMeta| o.base_offset == m.base_offset && o.end_offset == m.end_offset;
+        let next = all.iter().filter(|o| {
+            o.segment_id != m.segment_id
+                && o.base_offset == pos
+                && o.end_offset <= m.end_offset
+                && (o.leader_epoch < m.leader_epoch
+                    || (o.leader_epoch == m.leader_epoch
+                        && (!whole(o) || o.segment_id < m.segment_id)))
+        });
+        let next = next.max_by_key(|o| o.end_offset)?;
+        run.push(next.segment_id);
+        pos = next.end_offset + 1;
+    }
+    Some(run)
 }
 
 /// Plans a partition's remote log from its segments' objects (see the module's
@@ -294,10 +311,6 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
         return Err(problems);
     }
     let log_path = |m: &SegmentMeta| m.key().path(ObjectKind::Log).to_string();
-    let left_out = |m: &SegmentMeta, why: &str| Finding {
-        object: log_path(m),
-        problem: format!("left out: {why}"),
-    };
     // Segments a compacted rewrite replaced give way to it.
     let mut rewrites = Vec::new();
     let mut replaced = std::collections::HashSet::new();
@@ -319,17 +332,16 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
     let mut taken: Vec<(&SegmentMeta, i64)> = Vec::new();
     for m in &complete {
         if replaced.contains(&m.segment_id) {
-            plan.ignored
-                .push(left_out(m, "a compacted rewrite replaced it"));
+            plan.leave_out(m, "a compacted rewrite replaced it");
             continue;
         }
         let limit = (first_copy.range(m.leader_epoch + 1..).map(|(_, b)| *b)).min();
         let end = limit.map_or(m.end_offset, |l| m.end_offset.min(l - 1));
         if end < m.base_offset {
-            plan.ignored.push(left_out(
+            plan.leave_out(
                 m,
                 "a leader of a later epoch copied from an earlier offset (the remote log was cut there)",
-            ));
+            );
         } else {
             taken.push((m, end));
         }
@@ -339,8 +351,7 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
     let mut pos = taken.first().map_or(0, |(m, _)| m.base_offset);
     for (m, end) in taken {
         if end < pos {
-            plan.ignored
-                .push(left_out(m, "a copy of offsets another copy of them holds"));
+            plan.leave_out(m, "a copy of offsets another copy of them holds");
         } else if m.base_offset < pos {
             let (prev, _) = plan.segments.last().expect("a segment was taken");
             problems.push(Finding {
@@ -390,6 +401,7 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
                 continue;
             }
         };
+        plan.leftovers.push(f.key);
         plan.ignored.push(Finding { object, problem });
     }
     if problems.is_empty() {
@@ -522,8 +534,9 @@ pub struct Snapshots {
     pub brokers: Vec<BrokerSnapshot>,
 }
 
-/// Reads the snapshots, leaving out cluster `own`'s (the one restoring); one that
-/// cannot be parsed is [`BucketError::Damaged`].
+/// Reads the snapshots, leaving out cluster `own`'s (the one restoring) and those of
+/// clusters a restore replaced (see [`RestoredMarker`]); one that cannot be parsed is
+/// [`BucketError::Damaged`].
 pub async fn read_snapshots(store: &ObjectStoreRef, own: Uuid) -> Result<Snapshots, BucketError> {
     async fn read<T: serde::de::DeserializeOwned>(
         store: &ObjectStoreRef,
@@ -553,6 +566,17 @@ pub async fn read_snapshots(store: &ObjectStoreRef, own: Uuid) -> Result<Snapsho
             out.clusters.push(s);
         }
     }
+    let markers: Vec<_> = store
+        .list(Some(&restored_markers_dir()))
+        .try_collect()
+        .await?;
+    let mut superseded = std::collections::HashSet::new();
+    for o in markers {
+        if let Some(m) = read::<RestoredMarker>(store, &o.location).await? {
+            superseded.extend(m.supersedes);
+        }
+    }
+    out.clusters.retain(|c| !superseded.contains(&c.cluster_id));
     out.clusters
         .sort_by_key(|c| std::cmp::Reverse(c.taken_at_ms));
     let brokers: Vec<_> = store

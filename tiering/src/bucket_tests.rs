@@ -4,7 +4,9 @@ use object_store::memory::InMemory;
 use object_store::{ObjectStore, PutPayload};
 
 use super::*;
-use crate::snapshot::{SNAPSHOT_VERSION, cluster_snapshot_path};
+use crate::snapshot::{
+    RestoredMarker, SNAPSHOT_VERSION, cluster_snapshot_path, restored_marker_path,
+};
 
 const T: Uuid = Uuid::from_u128(7);
 
@@ -127,6 +129,16 @@ fn a_compacted_rewrite_is_taken_over_the_segments_it_replaced_and_no_further() {
         taken(&plan),
         [(0, 199, 199), (200, 299, 299), (300, 399, 399)]
     );
+    // A legacy rewrite whose replaced segments are gone already: segments copied
+    // under an earlier epoch go on from its end, which no leader's copy would have.
+    let r = legacy(copied(0, 199, &[], 5));
+    let o3 = legacy(copied(200, 999, &[(3, 200)], 3));
+    let next = legacy(copied(1000, 1099, &[(5, 1000)], 5));
+    let plan = plan_partition(&[r, o3, next]).unwrap();
+    assert_eq!(
+        taken(&plan),
+        [(0, 199, 199), (200, 999, 999), (1000, 1099, 1099)]
+    );
     // Two legacy copies of the same offsets under one epoch: one stands.
     let plan =
         plan_partition(&[legacy(seg(0, 99, &[(0, 0)])), legacy(seg(0, 99, &[(0, 0)]))]).unwrap();
@@ -164,6 +176,8 @@ fn a_later_leaders_copies_cut_what_earlier_leaders_copied_from_where_they_start(
         "{:?}",
         plan.ignored
     );
+    // What is left out is listed for deletion, so no later restore meets it.
+    assert_eq!(plan.leftovers, [late.key]);
     // Segments past a cut, still being deleted, go with it.
     let found = [
         copied(100, 199, &[(3, 100)], 3),
@@ -325,6 +339,18 @@ async fn listing_groups_objects_by_segment_and_names_foreign_ones() {
     let read = read_snapshots(&store, own).await.unwrap();
     let ids: Vec<Uuid> = read.clusters.iter().map(|c| c.cluster_id).collect();
     assert_eq!(ids, [newer, older]);
+    // A cluster restored from another replaces its snapshot.
+    let marker = RestoredMarker {
+        version: SNAPSHOT_VERSION,
+        cluster_id: newer,
+        restored_at_ms: 15,
+        supersedes: vec![older],
+    };
+    let body = PutPayload::from(serde_json::to_vec(&marker).unwrap());
+    store.put(&restored_marker_path(newer), body).await.unwrap();
+    let read = read_snapshots(&store, own).await.unwrap();
+    let ids: Vec<Uuid> = read.clusters.iter().map(|c| c.cluster_id).collect();
+    assert_eq!(ids, [newer]);
     // One that is not a snapshot is refused by name.
     put(&format!("_shale/clusters/{}.json", Uuid::nil())).await;
     match read_snapshots(&store, own).await {

@@ -40,6 +40,27 @@ pub fn broker_snapshots_dir() -> Path {
     Path::from(format!("{SNAPSHOT_DIR}/brokers"))
 }
 
+/// Where a cluster that restored itself from the bucket says which clusters' snapshots
+/// it replaces.
+pub fn restored_marker_path(cluster_id: Uuid) -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/restored/{cluster_id}.json"))
+}
+
+pub fn restored_markers_dir() -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/restored"))
+}
+
+/// `_shale/restored/{cluster_id}.json`: written by a whole restore once it is done.
+/// The clusters it restored from speak no more: a topic or group the restored cluster
+/// deleted since is not brought back from their older snapshots by a later restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoredMarker {
+    pub version: u32,
+    pub cluster_id: Uuid,
+    pub restored_at_ms: i64,
+    pub supersedes: Vec<Uuid>,
+}
+
 /// `_shale/clusters/{cluster_id}.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSnapshot {

@@ -142,7 +142,27 @@ impl Uploader {
                 RemoteSegmentState::CopyStarted,
                 RemoteSegmentState::CopyFinished,
             )
-            .await?;
+            .await;
+        let done = match done {
+            // A new leader cleaned up this copy's row while its objects were on their
+            // way: they would outlive every row that could name them.
+            Err(shale_metastore::Error::RemoteSegmentStateConflict { actual, .. })
+                if actual >= RemoteSegmentState::DeleteStarted =>
+            {
+                tracing::info!(topic = %p.topic, partition = p.partition, segment = %row.segment_id,
+                    "a copy was cleaned up by another leader while under way: deleting its objects");
+                if let Err(e) = self.delete_objects(&row).await {
+                    tracing::warn!(segment = %row.segment_id, error = %e, "cannot delete the objects of a cleaned-up copy");
+                }
+                return Err(shale_metastore::Error::RemoteSegmentStateConflict {
+                    segment_id: row.segment_id,
+                    expected: RemoteSegmentState::CopyStarted,
+                    actual,
+                }
+                .into());
+            }
+            other => other?,
+        };
         tracing::info!(topic = %p.topic, partition = p.partition, base_offset = seg.base_offset,
             end_offset = seg.end_offset, bytes = seg.size_bytes, "segment copied to object store");
         Ok(done)

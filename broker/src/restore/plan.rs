@@ -102,9 +102,9 @@ pub(super) async fn plan_topic(
     }))
 }
 
-/// Keeps one topic of each name: the one the snapshots have, unless another has
-/// objects written after that snapshot (deleted and created again since); returns
-/// why the others are left out.
+/// Keeps one topic of each name: the one the snapshots have, unless one they do not
+/// have was written after them (the name was deleted and created again since; among
+/// several, the newest objects); returns why the others are left out.
 pub(super) fn one_per_name(planned: &mut Vec<Planned>) -> Vec<String> {
     let mut by_name: BTreeMap<String, Vec<Planned>> = BTreeMap::new();
     for t in planned.drain(..) {
@@ -115,7 +115,8 @@ pub(super) fn one_per_name(planned: &mut Vec<Planned>) -> Vec<String> {
         // Newer than every snapshot that has one of them: created since.
         let snapshot_at = (same.iter().filter_map(|t| t.snapshot.as_ref().map(|s| s.1))).max();
         same.sort_by_key(|t| {
-            let recreated = snapshot_at.is_some_and(|at| t.newest_object_ms > at);
+            let recreated =
+                t.snapshot.is_none() && snapshot_at.is_none_or(|at| t.newest_object_ms > at);
             std::cmp::Reverse((recreated, t.snapshot.is_some(), t.newest_object_ms))
         });
         let mut same = same.into_iter();
@@ -247,7 +248,12 @@ impl Broker {
                 now_ms(),
             ),
         };
-        if t.plans.values().any(|p| !p.segments.is_empty()) {
+        // A topic whose history is (or was) in the bucket stays tiered whatever the
+        // brokers' default; one that was not tiered restarts at offset 0.
+        let tiered = configs
+            .get("remote.storage.enable")
+            .is_none_or(|v| v == "true");
+        if tiered {
             configs.insert("remote.storage.enable".into(), "true".into());
         }
         let replication_factor = replication_factor.unwrap_or(replication_factor_was);
@@ -257,6 +263,7 @@ impl Broker {
         let mut log_starts = Vec::new();
         let mut copied_ends = Vec::new();
         let mut segments = Vec::new();
+        let mut leftovers: Vec<RemoteSegment> = Vec::new();
         for p in 0..partitions {
             let plan = t.plans.get(&p);
             let mark = marks.get(&(t.id, p));
@@ -270,12 +277,35 @@ impl Broker {
             if plan.and_then(PartitionPlan::range).is_none() {
                 next = next.max(mark.map_or(0, |m| m.high_watermark));
             }
+            if !tiered {
+                next = 0;
+            }
             copied_ends.push(next - 1);
             let deleted_below = snapshot
                 .and_then(|s| s.log_starts.get(&p).copied())
                 .unwrap_or(0);
             log_starts.push(deleted_below.min(next));
             let now = now_ms();
+            for key in plan.iter().flat_map(|p| &p.leftovers) {
+                if leftovers.iter().any(|l| l.segment_id == key.segment_id) {
+                    continue;
+                }
+                leftovers.push(RemoteSegment {
+                    segment_id: key.segment_id,
+                    topic_id: t.id,
+                    partition: p,
+                    base_offset: key.base_offset,
+                    end_offset: key.end_offset,
+                    max_timestamp: -1,
+                    leader_epoch: 0,
+                    size_bytes: 0,
+                    state: RemoteSegmentState::DeleteStarted,
+                    created_at_ms: now,
+                    updated_at_ms: now,
+                    epochs: Vec::new(),
+                    object_end_offset: key.end_offset,
+                });
+            }
             for (meta, end) in plan.iter().flat_map(|p| &p.segments) {
                 segments.push(RemoteSegment {
                     segment_id: meta.segment_id,
@@ -313,6 +343,7 @@ impl Broker {
             log_starts,
             segments,
             copied_ends,
+            leftovers,
         })
     }
 }

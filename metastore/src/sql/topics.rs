@@ -218,16 +218,18 @@ macro_rules! topics_sql {
                     })
                 });
                 let markers: Vec<RemoteSegment> = markers.collect();
-                for s in r.segments.iter().chain(&markers) {
-                    let finished = s.state == RemoteSegmentState::CopyFinished;
-                    if s.topic_id != r.id || !(finished || markers.iter().any(|m| m.segment_id == s.segment_id)) {
-                        return Err(Error::IllegalTransition { from: RemoteSegmentState::CopyFinished, to: s.state });
+                let rows = (r.segments.iter().map(|s| (s, RemoteSegmentState::CopyFinished, 1)))
+                    .chain(markers.iter().map(|s| (s, RemoteSegmentState::DeleteFinished, 1)))
+                    .chain(r.leftovers.iter().map(|s| (s, RemoteSegmentState::DeleteStarted, 0)));
+                for (s, state, copied) in rows {
+                    if s.topic_id != r.id || s.state != state {
+                        return Err(Error::IllegalTransition { from: state, to: s.state });
                     }
                     sqlx::query(
                         "INSERT INTO remote_segments (segment_id, topic_id, partition_id, base_offset, \
                          end_offset, max_timestamp, leader_epoch, size_bytes, state, created_at_ms, \
                          updated_at_ms, epochs, object_end_offset, copied) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1)",
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                     )
                     .bind(s.segment_id)
                     .bind(s.topic_id)
@@ -242,6 +244,7 @@ macro_rules! topics_sql {
                     .bind(s.updated_at_ms)
                     .bind(encode_epochs(&s.epochs))
                     .bind(s.object_end_offset)
+                    .bind(copied)
                     .execute(&mut *exec)
                     .await?;
                 }

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use object_store::path::Path;
-use shale_metastore::{NewTopic, RemoteSegment, RemoteSegmentState, RestoredTopic, Topic};
+use shale_metastore::{NewTopic, RestoredTopic, Topic};
 use shale_tiering::ObjectStoreRef;
 use shale_tiering::bucket::{self, FoundSegment};
 use shale_tiering::layout::SegmentMeta;
@@ -210,24 +210,7 @@ impl Broker {
 
 /// Installs a planned remote log on a read-replica partition.
 fn follow(p: &Partition, plan: bucket::PartitionPlan) -> Result<()> {
-    let now = now_ms();
-    let rows: Vec<RemoteSegment> = (plan.segments.into_iter())
-        .map(|(m, end)| RemoteSegment {
-            segment_id: m.segment_id,
-            topic_id: m.topic_id,
-            partition: m.partition,
-            base_offset: m.base_offset,
-            end_offset: end,
-            max_timestamp: m.max_timestamp,
-            leader_epoch: m.leader_epoch,
-            size_bytes: m.log_bytes as i64,
-            state: RemoteSegmentState::CopyFinished,
-            created_at_ms: now,
-            updated_at_ms: now,
-            epochs: m.epochs.iter().copied().filter(|e| e.1 <= end).collect(),
-            object_end_offset: m.end_offset,
-        })
-        .collect();
+    let rows = plan.rows(now_ms());
     let end = rows.last().map_or(-1, |s| s.end_offset);
     p.follow_remote_log(remote_state_of(rows, end))
 }
@@ -249,18 +232,17 @@ async fn find_source_topic(store: &ObjectStoreRef, name: &str, url: &str) -> Res
         .await
         .map_err(store_error)?;
     for (id, partitions) in &mut listing.segments {
-        let Some(first) = partitions.values_mut().flat_map(|f| f.iter_mut()).next() else {
-            continue;
-        };
-        bucket::read_metas(store, std::slice::from_mut(first))
-            .await
-            .map_err(store_error)?;
-        if first
-            .meta
-            .as_ref()
-            .and_then(|m| m.as_ref().ok())
-            .is_some_and(|m| m.topic == name)
-        {
+        // The first segment with a readable description names the topic.
+        for found in partitions.values_mut().flat_map(|f| f.iter_mut()) {
+            bucket::read_metas(store, std::slice::from_mut(found))
+                .await
+                .map_err(store_error)?;
+            let Some(Ok(meta)) = &found.meta else {
+                continue;
+            };
+            if meta.topic != name {
+                break;
+            }
             let count = partitions.keys().max().map_or(1, |p| p + 1);
             return Ok((*id, count));
         }

@@ -217,6 +217,28 @@ impl PartitionPlan {
         ))
     }
 
+    /// The remote log as the metastore records one: a finished row per segment, ended
+    /// where it is taken to, with the epochs up to there.
+    pub fn rows(&self, now_ms: i64) -> Vec<shale_metastore::RemoteSegment> {
+        (self.segments.iter())
+            .map(|(m, end)| shale_metastore::RemoteSegment {
+                segment_id: m.segment_id,
+                topic_id: m.topic_id,
+                partition: m.partition,
+                base_offset: m.base_offset,
+                end_offset: *end,
+                max_timestamp: m.max_timestamp,
+                leader_epoch: m.leader_epoch,
+                size_bytes: m.log_bytes as i64,
+                state: shale_metastore::RemoteSegmentState::CopyFinished,
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+                epochs: m.epochs.iter().copied().filter(|e| e.1 <= *end).collect(),
+                object_end_offset: m.end_offset,
+            })
+            .collect()
+    }
+
     fn leave_out(&mut self, m: &SegmentMeta, why: &str) {
         self.leftovers.push(m.key());
         self.ignored.push(Finding {

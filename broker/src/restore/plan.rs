@@ -306,27 +306,9 @@ impl Broker {
                     object_end_offset: key.end_offset,
                 });
             }
-            for (meta, end) in plan.iter().flat_map(|p| &p.segments) {
-                segments.push(RemoteSegment {
-                    segment_id: meta.segment_id,
-                    topic_id: t.id,
-                    partition: p,
-                    base_offset: meta.base_offset,
-                    end_offset: *end,
-                    max_timestamp: meta.max_timestamp,
-                    leader_epoch: meta.leader_epoch,
-                    size_bytes: meta.log_bytes as i64,
-                    state: RemoteSegmentState::CopyFinished,
-                    created_at_ms: now,
-                    updated_at_ms: now,
-                    epochs: meta
-                        .epochs
-                        .iter()
-                        .copied()
-                        .filter(|e| e.1 <= *end)
-                        .collect(),
-                    object_end_offset: meta.end_offset,
-                });
+            for mut row in plan.iter().flat_map(|plan| plan.rows(now)) {
+                (row.topic_id, row.partition) = (t.id, p);
+                segments.push(row);
             }
         }
         Ok(RestoredTopic {

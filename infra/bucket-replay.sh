@@ -118,7 +118,8 @@ echo "copied $(find "$COPY" -name '*.meta' | wc -l) of $uploaded segments"
 LAPTOP_S3=$(s3 laptop-s3 laptop)
 LAPTOP=$(broker laptop "$LAPTOP_S3" laptop)
 shale_laptop() { "$BIN/shale" --bootstrap "$LAPTOP" "$@"; }
-shale_laptop cluster restore --from s3://laptop/logs --replication-factor 1
+# --force: production's brokers, which run on, wrote the copied snapshots moments ago.
+shale_laptop cluster restore --from s3://laptop/logs --replication-factor 1 --force
 for _ in $(seq 1 100); do
   shale_laptop topic describe events >/dev/null 2>&1 && break
   sleep 0.1

@@ -63,6 +63,14 @@ impl Broker {
                 },
             );
         }
+        // Read replicas serve nothing until they have read their source: once at
+        // start, then every poll interval.
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = broker.read_replica_pass().await {
+                tracing::warn!(error = %e, "read replicas: first pass failed");
+            }
+        });
         self.spawn_every(
             self.config.tiering.read_replica_poll_interval_ms.max(1),
             "read replicas",

@@ -235,6 +235,13 @@ impl Broker {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>> {
         let p = self.leader_partition(topic, partition)?;
+        // A read replica's history is all remote: until it is known, any answer
+        // (earliest, latest, by time) could send a consumer past it.
+        if !p.config().read_replica_of.is_empty() && !p.remote_state().loaded {
+            return Err(Error::RemoteLogNotReady(format!(
+                "read replica '{topic}' has not read its source's segments yet"
+            )));
+        }
         let found = match timestamp {
             ts if ts >= 0 => self.remote_offset_for_timestamp(&p, ts).await?,
             _ => None,
@@ -316,7 +323,7 @@ impl Broker {
             // Below the local log: the object store, or out of range. A tiered
             // partition whose remote log is not known yet cannot tell which: retriable,
             // never out of range (a client would reset its position and skip records).
-            if p.config().remote_storage_enable && !p.remote_state().loaded {
+            if p.config().has_remote_log() && !p.remote_state().loaded {
                 return Err(Error::RemoteLogNotReady(format!(
                     "the remote log of partition {} of '{}' is not loaded yet",
                     p.index, p.topic

@@ -112,7 +112,7 @@ impl Broker {
         report: &mut FindReport,
     ) -> Result<()> {
         let (remote, offsets, sealed) = p.lookup_view();
-        if p.config().remote_storage_enable && !remote.loaded {
+        if p.config().has_remote_log() && !remote.loaded {
             // Its history may be in the object store: not knowing it yet, say so
             // rather than answer from the local log alone.
             return Err(Error::RemoteLogNotReady(format!(

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use object_store::path::Path;
 use shale_metastore::{NewTopic, RestoredTopic, Topic};
@@ -124,24 +125,35 @@ impl Broker {
         let topic = self.metastore.restore_topics(&[restored]).await?.remove(0);
         tracing::info!(topic = %topic.name, id = %topic.id, source = url, "created read-replica topic");
         self.reconcile().await?;
-        if let Ok(t) = self.topic(name) {
-            self.follow_source(&t).await?;
+        // Served at once where it can be; a failure here is the next poll's to retry.
+        if let Ok(t) = self.topic(name)
+            && let Err(e) = self.follow_source(&t).await
+        {
+            tracing::warn!(topic = name, source = url, error = %e, "cannot follow the read replica's source yet");
         }
         Ok(topic)
     }
 
-    /// One pass over the read-replica topics this broker holds replicas of.
+    /// One pass over the read-replica topics this broker holds replicas of, all at
+    /// once, each within a bound (an unreachable source holds up only its own topics).
     pub(crate) async fn read_replica_pass(&self) -> Result<()> {
         let topics = self.topics_snapshot();
         let replicas = (topics.iter()).filter(|t| {
             !t.config.read_replica_of.is_empty() && t.partitions.iter().any(Option::is_some)
         });
-        for t in replicas {
-            if let Err(e) = self.follow_source(t).await {
-                tracing::warn!(topic = %t.meta.name, source = %t.config.read_replica_of, error = %e,
-                    "cannot follow the read replica's source");
-            }
-        }
+        let bound = Duration::from_millis(self.config.tiering.read_replica_poll_interval_ms)
+            .max(Duration::from_secs(30));
+        futures::future::join_all(replicas.map(|t| async move {
+            let outcome = tokio::time::timeout(bound, self.follow_source(t)).await;
+            let error = match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_elapsed) => format!("no answer within {bound:?}"),
+            };
+            tracing::warn!(topic = %t.meta.name, source = %t.config.read_replica_of, error,
+                "cannot follow the read replica's source");
+        }))
+        .await;
         Ok(())
     }
 
@@ -156,6 +168,8 @@ impl Broker {
         let mut listing =
             (bucket::list_bucket(&store, Some(&prefix)).await).map_err(store_error)?;
         let mut partitions = listing.segments.remove(&id).unwrap_or_default();
+        // Only the partitions held here are read.
+        partitions.retain(|p, _| t.partitions.get(*p as usize).is_some_and(Option::is_some));
         let known = self.known_metas(id, &mut partitions);
         for found in partitions.values_mut() {
             bucket::read_metas(&store, found)
@@ -166,13 +180,51 @@ impl Broker {
         for p in t.partitions.iter().flatten() {
             let found = partitions.get(&p.index).map_or(&[][..], Vec::as_slice);
             match bucket::plan_partition(found) {
-                Ok(plan) => follow(p, plan)?,
+                Ok(plan) => {
+                    self.bring_state_up_to_date(t, p, plan.max_epoch).await;
+                    follow(p, plan)?
+                }
                 Err(problems) => tracing::warn!(topic = %t.meta.name, partition = p.index,
                     problems = ?problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
                     "the source's objects do not hold together; keeping the remote log as it was"),
             }
         }
         Ok(())
+    }
+
+    /// The leader of a read-replica partition keeps its leader epoch above every epoch
+    /// of the source's batches, so that clients, which remember the epochs of the
+    /// batches they read, take its metadata for current.
+    ///
+    /// It also takes the replicas a reassignment adds into the ISR at once: they fetch
+    /// nothing from it (each follows the source itself), so they would never join it
+    /// by fetching, and the reassignment would never end.
+    async fn bring_state_up_to_date(&self, t: &TopicState, p: &Partition, source_epoch: i32) {
+        let Some(state) = t.state(p.index) else {
+            return;
+        };
+        let joining = state.adding.iter().any(|b| !state.isr.contains(b));
+        let behind = state.leader_epoch <= source_epoch;
+        if !p.is_leader() || !(behind || joining) || !self.lease_valid() {
+            return;
+        }
+        let mut isr = state.isr.clone();
+        isr.extend(state.adding.iter().filter(|b| !state.isr.contains(b)));
+        let next = shale_metastore::PartitionState {
+            leader_epoch: state.leader_epoch.max(source_epoch + 1),
+            isr,
+            ..state.clone()
+        };
+        let guard = shale_metastore::StateGuard::default();
+        match self.metastore.update_partition_state(&next, guard).await {
+            Ok(_) => {
+                tracing::info!(topic = %t.meta.name, partition = p.index, epoch = next.leader_epoch,
+                    isr = ?next.isr, "read replica: leader epoch and ISR brought up to date");
+                self.registry.stale();
+            }
+            Err(e) => tracing::debug!(topic = %t.meta.name, partition = p.index, error = %e,
+                "read replica: leader epoch not raised (the next poll tries again)"),
+        }
     }
 
     /// Fills in the descriptions already read; returns how many segments had one.
@@ -215,39 +267,21 @@ fn follow(p: &Partition, plan: bucket::PartitionPlan) -> Result<()> {
     p.follow_remote_log(remote_state_of(rows, end))
 }
 
-/// The id and partition count of topic `name` in the bucket: from the newest snapshot
-/// that has it, else from its segments' descriptions.
+/// The id and partition count of topic `name` in the bucket, from the newest snapshot
+/// that has it (the segments alone cannot tell how many partitions there are: some
+/// may have none yet).
 async fn find_source_topic(store: &ObjectStoreRef, name: &str, url: &str) -> Result<(Uuid, i32)> {
-    let store_error = |e: object_store::Error| Error::Tiering(e.into());
     let snapshots = match bucket::read_snapshots(store, Uuid::nil()).await {
         Ok(s) => s,
-        Err(bucket::BucketError::Store(e)) => return Err(store_error(e)),
+        Err(bucket::BucketError::Store(e)) => return Err(Error::Tiering(e.into())),
         Err(bucket::BucketError::Damaged(f)) => return Err(Error::InvalidRequest(f.to_string())),
     };
     let listed = (snapshots.clusters.iter().flat_map(|c| &c.topics)).find(|t| t.name == name);
-    if let Some(t) = listed {
-        return Ok((t.id, t.partitions));
+    match listed {
+        Some(t) => Ok((t.id, t.partitions)),
+        None => Err(Error::RemoteLogNotReady(format!(
+            "no snapshot in {url} has a topic '{name}' (the source cluster writes one every \
+             tiering.snapshot_interval_ms, 1 min by default, once the topic exists)"
+        ))),
     }
-    let mut listing = bucket::list_bucket(store, None)
-        .await
-        .map_err(store_error)?;
-    for (id, partitions) in &mut listing.segments {
-        // The first segment with a readable description names the topic.
-        for found in partitions.values_mut().flat_map(|f| f.iter_mut()) {
-            bucket::read_metas(store, std::slice::from_mut(found))
-                .await
-                .map_err(store_error)?;
-            let Some(Ok(meta)) = &found.meta else {
-                continue;
-            };
-            if meta.topic != name {
-                break;
-            }
-            let count = partitions.keys().max().map_or(1, |p| p + 1);
-            return Ok((*id, count));
-        }
-    }
-    Err(Error::InvalidRequest(format!(
-        "no topic '{name}' in {url}: neither its snapshots nor its segments name one"
-    )))
 }

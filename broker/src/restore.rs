@@ -55,6 +55,9 @@ pub struct RestoreRequest {
     /// snapshot): a smaller cluster, or one broker on a laptop, can restore a bigger
     /// one's history.
     pub replication_factor: Option<i32>,
+    /// Restore although another cluster's brokers wrote to the bucket lately (they
+    /// may still run: two clusters would write one history).
+    pub force: bool,
 }
 
 /// What a restore did (or, dry, would do).
@@ -211,6 +214,23 @@ impl Broker {
             Err(BucketError::Damaged(f)) => return Err(refused(&[f])),
             Err(BucketError::Store(e)) => return Err(store_error(e)),
         };
+        let alive = (snapshots.brokers.iter())
+            .filter(|b| b.cluster_id != self.cluster_id())
+            .filter(|b| crate::clock::now_ms() - b.taken_at_ms < crate::snapshots::ALIVE_MS)
+            .max_by_key(|b| b.taken_at_ms);
+        if let Some(b) = alive
+            && !req.force
+        {
+            return Err(Error::InvalidRequest(format!(
+                "broker {} of cluster {} wrote to the bucket {} s ago: that cluster may still be \
+                 running, and two clusters would write one history; stop its brokers (or wait \
+                 {} min after they stopped), or restore with --force",
+                b.broker_id,
+                b.cluster_id,
+                (crate::clock::now_ms() - b.taken_at_ms) / 1000,
+                crate::snapshots::ALIVE_MS / 60_000
+            )));
+        }
         let mut listing = bucket::list_bucket(&store, None)
             .await
             .map_err(store_error)?;

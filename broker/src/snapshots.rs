@@ -14,13 +14,19 @@ use shale_tiering::snapshot::{
 };
 
 use crate::broker::Broker;
+
+/// A broker whose snapshot is younger than this may still run: each writes its own
+/// at least every half of it.
+pub(crate) const ALIVE_MS: i64 = 600_000;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 
-/// What this broker last wrote (with `taken_at_ms` 0, to compare contents).
+/// What this broker last wrote (with `taken_at_ms` 0, to compare contents), and when
+/// it last wrote its own.
 #[derive(Debug, Default)]
 pub(crate) struct LastSnapshots {
     broker: Option<BrokerSnapshot>,
+    broker_at_ms: i64,
     cluster: Option<ClusterSnapshot>,
 }
 
@@ -49,15 +55,22 @@ impl Broker {
             taken_at_ms: 0,
             partitions,
         };
-        let previous = last.lock().expect("not poisoned").broker.clone();
-        if previous.as_ref() != Some(&broker) {
+        let (previous, at) = {
+            let last = last.lock().expect("not poisoned");
+            (last.broker.clone(), last.broker_at_ms)
+        };
+        // Written again, unchanged, as a sign of life: a restore refuses to take over
+        // a bucket whose brokers wrote to it lately.
+        let now = now_ms();
+        if previous.as_ref() != Some(&broker) || now - at >= ALIVE_MS / 2 {
             let path = broker_snapshot_path(self.cluster_id(), self.config.broker_id);
             let stamped = BrokerSnapshot {
-                taken_at_ms: now_ms(),
+                taken_at_ms: now,
                 ..broker.clone()
             };
             self.put_json(&path, &stamped).await?;
-            last.lock().expect("not poisoned").broker = Some(broker);
+            let mut last = last.lock().expect("not poisoned");
+            (last.broker, last.broker_at_ms) = (Some(broker), now);
         }
         let controller = self.metastore.controller().await?;
         if !controller.is_some_and(|c| c.broker_id == self.config.broker_id && c.remaining_ms > 0) {

@@ -72,6 +72,10 @@ pub(crate) enum ClusterCommand {
         /// snapshot), to restore onto fewer brokers.
         #[arg(long)]
         replication_factor: Option<i32>,
+        /// Restore although another cluster's brokers wrote to the bucket in the last
+        /// 10 minutes (refused otherwise: that cluster may still be running).
+        #[arg(long)]
+        force: bool,
     },
     /// The moves the balancer would start now (decommissions, dead brokers'
     /// replacements, replica and leader balance).
@@ -185,9 +189,10 @@ pub(crate) async fn cluster(
             topic,
             dry_run,
             replication_factor,
+            force,
         } => {
             let report = client
-                .restore_cluster(from.as_deref(), &topic, dry_run, replication_factor)
+                .restore_cluster(from.as_deref(), &topic, dry_run, replication_factor, force)
                 .await?;
             crate::restore::print(&report, dry_run, output)
         }

@@ -93,13 +93,15 @@ impl Client {
 
     /// Restores topics from the bucket the cluster is configured with (`from`, if
     /// given, must name it): every topic it holds, or only `topics`.
-    /// `replication_factor` replaces each topic's own.
+    /// `replication_factor` replaces each topic's own; `force` restores although
+    /// another cluster's brokers wrote to the bucket lately.
     pub async fn restore_cluster(
         &self,
         from: Option<&str>,
         topics: &[String],
         dry_run: bool,
         replication_factor: Option<i32>,
+        force: bool,
     ) -> Result<RestoreClusterResponse> {
         let r = self
             .admin
@@ -109,6 +111,7 @@ impl Client {
                 topics: topics.to_vec(),
                 dry_run,
                 replication_factor: replication_factor.unwrap_or(0),
+                force,
             })
             .await?
             .into_inner();

@@ -441,6 +441,12 @@ impl TopicConfig {
             .collect()
     }
 
+    /// Whether the topic's history may be in an object store: tiered, or a read
+    /// replica of another cluster's bucket.
+    pub fn has_remote_log(&self) -> bool {
+        self.remote_storage_enable || !self.read_replica_of.is_empty()
+    }
+
     /// Total retention by time and by size: none under `cleanup.policy=compact`
     /// (compaction alone decides what goes).
     pub fn total_retention(&self) -> (i64, i64) {

@@ -394,6 +394,7 @@ impl Admin for Front {
             topics: r.topics,
             dry_run: r.dry_run,
             replication_factor: Some(r.replication_factor).filter(|f| *f > 0),
+            force: r.force,
         };
         let result = self.service.restore_cluster(&ctx, req).await;
         let error = error_result(&result);

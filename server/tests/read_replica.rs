@@ -82,6 +82,25 @@ async fn wait_for_ends(c: &Client, want: i64, what: &str) -> Duration {
     }
 }
 
+/// Reads every partition from offset 0 to `to`, each record checked.
+async fn replay(c: Client, to: i64) {
+    let mut consumer = Consumer::new(c, TOPIC, None, StartFrom::Earliest)
+        .await
+        .unwrap();
+    let mut next: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next.values().any(|o| *o < to) {
+        assert!(Instant::now() < deadline, "replay stuck at {next:?}");
+        for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            let expected = next.get_mut(&r.partition).unwrap();
+            assert_eq!(r.offset, *expected, "partition {}", r.partition);
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            assert_eq!(v, value(r.partition, r.offset));
+            *expected += 1;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refuses_writes() {
     let s3 = S3Server::start("shale-replica");
@@ -90,10 +109,10 @@ async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refus
     let (source, _db, _cfg) = broker(
         &s3,
         "source",
-        "[tiering]\nupload_interval_ms = 200\nmax_local_only_ms = 2000\n",
+        "[tiering]\nupload_interval_ms = 200\nmax_local_only_ms = 2000\nsnapshot_interval_ms = 200\n",
     )
     .await;
-    let (replica, _db2, _cfg2) = broker(
+    let (mut replica, _db2, _cfg2) = broker(
         &s3,
         "replay",
         "[tiering]\nread_replica_poll_interval_ms = 500\n",
@@ -108,13 +127,24 @@ async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refus
     produce(&src, 0, 1000).await;
 
     // The replica: created by name from the source's bucket, with its id and
-    // partition count.
+    // partition count, once the source's snapshot has the topic.
     let from = format!("s3://{}/source", s3.bucket);
-    let out = replica.cli_ok(
-        &["topic", "create", TOPIC, "--read-replica-of", &from],
-        None,
-    );
-    assert!(out.contains("created topic"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = replica.cli(
+            &["topic", "create", TOPIC, "--read-replica-of", &from],
+            None,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            assert!(stdout.contains("created topic"), "{stdout}");
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains("no snapshot"), "{stderr}");
+        assert!(Instant::now() < deadline, "{stderr}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let rep = replica.client().await;
     let described = rep.describe_topic(TOPIC).await.unwrap();
     let source_topic = src.describe_topic(TOPIC).await.unwrap();
@@ -126,6 +156,20 @@ async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refus
     assert_eq!(described.configs["read.replica.of"], from);
     let took = wait_for_ends(&rep, 1000, "every record reaches the replica").await;
     eprintln!("[read replica] 1000 records a partition followed in {took:?}");
+    // Its leaders' epochs stay above the source's batches' (clients remember those).
+    let source_epochs = (src.describe_topic(TOPIC).await.unwrap().partitions.iter())
+        .map(|p| p.leader_epoch)
+        .max()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let partitions = rep.describe_topic(TOPIC).await.unwrap().partitions;
+        if partitions.iter().all(|p| p.leader_epoch > source_epochs) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica epochs {partitions:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Writes are refused, with a clear error, and change nothing.
     let mut producer = Producer::new(rep.clone(), TOPIC, Acks::All).await.unwrap();
@@ -149,21 +193,11 @@ async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refus
     // A full replay from offset 0 while the producing broker is paused: the replay
     // cannot ask it anything.
     source.pause();
-    let mut consumer = Consumer::new(rep.clone(), TOPIC, None, StartFrom::Offset(0))
-        .await
-        .unwrap();
-    let mut next: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while next.values().any(|o| *o < 1000) {
-        assert!(Instant::now() < deadline, "replay stuck at {next:?}");
-        for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
-            let expected = next.get_mut(&r.partition).unwrap();
-            assert_eq!(r.offset, *expected, "partition {}", r.partition);
-            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-            assert_eq!(v, value(r.partition, r.offset));
-            *expected += 1;
-        }
-    }
+    replay(rep.clone(), 1000).await;
+    // Restarted, the replica serves nothing before it has read its source again (a
+    // consumer starting at the earliest offset must not be sent past the history).
+    replica.restart().await;
+    replay(replica.client().await, 1000).await;
     source.resume();
 
     // New records follow: within the poll interval and a segment roll.

@@ -308,7 +308,7 @@ fn restore(broker: &Broker, extra: &[&str]) -> Result<String, String> {
 /// they were.
 async fn assert_refused(cluster: &Cluster, dir: &Path, object: &str, what: &str) {
     let before = segment_files(dir);
-    let err = restore(&cluster.brokers[0], &[]).expect_err(what);
+    let err = restore(&cluster.brokers[0], &["--force"]).expect_err(what);
     assert!(
         err.contains(object),
         "{what}: the refusal names {object}: {err}"
@@ -476,11 +476,19 @@ async fn a_cluster_restored_from_the_bucket_alone_serves_every_uploaded_record_a
     // Another bucket than the cluster's is refused too.
     let err = restore(&second.brokers[0], &["--from", "s3://elsewhere/x"]).unwrap_err();
     assert!(err.contains("s3://elsewhere/x"), "{err}");
+    // The first cluster's brokers wrote to the bucket moments ago: without --force the
+    // restore takes them for running still.
+    let err = restore(&second.brokers[0], &[]).unwrap_err();
+    assert!(err.contains("may still be running"), "{err}");
 
     // The restore: what it says it brought back, and lost.
     let from = format!("s3://{}/{PREFIX}", s3.bucket);
     let dry: serde_json::Value = serde_json::from_str(
-        &restore(&second.brokers[1], &["--from", &from, "--dry-run"]).unwrap(),
+        &restore(
+            &second.brokers[1],
+            &["--from", &from, "--dry-run", "--force"],
+        )
+        .unwrap(),
     )
     .unwrap();
     assert_eq!(dry["dry_run"], true);
@@ -494,7 +502,8 @@ async fn a_cluster_restored_from_the_bucket_alone_serves_every_uploaded_record_a
             .is_empty()
     );
     let report: serde_json::Value =
-        serde_json::from_str(&restore(&second.brokers[1], &["--from", &from]).unwrap()).unwrap();
+        serde_json::from_str(&restore(&second.brokers[1], &["--from", &from, "--force"]).unwrap())
+            .unwrap();
     println!("restore report: {report:#}");
     let topic = &report["topics"][0];
     assert_eq!(topic["topic"], TOPIC);
@@ -531,7 +540,8 @@ async fn a_cluster_restored_from_the_bucket_alone_serves_every_uploaded_record_a
     assert_eq!(report["groups"][0]["moved_back"], 1);
     // Run again (after a failure, say), it leaves the topic it restored as it is.
     let again: serde_json::Value =
-        serde_json::from_str(&restore(&second.brokers[0], &["--topic", TOPIC]).unwrap()).unwrap();
+        serde_json::from_str(&restore(&second.brokers[0], &["--topic", TOPIC, "--force"]).unwrap())
+            .unwrap();
     assert_eq!(again["topics"][0]["existed"], true);
 
     // Every uploaded record, at its offset, from the new cluster.

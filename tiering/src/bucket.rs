@@ -319,6 +319,9 @@ pub fn plan_partition(found: &[FoundSegment]) -> Result<PartitionPlan, Vec<Findi
     };
     for f in found {
         plan.highest_named = plan.highest_named.max(f.key.end_offset);
+        if f.objects.is_empty() {
+            continue;
+        }
         if let Some(Ok(meta)) = &f.meta {
             let top = meta.epochs.iter().map(|e| e.0).max().unwrap_or(-1);
             plan.max_epoch = plan.max_epoch.max(meta.leader_epoch).max(top);
@@ -520,28 +523,38 @@ pub async fn list_bucket(
     Ok(listing)
 }
 
-/// Reads the `.meta` of every segment that has one, a few at a time. A `.meta` that
-/// cannot be read or parsed is recorded on its segment; a store error stops it.
+/// Reads the `.meta` of every segment that has one and whose description is not known
+/// yet, a few at a time. A `.meta` that cannot be parsed is recorded on its segment;
+/// one deleted since the listing leaves its segment as if it had none (a deletion
+/// under way); another store error stops it.
 pub async fn read_metas(
     store: &ObjectStoreRef,
     segments: &mut [FoundSegment],
 ) -> object_store::Result<()> {
     let wanted: Vec<(usize, Path)> = (segments.iter().enumerate())
-        .filter(|(_, f)| f.size(ObjectKind::Meta).is_some())
+        .filter(|(_, f)| f.meta.is_none() && f.size(ObjectKind::Meta).is_some())
         .map(|(i, f)| (i, f.key.path(ObjectKind::Meta)))
         .collect();
-    let read: Vec<(usize, Result<SegmentMeta, String>)> = futures::stream::iter(wanted)
+    let read: Vec<(usize, Option<Result<SegmentMeta, String>>)> = futures::stream::iter(wanted)
         .map(|(i, path)| async move {
-            let bytes = store.get(&path).await?.bytes().await?;
+            let bytes = match store.get(&path).await {
+                Ok(got) => got.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => return Ok((i, None)),
+                Err(e) => return Err(e),
+            };
             let meta = serde_json::from_slice::<SegmentMeta>(&bytes)
                 .map_err(|e| format!("not a segment description: {e}"));
-            Ok::<_, object_store::Error>((i, meta))
+            Ok::<_, object_store::Error>((i, Some(meta)))
         })
         .buffer_unordered(16)
         .try_collect()
         .await?;
     for (i, meta) in read {
-        segments[i].meta = Some(meta);
+        match meta {
+            Some(meta) => segments[i].meta = Some(meta),
+            // Deleted since the listing (`.meta` goes last): no longer there at all.
+            None => segments[i].objects.clear(),
+        }
     }
     Ok(())
 }

@@ -185,6 +185,10 @@ impl Partition {
                 current,
             });
         }
+        if !self.config().read_replica_of.is_empty() {
+            let remote = self.remote_state();
+            return Ok(remote.epoch_end_offset(leader_epoch).unwrap_or((-1, -1)));
+        }
         Ok(r.log.epoch_end_offset(leader_epoch).unwrap_or((-1, -1)))
     }
 

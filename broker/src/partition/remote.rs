@@ -95,6 +95,23 @@ impl RemoteState {
             .collect()
     }
 
+    /// OffsetForLeaderEpoch from the remote log's lineage: the largest epoch up to
+    /// `epoch` among its segments' batches, and where the next one starts (the remote
+    /// log's end for the last). What a read replica answers: its own log never holds a
+    /// batch.
+    pub fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
+        let lineage: Vec<(i32, i64)> = self
+            .segments
+            .iter()
+            .flat_map(|s| s.epochs.iter().copied())
+            .collect();
+        let (found, _) = lineage.iter().rev().find(|(e, _)| *e <= epoch)?;
+        let next = (lineage.iter())
+            .find(|(e, _)| e > found)
+            .map(|(_, start)| *start);
+        Some((*found, next.unwrap_or(self.end_offset + 1)))
+    }
+
     /// The remote segment holding `offset`.
     pub fn find(&self, offset: i64) -> Option<&RemoteSegment> {
         let i = self.segments.partition_point(|s| s.end_offset < offset);
@@ -171,7 +188,9 @@ impl Partition {
     pub(crate) fn follow_remote_log(&self, state: RemoteState) -> Result<()> {
         let mut r = self.replica();
         let next = state.end_offset + 1;
-        if next > r.log.log_end_offset() {
+        // Back too: after the source cut its remote log (an unclean election there),
+        // its new records come at the offsets it gave up.
+        if next != r.log.log_end_offset() || r.log.log_start_offset() != next {
             r.log.reset_to(next)?;
             self.high_watermark.send_replace(next);
         }
@@ -206,4 +225,48 @@ fn epochs_of(r: &Replica) -> Vec<(i32, i64)> {
         .iter()
         .map(|e| (e.epoch, e.start_offset))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use shale_metastore::RemoteSegmentState;
+
+    use super::*;
+
+    fn segment(base: i64, end: i64, epochs: &[(i32, i64)]) -> RemoteSegment {
+        RemoteSegment {
+            segment_id: uuid::Uuid::new_v4(),
+            topic_id: uuid::Uuid::nil(),
+            partition: 0,
+            base_offset: base,
+            end_offset: end,
+            max_timestamp: 0,
+            leader_epoch: 0,
+            size_bytes: 0,
+            state: RemoteSegmentState::CopyFinished,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            epochs: epochs.to_vec(),
+            object_end_offset: end,
+        }
+    }
+
+    #[test]
+    fn epochs_end_where_the_next_starts_in_the_remote_lineage() {
+        let state = RemoteState {
+            loaded: true,
+            needs_cleanup: false,
+            segments: Arc::new(vec![
+                segment(0, 99, &[(2, 0), (4, 60)]),
+                segment(100, 199, &[(4, 100), (7, 150)]),
+            ]),
+            end_offset: 199,
+            retained_from: 0,
+        };
+        assert_eq!(state.epoch_end_offset(2), Some((2, 60)));
+        assert_eq!(state.epoch_end_offset(3), Some((2, 60)));
+        assert_eq!(state.epoch_end_offset(4), Some((4, 150)));
+        assert_eq!(state.epoch_end_offset(9), Some((7, 200)));
+        assert_eq!(state.epoch_end_offset(1), None);
+    }
 }

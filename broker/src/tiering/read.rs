@@ -103,6 +103,13 @@ impl Broker {
         seg: &RemoteSegment,
         object: String,
     ) -> Result<RemoteState> {
+        // A read replica learns of its source's deletions at its next poll, not from
+        // the metastore: until then, retriable.
+        if !p.config().read_replica_of.is_empty() {
+            return Err(Error::RemoteLogNotReady(format!(
+                "{object} was deleted from the read replica's source; it is read again at the next poll"
+            )));
+        }
         let listed = |state: &RemoteState| {
             state
                 .segments

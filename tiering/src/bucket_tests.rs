@@ -1,11 +1,12 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
+use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 
 use super::*;
 use crate::snapshot::{
-    RestoredMarker, SNAPSHOT_VERSION, cluster_snapshot_path, restored_marker_path,
+    ClusterSnapshot, RestoredMarker, SNAPSHOT_VERSION, cluster_snapshot_path, restored_marker_path,
 };
 
 const T: Uuid = Uuid::from_u128(7);

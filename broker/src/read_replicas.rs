@@ -68,8 +68,8 @@ impl Broker {
     }
 
     /// Creates topic `name` as a read replica of the topic of that name in the bucket
-    /// `url`: with its id and partition count (from the source's snapshots, else its
-    /// segments' descriptions) and `replication_factor` replicas here.
+    /// `url`: with its id and partition count (from the source's snapshots) and
+    /// `replication_factor` replicas here.
     pub(crate) async fn create_read_replica(
         &self,
         name: &str,

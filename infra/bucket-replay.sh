@@ -28,6 +28,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'echo "bucket-replay.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() {
@@ -133,15 +134,16 @@ replayed=$(wc -l <"$WORK/replayed.txt")
 missing=$(comm -23 "$WORK/replayed.txt" "$WORK/production.txt" | wc -l)
 [ "$missing" -eq 0 ] || {
   echo "$missing replayed records differ from production's:" >&2
-  comm -23 "$WORK/replayed.txt" "$WORK/production.txt" | head -5 >&2
+  comm -23 "$WORK/replayed.txt" "$WORK/production.txt" | awk 'NR <= 5' >&2
   exit 1
 }
 for p in 0 1; do
-  first=$(find "$COPY"/*/"$p" -name '*.meta' -printf '%f\n' | sort | head -1 | cut -d- -f1)
+  # (awk and tail read to the end: `head` would end a pipe early, and pipefail fail it)
+  first=$(find "$COPY"/*/"$p" -name '*.meta' -printf '%f\n' | sort | awk 'NR == 1' | cut -d- -f1)
   last=$(find "$COPY"/*/"$p" -name '*.meta' -printf '%f\n' | sort | tail -1 | cut -d- -f2)
   want=$(( 10#$last - 10#$first + 1 ))
   got=$(awk -v p="$p" '$1 == p' "$WORK/replayed.txt" | wc -l)
-  from=$(awk -v p="$p" '$1 == p {print $2}' "$WORK/replayed.txt" | sort -n | head -1)
+  from=$(awk -v p="$p" '$1 == p && (min == "" || $2 < min) {min = $2} END {print min}' "$WORK/replayed.txt")
   [ "$got" -eq "$want" ] && [ "$from" -eq $((10#$first)) ] || {
     echo "partition $p: replayed $got records from $from, the copy holds $want from $((10#$first))" >&2
     exit 1

@@ -2,8 +2,8 @@
 //! `shale_tiering::snapshot`), so that the bucket alone can bring the cluster back:
 //! every broker writes the high watermarks of the partitions it leads, and the
 //! controller writes the topics, their configs, leader epochs and log starts, and
-//! every group's committed offsets, each under the cluster's id. Each goes up only
-//! when its content changed.
+//! every group's committed offsets, each under the cluster's id. Each goes up when its
+//! content changed; a broker's also at least every 5 minutes, as a sign of life.
 
 use std::sync::Mutex;
 
@@ -14,12 +14,12 @@ use shale_tiering::snapshot::{
 };
 
 use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
 
 /// A broker whose snapshot is younger than this may still run: each writes its own
 /// at least every half of it.
 pub(crate) const ALIVE_MS: i64 = 600_000;
-use crate::clock::now_ms;
-use crate::error::{Error, Result};
 
 /// What this broker last wrote (with `taken_at_ms` 0, to compare contents), and when
 /// it last wrote its own.

@@ -21,10 +21,14 @@ S3S=$(command -v s3s-fs || echo "$HOME/.cargo/bin/s3s-fs")
 [ -x "$S3S" ] || { echo "s3s-fs is missing: run infra/test-services.sh" >&2; exit 1; }
 
 WORK=$(mktemp -d)
-PIDS=()
+# Processes are started inside $(...), a subshell: their pids go to a file.
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -f "$WORK/pids" ]; then
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$WORK/pids"
+    while read -r pid; do
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    done <"$WORK/pids"
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -47,7 +51,7 @@ s3() {
   mkdir -p "$WORK/$1/$2"
   "$S3S" --host 127.0.0.1 --port "$p" --access-key walk --secret-key walk-secret "$WORK/$1" \
     >"$WORK/$1.log" 2>&1 &
-  PIDS+=($!)
+  echo $! >>"$WORK/pids"
   wait_port "$p"
   echo "$p"
 }
@@ -73,7 +77,7 @@ snapshot_interval_ms = 500
 TOML
   "$BIN/shale-broker" --config "$WORK/$1.toml" --data-dir "$WORK/$1-data" --listen "$grpc" \
     --http-listen "$http" --object-store-url "s3://$3/logs" >"$WORK/$1-broker.log" 2>&1 &
-  PIDS+=($!)
+  echo $! >>"$WORK/pids"
   wait_port "${grpc#*:}"
   echo "$grpc"
 }

@@ -69,24 +69,13 @@ enum State<'a> {
     Deleting,
 }
 
-pub(crate) fn kind_name(kind: ObjectKind) -> &'static str {
-    match kind {
-        ObjectKind::Log => "log",
-        ObjectKind::Indexes => "indexes",
-        ObjectKind::Meta => "meta",
-        ObjectKind::Index => "index",
-        ObjectKind::TimeIndex => "timeindex",
-        ObjectKind::Keys => "keys",
-    }
-}
-
 impl FoundSegment {
     fn path(&self, kind: ObjectKind) -> String {
         self.key.path(kind).to_string()
     }
 
     fn size(&self, kind: ObjectKind) -> Option<u64> {
-        self.objects.get(kind_name(kind)).copied()
+        self.objects.get(kind.extension()).copied()
     }
 
     fn check(&self) -> Result<State<'_>, Finding> {

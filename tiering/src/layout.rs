@@ -39,7 +39,8 @@ impl ObjectKind {
     /// The kinds a segment copied now has.
     pub const WRITTEN: [ObjectKind; 3] = [ObjectKind::Log, ObjectKind::Indexes, ObjectKind::Meta];
 
-    fn extension(self) -> &'static str {
+    /// The extension of this kind's objects (`log`, `meta`, …).
+    pub(crate) fn extension(self) -> &'static str {
         match self {
             ObjectKind::Log => "log",
             ObjectKind::Indexes => "indexes",

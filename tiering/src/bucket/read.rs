@@ -8,7 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use uuid::Uuid;
 
-use super::{Finding, FoundSegment, kind_name};
+use super::{Finding, FoundSegment};
 use crate::layout::{ObjectKind, SegmentKey, SegmentMeta};
 use crate::snapshot::{
     BrokerSnapshot, ClusterSnapshot, RestoredMarker, SNAPSHOT_DIR, broker_snapshots_dir,
@@ -66,7 +66,7 @@ pub async fn list_bucket(
             modified_ms: 0,
             meta: None,
         });
-        found.objects.insert(kind_name(kind), o.size);
+        found.objects.insert(kind.extension(), o.size);
         found.modified_ms = found.modified_ms.max(o.last_modified.timestamp_millis());
     }
     for ((topic, partition, ..), found) in by_key {

@@ -72,6 +72,10 @@ pub enum Error {
     )]
     ReadReplica { topic: String, of: String },
     #[error(
+        "topic '{0}' is read-only (read.only=true: being unmounted, or unmounted): it takes no writes"
+    )]
+    ReadOnly(String),
+    #[error(
         "local disk limit reached: partition logs hold {used} bytes, the limit is {limit}; retry once segments are uploaded and deleted"
     )]
     LocalDiskFull { used: u64, limit: u64 },
@@ -188,7 +192,7 @@ impl Error {
             OffsetNotAvailable { .. } => ErrorCode::OffsetNotAvailable,
             InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             InvalidRequest(_) => ErrorCode::InvalidRequest,
-            ReadReplica { .. } => ErrorCode::InvalidTopicException,
+            ReadReplica { .. } | ReadOnly(_) => ErrorCode::InvalidTopicException,
             ShuttingDown => ErrorCode::LeaderNotAvailable,
             Storage(_) | LocalDiskFull { .. } => ErrorCode::KafkaStorageError,
             Metastore(e) if e.is_retriable() => ErrorCode::RequestTimedOut,

@@ -77,6 +77,9 @@ impl Broker {
                         let topic = p.topic.to_string();
                         (Err(Error::ReadReplica { topic, of }), None)
                     }
+                    Ok(p) if p.config().read_only => {
+                        (Err(Error::ReadOnly(p.topic.to_string())), None)
+                    }
                     Ok(p) => {
                         let min_isr = p.config().min_insync_replicas.max(1) as usize;
                         let r = p.append(&records, (acks == -1).then_some(min_isr), now);

@@ -24,7 +24,10 @@
 //! restore run again after a failure skips the topics it restored already (same name
 //! and id) and restores the groups' offsets.
 
+mod mount;
 mod plan;
+
+pub use mount::{MountReport, MountRequest};
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -76,11 +76,14 @@ impl Broker {
         if !controller.is_some_and(|c| c.broker_id == self.config.broker_id && c.remaining_ms > 0) {
             return Ok(());
         }
+        // Stamped with when the metastore was read: what changed after (an unmount)
+        // is newer than the snapshot.
+        let taken = now_ms();
         let cluster = self.cluster_snapshot().await?;
         let previous = last.lock().expect("not poisoned").cluster.clone();
         if previous.as_ref() != Some(&cluster) {
             let stamped = ClusterSnapshot {
-                taken_at_ms: now_ms(),
+                taken_at_ms: taken,
                 ..cluster.clone()
             };
             self.put_json(&cluster_snapshot_path(self.cluster_id()), &stamped)
@@ -106,7 +109,7 @@ impl Broker {
 
     /// The topics, their partitions' epochs and log starts, and the groups' offsets,
     /// as the metastore has them now (`taken_at_ms` 0).
-    async fn cluster_snapshot(&self) -> Result<ClusterSnapshot> {
+    pub(crate) async fn cluster_snapshot(&self) -> Result<ClusterSnapshot> {
         let m = &self.metastore;
         let topics = m.list_topics().await?;
         let states = m.list_partition_states().await?;

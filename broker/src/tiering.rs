@@ -92,7 +92,12 @@ impl Broker {
         tokio::task::spawn_blocking(move || {
             let now = now_ms();
             for p in rolled {
-                let max_age = p.config().segment_ms.min(max_local_only);
+                // A read-only topic's last records go to the bucket at once (unmount).
+                let max_age = if p.config().read_only {
+                    -1
+                } else {
+                    p.config().segment_ms.min(max_local_only)
+                };
                 match p.roll_if_older(max_age, now) {
                     Ok(true) => tracing::debug!(topic = %p.topic, partition = p.index, max_age,
                         "sealed an old active segment for upload"),

@@ -69,6 +69,33 @@ pub(crate) enum TopicCommand {
         /// The topic.
         name: String,
     },
+    /// Unmount a tiered topic: it takes no more writes (`read.only`), its leaders copy
+    /// every record to the bucket, its description goes there too, and it leaves the
+    /// cluster; its objects stay, for `shale topic mount` here or on another cluster
+    /// that uses the bucket.
+    Unmount {
+        /// The topic.
+        name: String,
+        /// How long to wait for the leaders to copy their logs (seconds).
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Mount a topic unmounted into this cluster's bucket: it comes back with its id
+    /// and offsets, and takes writes from where it ended.
+    Mount {
+        /// The topic.
+        name: String,
+        /// The bucket (`s3://bucket/prefix`); it must be the one the brokers use.
+        #[arg(long, value_name = "BUCKET_URL")]
+        from: Option<String>,
+        /// Replicas per partition (default: the topic's own).
+        #[arg(long)]
+        replication_factor: Option<i32>,
+        /// Mount although another cluster owns the topic (only once it is gone: two
+        /// clusters must never write one topic).
+        #[arg(long)]
+        force: bool,
+    },
     /// Delete the records below an offset (Kafka's DeleteRecords): the partition's log
     /// start moves there, locally and in the object store, for good.
     DeleteRecords {
@@ -210,6 +237,27 @@ pub(crate) async fn run(
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;
             out::print(&format!("deleted topic {name}\n"))?;
+        }
+        TopicCommand::Unmount { name, timeout } => {
+            let r = (client.unmount_topic(&name, std::time::Duration::from_secs(timeout))).await?;
+            match output {
+                OutputFormat::Json => out::json(&json!({
+                    "topic": name, "topic_id": r.topic_id, "description": r.description,
+                }))?,
+                OutputFormat::Text => out::print(&format!(
+                    "unmounted topic {name} ({}): every record is in the bucket, described by {}\n",
+                    r.topic_id, r.description
+                ))?,
+            }
+        }
+        TopicCommand::Mount {
+            name,
+            from,
+            replication_factor,
+            force,
+        } => {
+            let r = (client.mount_topic(&name, from.as_deref(), replication_factor, force)).await?;
+            crate::restore::print_mount(&r, output)?;
         }
         TopicCommand::DeleteRecords {
             name,

@@ -60,7 +60,7 @@ fn endpoint(address: &str, security: &ClientSecurity) -> Result<Endpoint> {
     security.apply(endpoint)
 }
 
-fn admin_client(channel: Chan) -> AdminClient<Chan> {
+pub(crate) fn admin_client(channel: Chan) -> AdminClient<Chan> {
     AdminClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)

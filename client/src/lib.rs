@@ -18,6 +18,7 @@ mod find;
 pub mod format;
 pub mod group;
 mod group_admin;
+mod mount;
 pub mod partitioner;
 pub mod producer;
 mod security;

@@ -124,6 +124,10 @@ pub struct TopicConfig {
     /// of the cluster that writes the topic, whose segments it serves read-only.
     /// Empty: a topic of this cluster. Set at creation only.
     pub read_replica_of: String,
+    /// Produce is refused (`shale topic unmount` sets it while the topic's last
+    /// records go to the bucket); tiered partitions seal and copy their active
+    /// segments at once.
+    pub read_only: bool,
 }
 
 impl Default for TopicConfig {
@@ -152,6 +156,7 @@ impl Default for TopicConfig {
             compression_type: CompressionType::Producer,
             message_format_version: "3.0-IV1".to_string(),
             read_replica_of: String::new(),
+            read_only: false,
         }
     }
 }
@@ -173,6 +178,7 @@ pub const KEYS: &[&str] = &[
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "min.insync.replicas",
+    "read.only",
     "read.replica.of",
     "remote.storage.enable",
     "retention.bytes",
@@ -290,6 +296,7 @@ impl TopicConfig {
                 }
             }
             "remote.storage.enable" => self.remote_storage_enable = boolean(key, value)?,
+            "read.only" => self.read_only = boolean(key, value)?,
             "read.replica.of" => {
                 let url = value.trim();
                 if !(url.is_empty() || url.starts_with("s3://") || url.starts_with("file://")) {
@@ -395,6 +402,7 @@ impl TopicConfig {
             },
             "remote.storage.enable" => self.remote_storage_enable.to_string(),
             "read.replica.of" => self.read_replica_of.clone(),
+            "read.only" => self.read_only.to_string(),
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),

@@ -194,6 +194,10 @@ impl Admin for Front {
                 cleanable_ratio: t.cleaner.map_or(0.0, |c| c.dirty_ratio()),
                 dirty_bytes: t.cleaner.map_or(-1, |c| c.dirty_bytes as i64),
                 last_cleaned_ms: t.cleaner.map_or(-1, |c| c.last_clean_ms),
+                leader: t.leader,
+                high_watermark: t.high_watermark,
+                log_end_offset: t.log_end_offset,
+                read_only: t.read_only,
             })
             .collect();
         Ok(Response::new(TieringStatusResponse {
@@ -397,39 +401,51 @@ impl Admin for Front {
             force: r.force,
         };
         let result = self.service.restore_cluster(&ctx, req).await;
+        Ok(Response::new(crate::restore::restore_response(result)))
+    }
+
+    async fn unmount_topic(
+        &self,
+        request: Request<UnmountTopicRequest>,
+    ) -> Result<Response<UnmountTopicResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let r = request.into_inner();
+        let detach = r.step() == unmount_topic_request::Step::Detach;
+        let ends = detach.then_some(r.ends);
+        let result = self.service.unmount_topic(&ctx, &r.name, ends).await;
         let error = error_result(&result);
-        let report = result.unwrap_or_default();
-        Ok(Response::new(RestoreClusterResponse {
+        let (id, description) = result.map_or((String::new(), None), |(id, d)| (id.to_string(), d));
+        Ok(Response::new(UnmountTopicResponse {
             error,
-            snapshot_taken_at_ms: report.snapshot_taken_at_ms.unwrap_or(-1),
-            topics: (report.topics.into_iter())
-                .map(|t| RestoredTopic {
-                    name: t.name,
-                    topic_id: t.id.to_string(),
-                    from_snapshot: t.from_snapshot,
-                    existed: t.existed,
-                    partitions: (t.partitions.into_iter())
-                        .map(|p| RestoredPartition {
-                            partition: p.partition,
-                            segments: p.segments as i32,
-                            remote_start_offset: p.remote.map_or(-1, |r| r.0),
-                            remote_end_offset: p.remote.map_or(-1, |r| r.1),
-                            next_offset: p.next_offset,
-                            leader_epoch: p.leader_epoch,
-                            snapshot_high_watermark: p.snapshot_high_watermark.unwrap_or(-1),
-                            lost_records: p.lost_records.unwrap_or(-1),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            groups: (report.groups.into_iter())
-                .map(|g| RestoredGroup {
-                    group: g.group,
-                    offsets: g.offsets as i32,
-                    moved_back: g.moved_back as i32,
-                })
-                .collect(),
-            ignored: report.ignored,
+            topic_id: id,
+            description: description.unwrap_or_default(),
+        }))
+    }
+
+    async fn mount_topic(
+        &self,
+        request: Request<MountTopicRequest>,
+    ) -> Result<Response<MountTopicResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let r = request.into_inner();
+        let req = shale_service::MountRequest {
+            name: r.name,
+            from: Some(r.from).filter(|f| !f.is_empty()),
+            replication_factor: Some(r.replication_factor).filter(|f| *f > 0),
+            force: r.force,
+        };
+        let result = self.service.mount_topic(&ctx, req).await;
+        let error = error_result(&result);
+        Ok(Response::new(match result {
+            Ok(report) => MountTopicResponse {
+                error,
+                topic: Some(crate::restore::restored_topic(report.topic)),
+                ignored: report.ignored,
+            },
+            Err(_) => MountTopicResponse {
+                error,
+                ..Default::default()
+            },
         }))
     }
 

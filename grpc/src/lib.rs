@@ -11,6 +11,7 @@ mod data;
 mod groups;
 mod limits;
 mod replication;
+mod restore;
 mod security;
 mod users;
 

@@ -172,6 +172,10 @@ pub trait Metastore: Send + Sync + 'static {
     async fn list_topics(&self) -> Result<Vec<Topic>>;
     /// Deletes a topic and its configs, returning what was deleted.
     async fn delete_topic(&self, name: &str) -> Result<Topic>;
+    /// Deletes a topic as `delete_topic` does, and its remote segments' rows in the
+    /// same transaction, so that its objects stay in the bucket (an unmount: the
+    /// sweeper deletes only what rows name).
+    async fn detach_topic(&self, name: &str) -> Result<Topic>;
     /// Sets and removes config overrides in one transaction.
     async fn alter_topic_configs(
         &self,

@@ -169,7 +169,11 @@ macro_rules! sql_metastore {
             }
 
             async fn delete_topic(&self, name: &str) -> Result<Topic> {
-                self.delete_topic(name).await
+                self.delete_topic(name, false).await
+            }
+
+            async fn detach_topic(&self, name: &str) -> Result<Topic> {
+                self.delete_topic(name, true).await
             }
 
             async fn alter_topic_configs(

@@ -1345,6 +1345,40 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
     assert!(m.get_topic(&bad.topic.name).await.unwrap().is_none());
 }
 
+/// An unmount: the topic goes with its remote segments' rows (its objects stay, and
+/// nothing is left for the sweeper to delete), and it can be mounted again, id and all.
+async fn a_detached_topic_leaves_no_remote_rows_and_comes_back(m: &dyn Metastore) {
+    let id = uuid::Uuid::new_v4();
+    let name = format!("detached-{}", uuid_like());
+    let mut seg = segment(id, 0, 99);
+    seg.state = RemoteSegmentState::CopyFinished;
+    let restored = RestoredTopic {
+        id,
+        topic: new_topic(&name, 1),
+        created_at_ms: 7,
+        leader_epochs: vec![3],
+        log_starts: vec![0],
+        segments: vec![seg],
+        copied_ends: vec![99],
+        leftovers: Vec::new(),
+    };
+    m.restore_topics(std::slice::from_ref(&restored))
+        .await
+        .unwrap();
+    assert!(m.remote_segment_topic_ids().await.unwrap().contains(&id));
+    assert_eq!(m.detach_topic(&name).await.unwrap().id, id);
+    assert!(m.get_topic(&name).await.unwrap().is_none());
+    assert!(!m.remote_segment_topic_ids().await.unwrap().contains(&id));
+    assert!(m.remote_logs(id).await.unwrap().is_empty());
+    assert!(matches!(
+        m.detach_topic(&name).await,
+        Err(Error::TopicNotFound(_))
+    ));
+    let back = m.restore_topics(&[restored]).await.unwrap().remove(0);
+    assert_eq!(back.id, id);
+    assert_eq!(m.remote_logs(id).await.unwrap()[&0].copied_end, 99);
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -1377,6 +1411,7 @@ macro_rules! metastore_suite {
             case!(reassignments_are_kept_with_the_partition_state);
             case!(decommissioning_is_kept_per_broker);
             case!(a_restored_topic_keeps_its_id_epochs_and_remote_log);
+            case!(a_detached_topic_leaves_no_remote_rows_and_comes_back);
         }
     };
 }

@@ -38,23 +38,8 @@ struct Cluster {
 impl Cluster {
     async fn start(s3: &S3Server, cfg: &Path) -> Self {
         let db = PgDatabase::create();
-        let url = db.url();
         let object_store = format!("s3://{}/{PREFIX}", s3.bucket);
-        let mut brokers = Vec::new();
-        for id in 1..=3 {
-            let id = id.to_string();
-            let args = [
-                "--config",
-                cfg.to_str().unwrap(),
-                "--metastore-url",
-                &url,
-                "--object-store-url",
-                &object_store,
-                "--broker-id",
-                &id,
-            ];
-            brokers.push(Broker::start(&args).await);
-        }
+        let brokers = common::start_brokers(cfg, &db.url(), &object_store, 3).await;
         Cluster { brokers, _db: db }
     }
 

@@ -42,7 +42,7 @@ pub use records::{ReadFrom, RecordsRead};
 pub use shale_broker::groups::GroupListing;
 pub use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
 pub use shale_broker::reassignments::{PlannedMove, ReassignRequest, Reassignment};
-pub use shale_broker::restore::{RestoreReport, RestoreRequest};
+pub use shale_broker::restore::{MountReport, MountRequest, RestoreReport, RestoreRequest};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
 use shale_broker::error::Result;

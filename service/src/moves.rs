@@ -68,6 +68,41 @@ impl Service {
         .await
     }
 
+    /// `shale topic unmount`, one step (see the `UnmountTopic` RPC): `ends` `None`
+    /// makes the topic read-only, `Some` detaches it. Returns its id, and the
+    /// description's key once detached.
+    pub async fn unmount_topic(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        ends: Option<Vec<i64>>,
+    ) -> Result<(uuid::Uuid, Option<String>)> {
+        self.call(ctx, "UnmountTopic", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
+            let r = match ends {
+                None => (self.broker.unmount_freeze(name).await).map(|id| (id, None)),
+                Some(ends) => (self.broker.unmount_detach(name, &ends).await)
+                    .map(|(id, path)| (id, Some(path))),
+            };
+            self.counted(r)
+        })
+        .await
+    }
+
+    /// `shale topic mount`.
+    pub async fn mount_topic(
+        &self,
+        ctx: &RequestContext,
+        req: shale_broker::restore::MountRequest,
+    ) -> Result<shale_broker::restore::MountReport> {
+        self.call(ctx, "MountTopic", async {
+            self.counted(self.authorize_cluster(ctx, Operation::Alter))?;
+            let r = self.broker.mount_topic(req).await;
+            self.counted(r)
+        })
+        .await
+    }
+
     /// The moves the balancer would start now.
     pub async fn balance_plan(&self, ctx: &RequestContext) -> Result<Vec<PlannedMove>> {
         self.call(ctx, "BalancePlan", async {

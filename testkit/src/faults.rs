@@ -69,6 +69,9 @@ impl Metastore for FaultyMetastore {
     async fn delete_topic(&self, name: &str) -> R<Topic> {
         self.inner.delete_topic(name).await
     }
+    async fn detach_topic(&self, name: &str) -> R<Topic> {
+        self.inner.detach_topic(name).await
+    }
     async fn alter_topic_configs(
         &self,
         name: &str,

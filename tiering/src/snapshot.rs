@@ -50,6 +50,46 @@ pub fn restored_markers_dir() -> Path {
     Path::from(format!("{SNAPSHOT_DIR}/restored"))
 }
 
+/// Where an unmounted topic's description is (`shale topic unmount`).
+pub fn unmounted_path(topic_id: Uuid) -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/unmounted/{topic_id}.json"))
+}
+
+pub fn unmounted_dir() -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/unmounted"))
+}
+
+/// Which cluster a mounted topic belongs to (`shale topic mount` takes it, `shale
+/// topic unmount` gives it up).
+pub fn owner_path(topic_id: Uuid) -> Path {
+    Path::from(format!("{SNAPSHOT_DIR}/owners/{topic_id}.json"))
+}
+
+/// `_shale/unmounted/{topic_id}.json`: a topic unmounted from a cluster, as a mount
+/// brings it back. Its records are all in its segments' objects, up to `ends`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmountedTopic {
+    pub version: u32,
+    /// The cluster it was unmounted from.
+    pub cluster_id: Uuid,
+    pub unmounted_at_ms: i64,
+    pub topic: TopicSnapshot,
+    /// Each partition's log end when it was unmounted (the offset its next record
+    /// gets), by partition.
+    pub ends: Vec<i64>,
+    /// The groups' committed offsets in the topic.
+    #[serde(default)]
+    pub groups: Vec<GroupSnapshot>,
+}
+
+/// `_shale/owners/{topic_id}.json`: the cluster that mounted the topic and writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerMarker {
+    pub version: u32,
+    pub cluster_id: Uuid,
+    pub since_ms: i64,
+}
+
 /// `_shale/restored/{cluster_id}.json`: written by a whole restore once it is done.
 /// The clusters it restored from speak no more: a topic or group the restored cluster
 /// deleted since is not brought back from their older snapshots by a later restore.

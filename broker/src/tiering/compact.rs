@@ -102,8 +102,10 @@ impl Broker {
         let config = p.config();
         let now = now_ms();
         let epoch = p.leader_epoch();
+        // A read-only topic's objects stay as they are (an unmount is taking them).
         if !p.is_leader()
             || !config.cleanup_policy.compacts()
+            || config.read_only
             || !state.loaded
             || state.needs_cleanup
             || state.segments.is_empty()

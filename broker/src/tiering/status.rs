@@ -23,6 +23,13 @@ pub struct TieringStatus {
     pub local_only_age_ms: i64,
     /// Where the cleaner stands (compacted topics).
     pub cleaner: Option<shale_log::Cleanable>,
+    /// Whether this broker leads the partition, with its replica's high watermark and
+    /// log end, and whether it takes writes (`read.only`): an unmount waits on the
+    /// leaders until everything they hold is in the bucket.
+    pub leader: bool,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub read_only: bool,
 }
 
 impl Broker {
@@ -58,6 +65,10 @@ impl Broker {
                         .flatten()
                         .map_or(0, |first| (now - first).max(0)),
                     cleaner: t.config.cleanup_policy.compacts().then(|| p.cleanable(now)),
+                    leader: p.is_leader(),
+                    high_watermark: offsets.high_watermark,
+                    log_end_offset: offsets.log_end_offset,
+                    read_only: p.config().read_only,
                 });
             }
         }

@@ -296,13 +296,19 @@ macro_rules! topics_sql {
                     .collect())
             }
 
-            pub(super) async fn delete_topic(&self, name: &str) -> Result<Topic> {
+            /// Deletes a topic; `detach`: its remote segments' rows too.
+            pub(super) async fn delete_topic(&self, name: &str, detach: bool) -> Result<Topic> {
                 let mut tx = self.begin_write().await?;
                 let row: Option<TopicRow> =
                     sqlx::query_as(SELECT_TOPIC).bind(name).fetch_optional(&mut *tx).await?;
                 let row = row.ok_or_else(|| Error::TopicNotFound(name.to_string()))?;
                 let topic = Self::load(&mut *tx, row).await?;
-                for table in ["topic_configs", "partition_state"] {
+                let tables: &[&str] = if detach {
+                    &["topic_configs", "partition_state", "remote_segments"]
+                } else {
+                    &["topic_configs", "partition_state"]
+                };
+                for table in tables {
                     sqlx::query(&format!("DELETE FROM {table} WHERE topic_id = $1"))
                         .bind(topic.id)
                         .execute(&mut *tx)

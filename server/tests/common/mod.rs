@@ -429,6 +429,32 @@ impl PgDatabase {
     }
 }
 
+/// Brokers 1..=`count` of one cluster: on the config file `cfg`, the metastore
+/// `metastore` and the object store `object_store`.
+pub(crate) async fn start_brokers(
+    cfg: &Path,
+    metastore: &str,
+    object_store: &str,
+    count: i32,
+) -> Vec<Broker> {
+    let mut brokers = Vec::new();
+    for id in 1..=count {
+        let id = id.to_string();
+        let args = [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metastore-url",
+            metastore,
+            "--object-store-url",
+            object_store,
+            "--broker-id",
+            &id,
+        ];
+        brokers.push(Broker::start(&args).await);
+    }
+    brokers
+}
+
 /// A plain HTTP/1.1 GET on loopback (the metrics page).
 pub(crate) async fn http_get(port: u16, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

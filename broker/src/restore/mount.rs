@@ -1,0 +1,370 @@
+//! Unmounting a topic and mounting it again, here or on another cluster that uses the
+//! bucket (`shale topic unmount`, `shale topic mount`).
+//!
+//! An unmount first makes the topic read-only (`read.only`): produce is refused and
+//! the leaders seal their active segments and copy everything to the bucket. Once
+//! every leader reports its whole log copied (the client waits for that, see
+//! `UnmountTopic`), the topic's description goes to the bucket
+//! (`_shale/unmounted/{id}.json`: configs, partitions, epochs, each partition's log
+//! end and the groups' committed offsets) and the topic leaves the metastore with its
+//! remote segments' rows, so nothing deletes its objects.
+//!
+//! A mount plans the topic's remote logs from its objects as a restore does, refuses
+//! a damaged prefix naming the objects at fault, takes the topic's ownership marker
+//! (`_shale/owners/{id}.json`, a conditional PUT where the store supports it), and
+//! brings the topic back with its id: each partition goes on from its log end, at a
+//! leader epoch above every epoch in its objects. A topic another cluster owns, or
+//! lists in a snapshot newer than the unmount, is refused unless forced: two clusters
+//! must never write one topic's objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{PutMode, PutOptions, PutPayload};
+use shale_metastore::CommittedOffset;
+use shale_tiering::ObjectStoreRef;
+use shale_tiering::bucket::{self, BucketError};
+use shale_tiering::snapshot::{
+    OwnerMarker, PartitionMark, SNAPSHOT_VERSION, UnmountedTopic, owner_path, unmounted_dir,
+    unmounted_path,
+};
+use uuid::Uuid;
+
+use super::plan::{self, Outcome};
+use super::{RestoredTopicReport, refused, same_url, store_error};
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+
+/// The config an unmount sets.
+const READ_ONLY: &str = "read.only";
+
+/// What to mount.
+#[derive(Debug, Clone, Default)]
+pub struct MountRequest {
+    pub name: String,
+    /// The bucket (`s3://bucket/prefix`): it must be the one the brokers use. `None`:
+    /// that one.
+    pub from: Option<String>,
+    /// Default: the topic's own.
+    pub replication_factor: Option<i32>,
+    /// Mount although another cluster owns the topic.
+    pub force: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct MountReport {
+    pub topic: RestoredTopicReport,
+    /// Objects left out, and why.
+    pub ignored: Vec<String>,
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    store: &ObjectStoreRef,
+    path: &Path,
+) -> Result<Option<T>> {
+    let bytes = match store.get(path).await {
+        Ok(got) => got.bytes().await.map_err(store_error)?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_error(e)),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::InvalidRequest(format!("{path}: not a document this version reads: {e}"))
+    })
+}
+
+impl Broker {
+    fn writable_bucket(&self, from: Option<&str>) -> Result<ObjectStoreRef> {
+        let own = &self.config.object_store_url;
+        if self.config.volatile_object_store() {
+            return Err(Error::InvalidRequest(format!(
+                "the object store {own} keeps nothing across restarts: topics cannot be \
+                 unmounted to it or mounted from it"
+            )));
+        }
+        if let Some(from) = from
+            && !same_url(from, own)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "a topic is mounted from the bucket the brokers are configured with ({own}), \
+                 not {from}: to serve a topic of another bucket, create a read replica of it \
+                 (shale topic create T --read-replica-of {from})"
+            )));
+        }
+        Ok(self.tier.uploader.store().clone())
+    }
+
+    /// The first step of an unmount: the topic takes no more writes, and its leaders
+    /// copy everything they hold to the bucket. Returns its id.
+    pub async fn unmount_freeze(&self, name: &str) -> Result<Uuid> {
+        self.writable_bucket(None)?;
+        let topic = (self.metastore.get_topic(name).await?)
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        let config = self.resolve_config(&topic.configs)?;
+        if !config.read_replica_of.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{name}' is a read replica of {}: delete it instead",
+                config.read_replica_of
+            )));
+        }
+        if !config.remote_storage_enable {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{name}' is not tiered (remote.storage.enable=false): its records are on \
+                 the brokers' disks only, and an unmount leaves only what the bucket holds"
+            )));
+        }
+        if !config.read_only {
+            let set = BTreeMap::from([(READ_ONLY.to_string(), "true".to_string())]);
+            (self.metastore)
+                .alter_topic_configs(name, &set, &[])
+                .await?;
+            tracing::warn!(topic = name, id = %topic.id, "unmounting: the topic is read-only now");
+        }
+        self.reconcile().await?;
+        Ok(topic.id)
+    }
+
+    /// The last step of an unmount, once every partition's leader reported its log,
+    /// up to `ends`, copied: writes the topic's description to the bucket and drops
+    /// the topic, leaving its objects. Returns its id and the description's key.
+    pub async fn unmount_detach(&self, name: &str, ends: &[i64]) -> Result<(Uuid, String)> {
+        let store = self.writable_bucket(None)?;
+        let topic = (self.metastore.get_topic(name).await?)
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        if topic.configs.get(READ_ONLY).is_none_or(|v| v != "true") {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{name}' takes writes: an unmount makes it read-only first"
+            )));
+        }
+        if ends.len() != topic.partitions.max(0) as usize {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{name}' has {} partitions, {} log ends were given",
+                topic.partitions,
+                ends.len()
+            )));
+        }
+        let logs = self.metastore.remote_logs(topic.id).await?;
+        for (p, end) in ends.iter().enumerate() {
+            let copied = logs.get(&(p as i32)).map_or(-1, |l| l.copied_end);
+            if copied + 1 < *end {
+                return Err(Error::InvalidRequest(format!(
+                    "partition {p} of '{name}' ends at {end} but the bucket holds it up to {copied} \
+                     only: wait until its leader copied the rest"
+                )));
+            }
+        }
+        let snapshot = self.cluster_snapshot().await?;
+        let mut described = (snapshot.topics.into_iter())
+            .find(|t| t.id == topic.id)
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        described.configs.remove(READ_ONLY);
+        let groups = (snapshot.groups.into_iter())
+            .filter_map(|mut g| {
+                g.offsets.retain(|o| o.topic_id == topic.id);
+                (!g.offsets.is_empty()).then_some(g)
+            })
+            .collect();
+        let doc = UnmountedTopic {
+            version: SNAPSHOT_VERSION,
+            cluster_id: self.cluster_id(),
+            unmounted_at_ms: now_ms(),
+            topic: described,
+            ends: ends.to_vec(),
+            groups,
+        };
+        let path = unmounted_path(topic.id);
+        self.put_json(&path, &doc).await?;
+        self.metastore.detach_topic(name).await?;
+        tracing::warn!(topic = name, id = %topic.id, description = %path,
+            "unmounted: the topic left the cluster, its objects stay in the bucket");
+        let owner: Option<OwnerMarker> = read_json(&store, &owner_path(topic.id))
+            .await
+            .unwrap_or_default();
+        if owner.is_some_and(|o| o.cluster_id == self.cluster_id())
+            && let Err(e) = store.delete(&owner_path(topic.id)).await
+        {
+            tracing::warn!(topic = name, error = %e, "cannot give up the topic's ownership marker");
+        }
+        self.reconcile().await?;
+        Ok((topic.id, path.to_string()))
+    }
+
+    /// The newest description of a topic named `name` unmounted into the bucket.
+    async fn unmounted(&self, store: &ObjectStoreRef, name: &str) -> Result<UnmountedTopic> {
+        let listed: Vec<_> =
+            (store.list(Some(&unmounted_dir())).try_collect().await).map_err(store_error)?;
+        let mut found: Option<UnmountedTopic> = None;
+        for o in listed {
+            if let Some(d) = read_json::<UnmountedTopic>(store, &o.location).await?
+                && d.topic.name == name
+                && found
+                    .as_ref()
+                    .is_none_or(|f| f.unmounted_at_ms < d.unmounted_at_ms)
+            {
+                found = Some(d);
+            }
+        }
+        found.ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "no topic '{name}' was unmounted into {} (a topic of a cluster whose metastore \
+                 is lost comes back with shale cluster restore --topic {name})",
+                self.config.object_store_url
+            ))
+        })
+    }
+
+    /// Refuses a topic another cluster writes: its ownership marker, or a snapshot of
+    /// another cluster newer than the unmount that lists it.
+    async fn check_owner(&self, store: &ObjectStoreRef, d: &UnmountedTopic) -> Result<()> {
+        let id = d.topic.id;
+        if let Some(o) = read_json::<OwnerMarker>(store, &owner_path(id)).await?
+            && o.cluster_id != self.cluster_id()
+        {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{}' ({id}) is mounted by cluster {} (since {} ms): unmount it there \
+                 first, or mount with --force if that cluster is gone",
+                d.topic.name, o.cluster_id, o.since_ms
+            )));
+        }
+        let snapshots = match bucket::read_snapshots(store, self.cluster_id()).await {
+            Ok(s) => s,
+            Err(BucketError::Damaged(f)) => return Err(refused(&[f])),
+            Err(BucketError::Store(e)) => return Err(store_error(e)),
+        };
+        if let Some(c) = (snapshots.clusters.iter())
+            .filter(|c| c.taken_at_ms > d.unmounted_at_ms)
+            .find(|c| c.topics.iter().any(|t| t.id == id))
+        {
+            return Err(Error::InvalidRequest(format!(
+                "topic '{}' ({id}) is in the snapshot cluster {} took at {} ms, after it was \
+                 unmounted: that cluster has it; unmount it there first, or mount with --force \
+                 if that cluster is gone",
+                d.topic.name, c.cluster_id, c.taken_at_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes this cluster's ownership marker of topic `id`: only where there is none
+    /// (a conditional PUT, where the store supports one), unless it is this cluster's
+    /// or `force`. Returns whether it was written.
+    async fn take_ownership(&self, store: &ObjectStoreRef, id: Uuid, force: bool) -> Result<()> {
+        let marker = OwnerMarker {
+            version: SNAPSHOT_VERSION,
+            cluster_id: self.cluster_id(),
+            since_ms: now_ms(),
+        };
+        let json = serde_json::to_vec_pretty(&marker).expect("markers serialize");
+        let path = owner_path(id);
+        let create = PutOptions::from(PutMode::Create);
+        match store.put_opts(&path, PutPayload::from(json), create).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let theirs = read_json::<OwnerMarker>(store, &path).await?;
+                match theirs {
+                    Some(o) if o.cluster_id != self.cluster_id() && !force => {
+                        Err(Error::InvalidRequest(format!(
+                            "topic {id} was just mounted by cluster {}",
+                            o.cluster_id
+                        )))
+                    }
+                    _ => self.put_json(&path, &marker).await,
+                }
+            }
+            // No conditional PUT here: the marker was checked just before.
+            Err(object_store::Error::NotImplemented) => self.put_json(&path, &marker).await,
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Mounts a topic unmounted into the bucket (see the module's description).
+    pub async fn mount_topic(&self, req: MountRequest) -> Result<MountReport> {
+        let store = self.writable_bucket(req.from.as_deref())?;
+        let d = self.unmounted(&store, &req.name).await?;
+        let id = d.topic.id;
+        if self.metastore.get_topic(&req.name).await?.is_some() {
+            return Err(Error::TopicAlreadyExists(req.name.clone()));
+        }
+        if !req.force {
+            self.check_owner(&store, &d).await?;
+        }
+        let mut listing = bucket::list_bucket(&store, Some(&Path::from(id.to_string())))
+            .await
+            .map_err(store_error)?;
+        if !listing.foreign.is_empty() {
+            let foreign: Vec<_> = (listing.foreign.iter())
+                .map(|o| bucket::Finding {
+                    object: o.clone(),
+                    problem: "not an object of this layout".into(),
+                })
+                .collect();
+            return Err(refused(&foreign));
+        }
+        let partitions = listing.segments.remove(&id).unwrap_or_default();
+        let described = Some((d.topic.clone(), d.unmounted_at_ms));
+        let planned =
+            match plan::plan_topic(&store, id, partitions, described, &BTreeSet::new(), None)
+                .await
+                .map_err(store_error)?
+            {
+                Outcome::Planned(t) => t,
+                Outcome::Damaged(f) => return Err(refused(&f)),
+                Outcome::Skipped(why) => return Err(Error::InvalidRequest(why.join("; "))),
+            };
+        // The log ends the unmount recorded stand for its last leaders' high watermarks.
+        let marks: BTreeMap<(Uuid, i32), PartitionMark> = (d.ends.iter().enumerate())
+            .map(|(p, end)| {
+                let mark = PartitionMark {
+                    topic_id: id,
+                    partition: p as i32,
+                    leader_epoch: d.topic.leader_epochs.get(p).copied().unwrap_or(0),
+                    high_watermark: *end,
+                    epochs: Vec::new(),
+                };
+                ((id, p as i32), mark)
+            })
+            .collect();
+        let mut topic = self
+            .restored_topic(&planned, req.replication_factor, &marks)
+            .await?;
+        topic.topic.configs.remove(READ_ONLY);
+        let report = MountReport {
+            topic: planned.report(&topic, &marks, false),
+            ignored: planned.ignored(),
+        };
+        self.take_ownership(&store, id, req.force).await?;
+        if let Err(e) = self
+            .metastore
+            .restore_topics(std::slice::from_ref(&topic))
+            .await
+        {
+            if let Err(e) = store.delete(&owner_path(id)).await {
+                tracing::warn!(topic = %req.name, error = %e, "cannot give up the ownership marker of a mount that failed");
+            }
+            return Err(e.into());
+        }
+        tracing::warn!(topic = %req.name, %id, "mounted topic from the bucket");
+        for g in &d.groups {
+            let offsets: Vec<CommittedOffset> = (g.offsets.iter())
+                .map(|o| CommittedOffset {
+                    topic_id: o.topic_id,
+                    partition: o.partition,
+                    offset: o.offset,
+                    metadata: o.metadata.clone(),
+                    commit_ms: o.commit_ms,
+                })
+                .collect();
+            if let Err(e) = self
+                .metastore
+                .commit_offsets(&g.group, &offsets, None)
+                .await
+            {
+                tracing::warn!(topic = %req.name, group = %g.group, error = %e,
+                    "cannot restore the group's committed offsets of the mounted topic");
+            }
+        }
+        self.reconcile().await?;
+        Ok(report)
+    }
+}

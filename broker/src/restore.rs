@@ -290,11 +290,31 @@ impl Broker {
                 )));
             }
         }
+        // A topic mounted by a cluster that still runs is that cluster's.
+        let alive: BTreeSet<Uuid> = (snapshots.brokers.iter())
+            .filter(|b| b.cluster_id != self.cluster_id())
+            .filter(|b| crate::clock::now_ms() - b.taken_at_ms < crate::snapshots::ALIVE_MS)
+            .map(|b| b.cluster_id)
+            .collect();
+        let mut owned = Vec::new();
+        for t in planned.drain(..) {
+            match mount::owner(&store, t.id).await? {
+                Some(o) if alive.contains(&o.cluster_id) && !wanted.contains(t.name.as_str()) => {
+                    report.ignored.push(format!(
+                        "topic '{}' ({}): left out: mounted by cluster {}, which is running; \
+                         name it with --topic to restore it",
+                        t.name, t.id, o.cluster_id
+                    ));
+                }
+                o => owned.push((t, o.is_some_and(|o| o.cluster_id != self.cluster_id()))),
+            }
+        }
         // Every check and every placement before the first write.
         let marks = high_watermarks(&snapshots.brokers);
         let mut restored = Vec::new();
         let mut next_offsets: BTreeMap<(Uuid, i32), i64> = BTreeMap::new();
-        for mut t in planned {
+        let mut take_over = Vec::new();
+        for (mut t, owned_elsewhere) in owned {
             let existed = match self.metastore.get_topic(&t.name).await? {
                 Some(have) if have.id == t.id => true,
                 Some(_) => return Err(Error::TopicAlreadyExists(t.name.clone())),
@@ -309,6 +329,9 @@ impl Broker {
             }
             report.ignored.extend(t.ignored());
             report.topics.push(t.report(&topic, &marks, existed));
+            if owned_elsewhere {
+                take_over.push(t.id);
+            }
             if !existed {
                 restored.push(topic);
             }
@@ -318,6 +341,10 @@ impl Broker {
             for t in &restored {
                 tracing::warn!(topic = %t.topic.name, id = %t.id, "restored topic from the bucket");
             }
+        }
+        // The topics a lost cluster had mounted are this one's now.
+        for id in take_over.iter().filter(|_| !req.dry_run) {
+            self.take_ownership(&store, *id, true).await?;
         }
         for group in merged.groups.values() {
             // A partition the group committed in since (after an earlier run) keeps it.

@@ -3,8 +3,9 @@
 //! to the bucket and drops the topic, leaving its objects; a second cluster, on its
 //! own database and the same bucket, refuses the topic while a `.log` is damaged,
 //! then mounts it and takes writes after its end. Every record is read back at its
-//! offset, the group resumes where it was, and the first cluster can no longer mount
-//! the topic the second one owns.
+//! offset, the group resumes where it was, the first cluster can no longer mount the
+//! topic the second one owns, and a third cluster restored from the bucket leaves it
+//! out.
 
 mod common;
 
@@ -276,4 +277,11 @@ async fn an_unmounted_topic_is_mounted_on_another_cluster_at_its_offsets_and_tak
         }
     }
     assert_eq!(c2.committed_offsets(GROUP).await.unwrap(), committed);
+
+    // A cluster restored from the bucket leaves out the topic a running cluster mounted.
+    let (third, _third_db) = cluster(&s3, &cfg, 1).await;
+    let out = cli(&third[0], &["-o", "json", "cluster", "restore", "--force"]).expect("restore");
+    assert!(out.contains("mounted by cluster"), "{out}");
+    let c3 = third[0].client().await;
+    assert!(c3.list_topics().await.unwrap().is_empty());
 }

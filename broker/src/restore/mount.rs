@@ -74,6 +74,11 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// The cluster that mounted topic `id`, if one did.
+pub(super) async fn owner(store: &ObjectStoreRef, id: Uuid) -> Result<Option<OwnerMarker>> {
+    read_json(store, &owner_path(id)).await
+}
+
 impl Broker {
     fn writable_bucket(&self, from: Option<&str>) -> Result<ObjectStoreRef> {
         let own = &self.config.object_store_url;
@@ -178,9 +183,7 @@ impl Broker {
         self.metastore.detach_topic(name).await?;
         tracing::warn!(topic = name, id = %topic.id, description = %path,
             "unmounted: the topic left the cluster, its objects stay in the bucket");
-        let owner: Option<OwnerMarker> = read_json(&store, &owner_path(topic.id))
-            .await
-            .unwrap_or_default();
+        let owner = owner(&store, topic.id).await.unwrap_or_default();
         if owner.is_some_and(|o| o.cluster_id == self.cluster_id())
             && let Err(e) = store.delete(&owner_path(topic.id)).await
         {
@@ -218,7 +221,7 @@ impl Broker {
     /// another cluster newer than the unmount that lists it.
     async fn check_owner(&self, store: &ObjectStoreRef, d: &UnmountedTopic) -> Result<()> {
         let id = d.topic.id;
-        if let Some(o) = read_json::<OwnerMarker>(store, &owner_path(id)).await?
+        if let Some(o) = owner(store, id).await?
             && o.cluster_id != self.cluster_id()
         {
             return Err(Error::InvalidRequest(format!(
@@ -249,7 +252,12 @@ impl Broker {
     /// Writes this cluster's ownership marker of topic `id`: only where there is none
     /// (a conditional PUT, where the store supports one), unless it is this cluster's
     /// or `force`. Returns whether it was written.
-    async fn take_ownership(&self, store: &ObjectStoreRef, id: Uuid, force: bool) -> Result<()> {
+    pub(super) async fn take_ownership(
+        &self,
+        store: &ObjectStoreRef,
+        id: Uuid,
+        force: bool,
+    ) -> Result<()> {
         let marker = OwnerMarker {
             version: SNAPSHOT_VERSION,
             cluster_id: self.cluster_id(),
@@ -261,7 +269,7 @@ impl Broker {
         match store.put_opts(&path, PutPayload::from(json), create).await {
             Ok(_) => Ok(()),
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let theirs = read_json::<OwnerMarker>(store, &path).await?;
+                let theirs = owner(store, id).await?;
                 match theirs {
                     Some(o) if o.cluster_id != self.cluster_id() && !force => {
                         Err(Error::InvalidRequest(format!(

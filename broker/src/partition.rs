@@ -345,8 +345,11 @@ impl Partition {
     }
 
     pub fn set_config(&self, config: Arc<TopicConfig>) {
-        self.replica().log.set_config(config.log_config());
+        // Both under the replica lock (see `append`'s `read.only` check).
+        let mut r = self.replica();
+        r.log.set_config(config.log_config());
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        drop(r);
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -412,6 +415,11 @@ impl Partition {
             return Err(Error::ShuttingDown);
         }
         self.ensure_leader(&r.role)?;
+        // Checked under the replica lock, which `set_config` holds: once a topic is
+        // read-only (an unmount), no append that began earlier lands afterwards.
+        if self.config().read_only {
+            return Err(Error::ReadOnly(self.topic.to_string()));
+        }
         if let Some(min) = min_isr
             && r.role.isr.len() < min
         {

@@ -93,8 +93,9 @@ impl Broker {
             let now = now_ms();
             for p in rolled {
                 // A read-only topic's last records go to the bucket at once (unmount).
+                // (Any age: a batch's time may lie in the future.)
                 let max_age = if p.config().read_only {
-                    -1
+                    i64::MIN
                 } else {
                     p.config().segment_ms.min(max_local_only)
                 };

@@ -322,6 +322,8 @@ impl Broker {
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
         let topic = self.metastore.delete_topic(name).await?;
         tracing::info!(topic = %topic.name, id = %topic.id, "deleted topic");
+        // A topic this cluster mounted is no one's now.
+        self.release_ownership(topic.id).await;
         self.reconcile().await?;
         // Remote data goes too; if the object store is down, the retention pass retries.
         if let Err(e) = self.sweep_deleted_topics().await {

@@ -27,22 +27,27 @@ impl Client {
         let deadline = Instant::now() + timeout;
         // The same ends twice in a row: no write was on its way when they were read.
         let mut last: Option<Vec<i64>> = None;
+        let mut waiting;
         loop {
             match self.copied_ends(name).await? {
                 Ok(ends) if last.as_ref() == Some(&ends) => {
                     return self.unmount_step(name, Step::Detach, ends).await;
                 }
-                Ok(ends) => last = Some(ends),
-                Err(waiting) => {
-                    last = None;
-                    if Instant::now() > deadline {
-                        return Err(Error::Timeout(format!(
-                            "topic '{name}' is not all in the bucket yet ({waiting}); it stays \
-                             read-only: run the unmount again, or take writes again with \
-                             shale topic alter {name} --delete-config read.only"
-                        )));
-                    }
+                Ok(ends) => {
+                    waiting = format!("log ends {ends:?} read once, not yet confirmed");
+                    last = Some(ends);
                 }
+                Err(why) => {
+                    waiting = why;
+                    last = None;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout(format!(
+                    "topic '{name}' is not all in the bucket yet ({waiting}); it \
+                     stays read-only: run the unmount again, or take writes again with \
+                     shale topic alter {name} --delete-config read.only"
+                )));
             }
             tokio::time::sleep(POLL).await;
         }
@@ -89,12 +94,17 @@ impl Client {
                 return Ok(Err(format!("broker {leader} is not live")));
             };
             let mut admin = admin_client(self.channel(&address.address)?);
-            let status = (admin.tiering_status(TieringStatusRequest {
+            let req = TieringStatusRequest {
                 topic: name.to_string(),
-            }))
-            .await?
-            .into_inner();
-            check_result(status.error)?;
+            };
+            // A leader restarting, or not serving the topic yet: asked again.
+            let status = match admin.tiering_status(req).await {
+                Ok(r) => r.into_inner(),
+                Err(e) => return Ok(Err(format!("broker {leader}: {}", e.message()))),
+            };
+            if let Some(e) = status.error.filter(|e| e.error_code != 0) {
+                return Ok(Err(format!("broker {leader}: {}", e.error_message)));
+            }
             for p in partitions {
                 let s = status.partitions.iter().find(|s| s.partition == p);
                 let Some(s) = s.filter(|s| s.leader && s.read_only) else {
@@ -104,10 +114,18 @@ impl Client {
                 };
                 if s.high_watermark != s.log_end_offset
                     || s.highest_uploaded_offset + 1 < s.log_end_offset
+                    || s.tier_busy
                 {
                     return Ok(Err(format!(
-                        "partition {p}: log end {}, high watermark {}, in the bucket up to {}",
-                        s.log_end_offset, s.high_watermark, s.highest_uploaded_offset
+                        "partition {p}: log end {}, high watermark {}, in the bucket up to {}{}",
+                        s.log_end_offset,
+                        s.high_watermark,
+                        s.highest_uploaded_offset,
+                        if s.tier_busy {
+                            ", a copy under way"
+                        } else {
+                            ""
+                        }
                     )));
                 }
                 if let Some(e) = ends.get_mut(p as usize) {

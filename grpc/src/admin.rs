@@ -198,6 +198,7 @@ impl Admin for Front {
                 high_watermark: t.high_watermark,
                 log_end_offset: t.log_end_offset,
                 read_only: t.read_only,
+                tier_busy: t.busy,
             })
             .collect();
         Ok(Response::new(TieringStatusResponse {

@@ -232,6 +232,8 @@ async fn an_unmounted_topic_is_mounted_on_another_cluster_at_its_offsets_and_tak
     let owner = dir.join(format!("_shale/owners/{id}.json"));
     assert!(!owner.exists(), "a refused mount takes no ownership");
     std::fs::write(&damaged, &whole).unwrap();
+    let description = dir.join(format!("_shale/unmounted/{id}.json"));
+    let described = std::fs::read(&description).unwrap();
 
     let out = cli(
         &second[0],
@@ -256,7 +258,16 @@ async fn an_unmounted_topic_is_mounted_on_another_cluster_at_its_offsets_and_tak
     let mounted = c2.describe_topic(TOPIC).await.unwrap().topic.unwrap();
     assert_eq!(mounted.topic_id, id, "the topic keeps its id");
 
-    // The first cluster cannot take it back while the second one has it.
+    assert!(
+        !description.exists(),
+        "a mounted topic's description is used up"
+    );
+
+    // The first cluster cannot take it back while the second one has it, even from a
+    // description left behind.
+    let err = cli(&first[0], &["topic", "mount", TOPIC]).expect_err("nothing to mount");
+    assert!(err.contains("no topic 'archive' was unmounted"), "{err}");
+    std::fs::write(&description, &described).unwrap();
     let err = cli(&first[0], &["topic", "mount", TOPIC]).expect_err("owned by the second");
     assert!(err.contains("is mounted by cluster"), "{err}");
     assert!(client.list_topics().await.unwrap().is_empty());

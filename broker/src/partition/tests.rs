@@ -386,6 +386,28 @@ fn bad_batches_are_refused_and_leave_the_log_untouched() {
 }
 
 #[test]
+fn a_read_only_partition_appends_nothing_and_its_active_segment_seals_whatever_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), Uuid::new_v4(), TopicConfig::default());
+    // A batch stamped in the future: its segment is "younger" than any age.
+    let mut b = BatchBuilder::new(1_000);
+    b.push(Record::new(None, Some(b"later"), i64::MAX / 2));
+    p.append(&b.build(), None, 0).unwrap();
+    let before = p.offsets();
+    p.set_config(Arc::new(TopicConfig {
+        read_only: true,
+        ..TopicConfig::default()
+    }));
+    let err = p.append(&batch(1, 10), None, 0).unwrap_err();
+    assert!(matches!(err, Error::ReadOnly(_)), "{err}");
+    assert_eq!(err.code(), shale_records::ErrorCode::InvalidTopicException);
+    assert_eq!(p.offsets(), before);
+    assert!(p.sealed_segments_after(-1).is_empty());
+    assert!(p.roll_if_older(i64::MIN, 0).unwrap(), "sealed at once");
+    assert_eq!(p.sealed_segments_after(-1).len(), 1);
+}
+
+#[test]
 fn log_append_time_stamps_batches_and_keeps_crc_valid() {
     let dir = tempfile::tempdir().unwrap();
     let config = TopicConfig {

@@ -1,21 +1,23 @@
 //! Unmounting a topic and mounting it again, here or on another cluster that uses the
 //! bucket (`shale topic unmount`, `shale topic mount`).
 //!
-//! An unmount first makes the topic read-only (`read.only`): produce is refused and
-//! the leaders seal their active segments and copy everything to the bucket. Once
-//! every leader reports its whole log copied (the client waits for that, see
-//! `UnmountTopic`), the topic's description goes to the bucket
-//! (`_shale/unmounted/{id}.json`: configs, partitions, epochs, each partition's log
-//! end and the groups' committed offsets) and the topic leaves the metastore with its
-//! remote segments' rows, so nothing deletes its objects.
+//! An unmount first takes the topic's ownership marker and makes the topic read-only
+//! (`read.only`): produce is refused and the leaders seal their active segments and
+//! copy everything to the bucket. Once every leader reports its whole log copied and
+//! no tier work under way (the client waits for that, see `UnmountTopic`), the
+//! topic's description goes to the bucket (`_shale/unmounted/{id}.json`: configs,
+//! partitions, epochs, each partition's log end and the groups' committed offsets),
+//! the topic leaves the metastore with its remote segments' rows, so nothing deletes
+//! its objects, and the marker is given up.
 //!
 //! A mount plans the topic's remote logs from its objects as a restore does, refuses
 //! a damaged prefix naming the objects at fault, takes the topic's ownership marker
 //! (`_shale/owners/{id}.json`, a conditional PUT where the store supports it), and
 //! brings the topic back with its id: each partition goes on from its log end, at a
-//! leader epoch above every epoch in its objects. A topic another cluster owns, or
-//! lists in a snapshot newer than the unmount, is refused unless forced: two clusters
-//! must never write one topic's objects.
+//! leader epoch above every epoch in its objects (records missing from the bucket are
+//! refused unless forced). A topic another cluster owns, or that a third cluster lists
+//! in a snapshot newer than the unmount, is refused unless forced: two clusters must
+//! never write one topic's objects. The description is deleted once mounted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -103,7 +105,7 @@ impl Broker {
     /// The first step of an unmount: the topic takes no more writes, and its leaders
     /// copy everything they hold to the bucket. Returns its id.
     pub async fn unmount_freeze(&self, name: &str) -> Result<Uuid> {
-        self.writable_bucket(None)?;
+        let store = self.writable_bucket(None)?;
         let topic = (self.metastore.get_topic(name).await?)
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
         let config = self.resolve_config(&topic.configs)?;
@@ -119,6 +121,9 @@ impl Broker {
                  the brokers' disks only, and an unmount leaves only what the bucket holds"
             )));
         }
+        // Held until the topic has left the metastore: a description in the bucket
+        // whose detach failed is not mounted elsewhere.
+        self.take_ownership(&store, topic.id, false).await?;
         if !config.read_only {
             let set = BTreeMap::from([(READ_ONLY.to_string(), "true".to_string())]);
             (self.metastore)
@@ -134,7 +139,7 @@ impl Broker {
     /// up to `ends`, copied: writes the topic's description to the bucket and drops
     /// the topic, leaving its objects. Returns its id and the description's key.
     pub async fn unmount_detach(&self, name: &str, ends: &[i64]) -> Result<(Uuid, String)> {
-        let store = self.writable_bucket(None)?;
+        self.writable_bucket(None)?;
         let topic = (self.metastore.get_topic(name).await?)
             .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
         if topic.configs.get(READ_ONLY).is_none_or(|v| v != "true") {
@@ -152,10 +157,12 @@ impl Broker {
         let logs = self.metastore.remote_logs(topic.id).await?;
         for (p, end) in ends.iter().enumerate() {
             let copied = logs.get(&(p as i32)).map_or(-1, |l| l.copied_end);
-            if copied + 1 < *end {
+            // The leaders' log ends, read once they were read-only, are where the
+            // bucket's copies end: the client read them from the leaders.
+            if copied + 1 != *end {
                 return Err(Error::InvalidRequest(format!(
-                    "partition {p} of '{name}' ends at {end} but the bucket holds it up to {copied} \
-                     only: wait until its leader copied the rest"
+                    "partition {p} of '{name}' ends at {end} but the bucket holds it up to \
+                     {copied}: wait until its leader copied the rest, and give its log end"
                 )));
             }
         }
@@ -183,14 +190,29 @@ impl Broker {
         self.metastore.detach_topic(name).await?;
         tracing::warn!(topic = name, id = %topic.id, description = %path,
             "unmounted: the topic left the cluster, its objects stay in the bucket");
-        let owner = owner(&store, topic.id).await.unwrap_or_default();
-        if owner.is_some_and(|o| o.cluster_id == self.cluster_id())
-            && let Err(e) = store.delete(&owner_path(topic.id)).await
-        {
-            tracing::warn!(topic = name, error = %e, "cannot give up the topic's ownership marker");
-        }
-        self.reconcile().await?;
+        self.release_ownership(topic.id).await;
+        self.settle_after(name).await;
         Ok((topic.id, path.to_string()))
+    }
+
+    /// Gives up this cluster's ownership marker of topic `id`, if it holds it (an
+    /// unmount, a deletion); a failure is logged.
+    pub(crate) async fn release_ownership(&self, id: Uuid) {
+        let store = self.tier.uploader.store();
+        let ours = owner(store, id).await.ok().flatten();
+        if ours.is_some_and(|o| o.cluster_id == self.cluster_id())
+            && let Err(e) = store.delete(&owner_path(id)).await
+        {
+            tracing::warn!(topic_id = %id, error = %e, "cannot give up the topic's ownership marker");
+        }
+    }
+
+    /// Brings this broker's view up to date after a change that is done: a failure
+    /// is logged (the next refresh catches up), not reported as the change's.
+    async fn settle_after(&self, name: &str) {
+        if let Err(e) = self.reconcile().await {
+            tracing::warn!(topic = name, error = %e, "cannot refresh the topics now");
+        }
     }
 
     /// The newest description of a topic named `name` unmounted into the bucket.
@@ -199,7 +221,14 @@ impl Broker {
             (store.list(Some(&unmounted_dir())).try_collect().await).map_err(store_error)?;
         let mut found: Option<UnmountedTopic> = None;
         for o in listed {
-            if let Some(d) = read_json::<UnmountedTopic>(store, &o.location).await?
+            let d = match read_json::<UnmountedTopic>(store, &o.location).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping an unreadable description");
+                    continue;
+                }
+            };
+            if let Some(d) = d
                 && d.topic.name == name
                 && found
                     .as_ref()
@@ -235,8 +264,9 @@ impl Broker {
             Err(BucketError::Damaged(f)) => return Err(refused(&[f])),
             Err(BucketError::Store(e)) => return Err(store_error(e)),
         };
+        // The cluster it was unmounted from held the marker until the topic left it.
         if let Some(c) = (snapshots.clusters.iter())
-            .filter(|c| c.taken_at_ms > d.unmounted_at_ms)
+            .filter(|c| c.cluster_id != d.cluster_id && c.taken_at_ms > d.unmounted_at_ms)
             .find(|c| c.topics.iter().any(|t| t.id == id))
         {
             return Err(Error::InvalidRequest(format!(
@@ -251,13 +281,13 @@ impl Broker {
 
     /// Writes this cluster's ownership marker of topic `id`: only where there is none
     /// (a conditional PUT, where the store supports one), unless it is this cluster's
-    /// or `force`. Returns whether it was written.
+    /// or `force`. Returns the marker it replaced.
     pub(super) async fn take_ownership(
         &self,
         store: &ObjectStoreRef,
         id: Uuid,
         force: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<OwnerMarker>> {
         let marker = OwnerMarker {
             version: SNAPSHOT_VERSION,
             cluster_id: self.cluster_id(),
@@ -267,23 +297,26 @@ impl Broker {
         let path = owner_path(id);
         let create = PutOptions::from(PutMode::Create);
         match store.put_opts(&path, PutPayload::from(json), create).await {
-            Ok(_) => Ok(()),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let theirs = owner(store, id).await?;
-                match theirs {
-                    Some(o) if o.cluster_id != self.cluster_id() && !force => {
-                        Err(Error::InvalidRequest(format!(
-                            "topic {id} was just mounted by cluster {}",
-                            o.cluster_id
-                        )))
-                    }
-                    _ => self.put_json(&path, &marker).await,
-                }
-            }
-            // No conditional PUT here: the marker was checked just before.
-            Err(object_store::Error::NotImplemented) => self.put_json(&path, &marker).await,
-            Err(e) => Err(store_error(e)),
+            Ok(_) => return Ok(None),
+            Err(
+                object_store::Error::AlreadyExists { .. } | object_store::Error::NotImplemented,
+            ) => {}
+            Err(e) => return Err(store_error(e)),
         }
+        let theirs = owner(store, id).await?;
+        match &theirs {
+            Some(o) if o.cluster_id == self.cluster_id() => return Ok(theirs),
+            Some(o) if !force => {
+                return Err(Error::InvalidRequest(format!(
+                    "topic {id} is mounted by cluster {} (its ownership marker {path}): \
+                     two clusters must not write one topic",
+                    o.cluster_id
+                )));
+            }
+            _ => {}
+        }
+        self.put_json(&path, &marker).await?;
+        Ok(theirs)
     }
 
     /// Mounts a topic unmounted into the bucket (see the module's description).
@@ -341,26 +374,60 @@ impl Broker {
             topic: planned.report(&topic, &marks, false),
             ignored: planned.ignored(),
         };
-        self.take_ownership(&store, id, req.force).await?;
-        if let Err(e) = self
+        // Records the unmount counted that are not in the bucket (objects deleted
+        // since): their offsets would be used again.
+        let missing: Vec<String> = (report.topic.partitions.iter())
+            .filter(|p| p.lost_records.is_some_and(|n| n > 0))
+            .map(|p| {
+                format!(
+                    "partition {}: {} record(s)",
+                    p.partition,
+                    p.lost_records.unwrap_or(0)
+                )
+            })
+            .collect();
+        if !missing.is_empty() && !req.force {
+            return Err(Error::InvalidRequest(format!(
+                "the bucket lacks records of '{}' that were there when it was unmounted ({}): \
+                 objects were deleted since; mount with --force to go on without them (their \
+                 offsets are used again)",
+                req.name,
+                missing.join(", ")
+            )));
+        }
+        let replaced = self.take_ownership(&store, id, req.force).await?;
+        let written = self
             .metastore
             .restore_topics(std::slice::from_ref(&topic))
-            .await
-        {
-            if let Err(e) = store.delete(&owner_path(id)).await {
-                tracing::warn!(topic = %req.name, error = %e, "cannot give up the ownership marker of a mount that failed");
+            .await;
+        if let Err(e) = written {
+            // Written after all, with only the answer lost?
+            let there = self.metastore.get_topic(&req.name).await;
+            if !there.is_ok_and(|t| t.is_some_and(|t| t.id == id)) {
+                let undone = match &replaced {
+                    Some(theirs) => self.put_json(&owner_path(id), theirs).await,
+                    None => store.delete(&owner_path(id)).await.map_err(store_error),
+                };
+                if let Err(e) = undone {
+                    tracing::warn!(topic = %req.name, error = %e, "cannot undo the ownership marker of a mount that failed");
+                }
+                return Err(e.into());
             }
-            return Err(e.into());
         }
         tracing::warn!(topic = %req.name, %id, "mounted topic from the bucket");
+        let next: BTreeMap<i32, i64> = (report.topic.partitions.iter())
+            .map(|p| (p.partition, p.next_offset))
+            .collect();
         for g in &d.groups {
             let offsets: Vec<CommittedOffset> = (g.offsets.iter())
-                .map(|o| CommittedOffset {
-                    topic_id: o.topic_id,
-                    partition: o.partition,
-                    offset: o.offset,
-                    metadata: o.metadata.clone(),
-                    commit_ms: o.commit_ms,
+                .filter_map(|o| {
+                    Some(CommittedOffset {
+                        topic_id: o.topic_id,
+                        partition: o.partition,
+                        offset: o.offset.min(*next.get(&o.partition)?),
+                        metadata: o.metadata.clone(),
+                        commit_ms: o.commit_ms,
+                    })
                 })
                 .collect();
             if let Err(e) = self
@@ -372,7 +439,11 @@ impl Broker {
                     "cannot restore the group's committed offsets of the mounted topic");
             }
         }
-        self.reconcile().await?;
+        // Mounted: the description has served (a later unmount writes a new one).
+        if let Err(e) = store.delete(&unmounted_path(id)).await {
+            tracing::warn!(topic = %req.name, error = %e, "cannot delete the mounted topic's description");
+        }
+        self.settle_after(&req.name).await;
         Ok(report)
     }
 }

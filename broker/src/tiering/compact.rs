@@ -251,7 +251,10 @@ impl Broker {
         let current = p.remote_state();
         let listed: std::collections::HashSet<_> =
             current.segments.iter().map(|s| s.segment_id).collect();
+        // Read-only (an unmount): the bucket's copies stay as the unmount finds them,
+        // which waits while the tier lock is held.
         if current.needs_cleanup
+            || p.config().read_only
             || p.leader_epoch() != epoch
             || !group.iter().all(|s| listed.contains(&s.segment_id))
         {

@@ -30,6 +30,9 @@ pub struct TieringStatus {
     pub high_watermark: i64,
     pub log_end_offset: i64,
     pub read_only: bool,
+    /// Whether tier work (a copy, a remote compaction's upload and swap, retention)
+    /// holds the partition's tier lock right now.
+    pub busy: bool,
 }
 
 impl Broker {
@@ -69,6 +72,7 @@ impl Broker {
                     high_watermark: offsets.high_watermark,
                     log_end_offset: offsets.log_end_offset,
                     read_only: p.config().read_only,
+                    busy: p.tier_lock.try_lock().is_err(),
                 });
             }
         }

@@ -296,10 +296,29 @@ impl Broker {
             .filter(|b| crate::clock::now_ms() - b.taken_at_ms < crate::snapshots::ALIVE_MS)
             .map(|b| b.cluster_id)
             .collect();
+        let unmounted = mount::unmounted_at(&store).await?;
         let mut owned = Vec::new();
         for t in planned.drain(..) {
-            match mount::owner(&store, t.id).await? {
-                Some(o) if alive.contains(&o.cluster_id) && !wanted.contains(t.name.as_str()) => {
+            let named = wanted.contains(t.name.as_str());
+            // Unmounted after the snapshot that has it: it is for a mount to bring back.
+            let snapshot_at = t.snapshot.as_ref().map_or(0, |s| s.1);
+            if let Some(at) = unmounted
+                .get(&t.id)
+                .filter(|at| **at > snapshot_at && !named)
+            {
+                report.ignored.push(format!(
+                    "topic '{}' ({}): left out: unmounted at {at} ms; mount it with shale topic \
+                     mount {}, or name it with --topic to restore it",
+                    t.name, t.id, t.name
+                ));
+                continue;
+            }
+            let marker = mount::owner(&store, t.id).await.unwrap_or_else(|e| {
+                tracing::warn!(topic = %t.name, error = %e, "passing over an unreadable ownership marker");
+                None
+            });
+            match marker {
+                Some(o) if alive.contains(&o.cluster_id) && !named => {
                     report.ignored.push(format!(
                         "topic '{}' ({}): left out: mounted by cluster {}, which is running; \
                          name it with --topic to restore it",
@@ -342,9 +361,16 @@ impl Broker {
                 tracing::warn!(topic = %t.topic.name, id = %t.id, "restored topic from the bucket");
             }
         }
-        // The topics a lost cluster had mounted are this one's now.
+        // The topics a lost cluster had mounted are this one's now, and those restored
+        // although unmounted are no longer for a mount.
         for id in take_over.iter().filter(|_| !req.dry_run) {
             self.take_ownership(&store, *id, true).await?;
+        }
+        for t in (restored.iter()).filter(|t| !req.dry_run && unmounted.contains_key(&t.id)) {
+            let path = shale_tiering::snapshot::unmounted_path(t.id);
+            if let Err(e) = store.delete(&path).await {
+                tracing::warn!(topic = %t.topic.name, error = %e, "cannot delete the restored topic's description");
+            }
         }
         for group in merged.groups.values() {
             // A partition the group committed in since (after an earlier run) keeps it.

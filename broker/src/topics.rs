@@ -322,8 +322,14 @@ impl Broker {
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
         let topic = self.metastore.delete_topic(name).await?;
         tracing::info!(topic = %topic.name, id = %topic.id, "deleted topic");
-        // A topic this cluster mounted is no one's now.
-        self.release_ownership(topic.id).await;
+        // A tiered topic's description (an unmount that stopped) and ownership marker go
+        // first: no cluster mounts it from its objects, which are deleted next.
+        let tiered = self
+            .resolve_config(&topic.configs)
+            .is_ok_and(|c| c.remote_storage_enable);
+        if tiered && !self.config.volatile_object_store() {
+            self.forget_in_bucket(topic.id).await;
+        }
         self.reconcile().await?;
         // Remote data goes too; if the object store is down, the retention pass retries.
         if let Err(e) = self.sweep_deleted_topics().await {

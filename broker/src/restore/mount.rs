@@ -42,6 +42,9 @@ use crate::error::{Error, Result};
 /// The config an unmount sets.
 const READ_ONLY: &str = "read.only";
 
+/// How long a topic's deletion waits on the bucket for its description and marker.
+const BUCKET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What to mount.
 #[derive(Debug, Clone, Default)]
 pub struct MountRequest {
@@ -79,6 +82,27 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 /// The cluster that mounted topic `id`, if one did.
 pub(super) async fn owner(store: &ObjectStoreRef, id: Uuid) -> Result<Option<OwnerMarker>> {
     read_json(store, &owner_path(id)).await
+}
+
+/// When each topic with a description in the bucket was unmounted, by id (one that
+/// cannot be parsed is passed over).
+pub(super) async fn unmounted_at(store: &ObjectStoreRef) -> Result<BTreeMap<Uuid, i64>> {
+    let listed: Vec<_> =
+        (store.list(Some(&unmounted_dir())).try_collect().await).map_err(store_error)?;
+    let mut out = BTreeMap::new();
+    for o in listed {
+        match read_json::<UnmountedTopic>(store, &o.location).await {
+            Ok(Some(d)) => {
+                out.insert(d.topic.id, d.unmounted_at_ms);
+            }
+            Ok(None) => {}
+            Err(Error::InvalidRequest(e)) => {
+                tracing::warn!(error = %e, "passing over an unreadable description")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 impl Broker {
@@ -195,15 +219,42 @@ impl Broker {
         Ok((topic.id, path.to_string()))
     }
 
+    /// A deleted topic's description, if an unmount left one, and ownership marker, if
+    /// this cluster holds it; a failure is logged.
+    pub(crate) async fn forget_in_bucket(&self, id: Uuid) {
+        let store = self.tier.uploader.store();
+        let deleted = tokio::time::timeout(BUCKET_WAIT, store.delete(&unmounted_path(id))).await;
+        match deleted {
+            Ok(Ok(()) | Err(object_store::Error::NotFound { .. })) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(topic_id = %id, error = %e, "cannot delete the topic's description")
+            }
+            Err(_) => tracing::warn!(topic_id = %id, "deleting the topic's description timed out"),
+        }
+        self.release_ownership(id).await;
+    }
+
     /// Gives up this cluster's ownership marker of topic `id`, if it holds it (an
     /// unmount, a deletion); a failure is logged.
     pub(crate) async fn release_ownership(&self, id: Uuid) {
         let store = self.tier.uploader.store();
-        let ours = owner(store, id).await.ok().flatten();
-        if ours.is_some_and(|o| o.cluster_id == self.cluster_id())
-            && let Err(e) = store.delete(&owner_path(id)).await
-        {
-            tracing::warn!(topic_id = %id, error = %e, "cannot give up the topic's ownership marker");
+        let release = async {
+            if owner(store, id)
+                .await?
+                .is_some_and(|o| o.cluster_id == self.cluster_id())
+            {
+                store.delete(&owner_path(id)).await.map_err(store_error)?;
+            }
+            Ok::<_, Error>(())
+        };
+        match tokio::time::timeout(BUCKET_WAIT, release).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(topic_id = %id, error = %e, "cannot give up the topic's ownership marker")
+            }
+            Err(_) => {
+                tracing::warn!(topic_id = %id, "giving up the topic's ownership marker timed out")
+            }
         }
     }
 
@@ -221,12 +272,14 @@ impl Broker {
             (store.list(Some(&unmounted_dir())).try_collect().await).map_err(store_error)?;
         let mut found: Option<UnmountedTopic> = None;
         for o in listed {
+            // One that cannot be parsed is passed over; a store error is not (it may
+            // hide the newest description of the name).
             let d = match read_json::<UnmountedTopic>(store, &o.location).await {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::warn!(error = %e, "skipping an unreadable description");
+                Err(Error::InvalidRequest(e)) => {
+                    tracing::warn!(error = %e, "passing over an unreadable description");
                     continue;
                 }
+                d => d?,
             };
             if let Some(d) = d
                 && d.topic.name == name
@@ -250,8 +303,13 @@ impl Broker {
     /// another cluster newer than the unmount that lists it.
     async fn check_owner(&self, store: &ObjectStoreRef, d: &UnmountedTopic) -> Result<()> {
         let id = d.topic.id;
+        // The unmounting cluster's marker, taken before the unmount, left behind if
+        // giving it up failed, does not count.
+        let leftover =
+            |o: &OwnerMarker| o.cluster_id == d.cluster_id && o.since_ms <= d.unmounted_at_ms;
         if let Some(o) = owner(store, id).await?
             && o.cluster_id != self.cluster_id()
+            && !leftover(&o)
         {
             return Err(Error::InvalidRequest(format!(
                 "topic '{}' ({id}) is mounted by cluster {} (since {} ms): unmount it there \
@@ -324,8 +382,25 @@ impl Broker {
         let store = self.writable_bucket(req.from.as_deref())?;
         let d = self.unmounted(&store, &req.name).await?;
         let id = d.topic.id;
-        if self.metastore.get_topic(&req.name).await?.is_some() {
-            return Err(Error::TopicAlreadyExists(req.name.clone()));
+        match self.metastore.get_topic(&req.name).await? {
+            // An earlier run wrote the topic and stopped: its last steps are done now.
+            Some(t) if t.id == id => {
+                let ends = (d.ends.iter().enumerate()).map(|(p, e)| (p as i32, *e));
+                self.finish_mount(&store, &d, &ends.collect()).await?;
+                let topic = RestoredTopicReport {
+                    name: req.name,
+                    id,
+                    existed: true,
+                    from_snapshot: true,
+                    partitions: Vec::new(),
+                };
+                return Ok(MountReport {
+                    topic,
+                    ignored: Vec::new(),
+                });
+            }
+            Some(_) => return Err(Error::TopicAlreadyExists(req.name.clone())),
+            None => {}
         }
         if !req.force {
             self.check_owner(&store, &d).await?;
@@ -370,22 +445,22 @@ impl Broker {
             .restored_topic(&planned, req.replication_factor, &marks)
             .await?;
         topic.topic.configs.remove(READ_ONLY);
-        let report = MountReport {
+        let mut report = MountReport {
             topic: planned.report(&topic, &marks, false),
             ignored: planned.ignored(),
         };
         // Records the unmount counted that are not in the bucket (objects deleted
-        // since): their offsets would be used again.
-        let missing: Vec<String> = (report.topic.partitions.iter())
-            .filter(|p| p.lost_records.is_some_and(|n| n > 0))
-            .map(|p| {
-                format!(
-                    "partition {}: {} record(s)",
-                    p.partition,
-                    p.lost_records.unwrap_or(0)
-                )
-            })
-            .collect();
+        // since, not expired: a partition whose segments all expired goes on after
+        // its end): their offsets would be used again.
+        let mut missing = Vec::new();
+        for p in &mut report.topic.partitions {
+            let end = d.ends.get(p.partition as usize).copied().unwrap_or(0);
+            let lost = p.remote.map_or(0, |(_, last)| (end - last - 1).max(0));
+            p.lost_records = Some(lost);
+            if lost > 0 {
+                missing.push(format!("partition {}: {lost} record(s)", p.partition));
+            }
+        }
         if !missing.is_empty() && !req.force {
             return Err(Error::InvalidRequest(format!(
                 "the bucket lacks records of '{}' that were there when it was unmounted ({}): \
@@ -396,14 +471,13 @@ impl Broker {
             )));
         }
         let replaced = self.take_ownership(&store, id, req.force).await?;
-        let written = self
-            .metastore
+        let written = (self.metastore)
             .restore_topics(std::slice::from_ref(&topic))
             .await;
         if let Err(e) = written {
-            // Written after all, with only the answer lost?
+            // Undone only when surely not written (the answer alone may have been lost).
             let there = self.metastore.get_topic(&req.name).await;
-            if !there.is_ok_and(|t| t.is_some_and(|t| t.id == id)) {
+            if matches!(&there, Ok(t) if t.as_ref().is_none_or(|t| t.id != id)) {
                 let undone = match &replaced {
                     Some(theirs) => self.put_json(&owner_path(id), theirs).await,
                     None => store.delete(&owner_path(id)).await.map_err(store_error),
@@ -411,15 +485,36 @@ impl Broker {
                 if let Err(e) = undone {
                     tracing::warn!(topic = %req.name, error = %e, "cannot undo the ownership marker of a mount that failed");
                 }
-                return Err(e.into());
             }
+            return Err(e.into());
         }
         tracing::warn!(topic = %req.name, %id, "mounted topic from the bucket");
         let next: BTreeMap<i32, i64> = (report.topic.partitions.iter())
             .map(|p| (p.partition, p.next_offset))
             .collect();
+        self.finish_mount(&store, &d, &next).await?;
+        Ok(report)
+    }
+
+    /// The last steps of a mount, once the topic is written: the groups' offsets in it
+    /// (moved back to `next`, each partition's next offset, when past it; a partition
+    /// a group committed in here since keeps its own), then the description, used up,
+    /// is deleted (a later unmount writes a new one).
+    async fn finish_mount(
+        &self,
+        store: &ObjectStoreRef,
+        d: &UnmountedTopic,
+        next: &BTreeMap<i32, i64>,
+    ) -> Result<()> {
+        let id = d.topic.id;
         for g in &d.groups {
+            let since: BTreeSet<i32> = (self.metastore.committed_offsets(&g.group).await?)
+                .into_iter()
+                .filter(|c| c.topic_id == id)
+                .map(|c| c.partition)
+                .collect();
             let offsets: Vec<CommittedOffset> = (g.offsets.iter())
+                .filter(|o| !since.contains(&o.partition))
                 .filter_map(|o| {
                     Some(CommittedOffset {
                         topic_id: o.topic_id,
@@ -430,20 +525,16 @@ impl Broker {
                     })
                 })
                 .collect();
-            if let Err(e) = self
-                .metastore
-                .commit_offsets(&g.group, &offsets, None)
-                .await
-            {
-                tracing::warn!(topic = %req.name, group = %g.group, error = %e,
-                    "cannot restore the group's committed offsets of the mounted topic");
+            if !offsets.is_empty() {
+                (self.metastore)
+                    .commit_offsets(&g.group, &offsets, None)
+                    .await?;
             }
         }
-        // Mounted: the description has served (a later unmount writes a new one).
         if let Err(e) = store.delete(&unmounted_path(id)).await {
-            tracing::warn!(topic = %req.name, error = %e, "cannot delete the mounted topic's description");
+            tracing::warn!(topic = %d.topic.name, error = %e, "cannot delete the mounted topic's description");
         }
-        self.settle_after(&req.name).await;
-        Ok(report)
+        self.settle_after(&d.topic.name).await;
+        Ok(())
     }
 }

@@ -130,8 +130,20 @@ impl Broker {
     /// copy everything they hold to the bucket. Returns its id.
     pub async fn unmount_freeze(&self, name: &str) -> Result<Uuid> {
         let store = self.writable_bucket(None)?;
-        let topic = (self.metastore.get_topic(name).await?)
-            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        let Some(topic) = self.metastore.get_topic(name).await? else {
+            // Unmounted here already, by a run that stopped before giving the marker up?
+            if let Ok(d) = self.unmounted(&store, name).await
+                && d.cluster_id == self.cluster_id()
+            {
+                self.release_ownership(d.topic.id).await;
+                return Err(Error::InvalidRequest(format!(
+                    "topic '{name}' was unmounted already (at {} ms); its ownership marker is \
+                     given up",
+                    d.unmounted_at_ms
+                )));
+            }
+            return Err(Error::UnknownTopic(name.to_string()));
+        };
         let config = self.resolve_config(&topic.configs)?;
         if !config.read_replica_of.is_empty() {
             return Err(Error::InvalidRequest(format!(
@@ -303,17 +315,15 @@ impl Broker {
     /// another cluster newer than the unmount that lists it.
     async fn check_owner(&self, store: &ObjectStoreRef, d: &UnmountedTopic) -> Result<()> {
         let id = d.topic.id;
-        // The unmounting cluster's marker, taken before the unmount, left behind if
-        // giving it up failed, does not count.
-        let leftover =
-            |o: &OwnerMarker| o.cluster_id == d.cluster_id && o.since_ms <= d.unmounted_at_ms;
+        // The unmounting cluster's marker too: it holds it until the topic has left
+        // it (an unmount that stopped in between is run there again).
         if let Some(o) = owner(store, id).await?
             && o.cluster_id != self.cluster_id()
-            && !leftover(&o)
         {
             return Err(Error::InvalidRequest(format!(
                 "topic '{}' ({id}) is mounted by cluster {} (since {} ms): unmount it there \
-                 first, or mount with --force if that cluster is gone",
+                 first (again, if its unmount stopped), or mount with --force if that cluster \
+                 is gone",
                 d.topic.name, o.cluster_id, o.since_ms
             )));
         }

@@ -209,6 +209,8 @@ async fn an_unmounted_topic_is_mounted_on_another_cluster_at_its_offsets_and_tak
         objects,
         "the unmounted topic's objects stay"
     );
+    let again = cli(&first[0], &["topic", "unmount", TOPIC]).expect_err("unmounted");
+    assert!(again.contains("was unmounted already"), "{again}");
 
     // A cluster restored from the bucket leaves the unmounted topic to a mount.
     let (third, _third_db) = cluster(&s3, &cfg, 1).await;

@@ -168,6 +168,13 @@ impl Broker {
         let mut listing =
             (bucket::list_bucket(&store, Some(&prefix)).await).map_err(store_error)?;
         let mut partitions = listing.segments.remove(&id).unwrap_or_default();
+        // A partition the source added since: the replica grows with it, as far as
+        // segments show (the next refresh opens the new partitions).
+        if let Some(highest) = partitions.keys().max().copied()
+            && highest >= t.meta.partitions
+        {
+            self.grow_read_replica(t, highest + 1).await?;
+        }
         // Only the partitions held here are read.
         partitions.retain(|p, _| t.partitions.get(*p as usize).is_some_and(Option::is_some));
         let known = self.known_metas(id, &mut partitions);
@@ -190,6 +197,28 @@ impl Broker {
             }
         }
         Ok(())
+    }
+
+    /// Adds partitions to a read-replica topic, up to `total`, as its source did.
+    async fn grow_read_replica(&self, t: &TopicState, total: i32) -> Result<()> {
+        let (name, have) = (&t.meta.name, t.meta.partitions);
+        let assignments = self
+            .assign_replicas(name, have, total - have, t.meta.replication_factor)
+            .await?;
+        match self
+            .metastore
+            .add_partitions(name, total, &assignments)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(topic = %name, total, "read replica: partitions added, as the source did");
+                self.registry.stale();
+                Ok(())
+            }
+            // Another broker holding replicas added them first.
+            Err(shale_metastore::Error::PartitionCountNotIncreased { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The leader of a read-replica partition keeps its leader epoch above every epoch

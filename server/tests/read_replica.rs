@@ -204,5 +204,67 @@ async fn a_read_replica_follows_the_source_bucket_serves_replays_alone_and_refus
     produce(&src, 1000, 1100).await;
     let took = wait_for_ends(&rep, 1100, "new records reach the replica").await;
     eprintln!("[read replica] new records followed in {took:?}");
+
+    // A partition the source adds is followed once its segments reach the bucket.
+    src.create_partitions(TOPIC, PARTITIONS + 1).await.unwrap();
+    let added = (0..50)
+        .map(|i| ProducerRecord {
+            partition: Some(PARTITIONS),
+            value: Some(value(PARTITIONS, i).into()),
+            ..Default::default()
+        })
+        .collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sent = async {
+            let mut p = Producer::new(src.clone(), TOPIC, Acks::All).await?;
+            p.send_all(added.clone()).await
+        };
+        match sent.await {
+            Ok(_) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "produce to the new partition: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let start = Instant::now();
+    loop {
+        let at = rep.list_offset(TOPIC, PARTITIONS, -1).await.ok().flatten();
+        if at == Some(50) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the new partition is at {at:?} on the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "[read replica] a new partition followed in {:?}",
+        start.elapsed()
+    );
+    let mut consumer = Consumer::new(
+        rep.clone(),
+        TOPIC,
+        Some(vec![PARTITIONS]),
+        StartFrom::Earliest,
+    )
+    .await
+    .unwrap();
+    let mut read = Vec::new();
+    while read.len() < 50 {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "read {} of 50",
+            read.len()
+        );
+        for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            read.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+    }
+    let want: Vec<String> = (0..50).map(|i| value(PARTITIONS, i)).collect();
+    assert_eq!(read, want);
     drop(source);
 }

@@ -1,0 +1,338 @@
+//! One commit of one partition: its records from the table's `next-offset` on, as
+//! Parquet data files (one or more per hour of timestamps), appended to the table
+//! with an Iceberg fast append in one transaction with the partition's new progress.
+//!
+//! Data files are named `p<partition>-o<first offset>-<uuid>-<n>.parquet`. Files a
+//! failed or fenced commit wrote are deleted at once; files a crash left behind (a
+//! file of the partition whose first offset is at or past the table's `next-offset`
+//! was never committed) are found by [`sweep_orphans`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use iceberg_catalog_sql::SqlCatalog;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use shale_records::record::Record;
+
+use crate::catalog::{self, Fenced, Progress};
+use crate::schema::{hour_of, key_value_batch};
+use crate::storage::BucketStorage;
+
+/// What one commit covers.
+pub struct Chunk<'a> {
+    pub partition: i32,
+    /// The partition's leader epoch at the leader writing the chunk.
+    pub leader_epoch: i32,
+    /// The table's progress the chunk continues from.
+    pub after: Progress,
+    /// The chunk's first offset: `after.next_offset`, or where the log starts.
+    pub start: i64,
+    /// The first offset past the chunk (past its last record, or past a stretch of
+    /// offsets without records, as compaction leaves).
+    pub next_offset: i64,
+    pub records: &'a [Record],
+    pub target_file_bytes: usize,
+}
+
+/// What a commit wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub files: usize,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+fn file_prefix(partition: i32, start: i64) -> String {
+    format!("p{partition}-o{start}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Writes the chunk's files and commits them. An error leaves the table as it was
+/// and no file of this attempt behind (as far as deletes succeed).
+pub async fn append(
+    catalog: &SqlCatalog,
+    table: &Table,
+    chunk: &Chunk<'_>,
+) -> anyhow::Result<(Table, Appended)> {
+    let files = write_files(table, chunk).await?;
+    let appended = Appended {
+        files: files.len(),
+        rows: files.iter().map(DataFile::record_count).sum(),
+        bytes: files.iter().map(DataFile::file_size_in_bytes).sum(),
+    };
+    let paths: Vec<String> = files.iter().map(|f| f.file_path().to_string()).collect();
+    match commit(catalog, table, chunk, files).await {
+        Ok(t) => Ok((t, appended)),
+        Err(e) => {
+            for p in &paths {
+                if let Err(d) = table.file_io().delete(p).await {
+                    tracing::warn!(file = %p, error = %d, "could not delete an uncommitted data file");
+                }
+            }
+            Err(e.into())
+        }
+    }
+}
+
+async fn write_files(table: &Table, chunk: &Chunk<'_>) -> anyhow::Result<Vec<DataFile>> {
+    let metadata = table.metadata();
+    let schema = metadata.current_schema().clone();
+    let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+    let spec = metadata.default_partition_spec().as_ref().clone();
+    let mut by_hour: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
+    for r in chunk.records {
+        by_hour.entry(hour_of(r.timestamp)).or_default().push(r);
+    }
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let names = DefaultFileNameGenerator::new(
+        file_prefix(chunk.partition, chunk.start),
+        None,
+        DataFileFormat::Parquet,
+    );
+    let locations = DefaultLocationGenerator::new(metadata)?;
+    let mut out = Vec::new();
+    for (hour, records) in by_hour {
+        let rolling = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props.clone(), schema.clone()),
+            chunk.target_file_bytes,
+            table.file_io().clone(),
+            locations.clone(),
+            names.clone(),
+        );
+        let key = PartitionKey::new(
+            spec.clone(),
+            schema.clone(),
+            Struct::from_iter([Some(Literal::int(hour))]),
+        );
+        let mut writer = DataFileWriterBuilder::new(rolling).build(Some(key)).await?;
+        // Batches of bounded size: Parquet row groups and rolling see them one by one.
+        for part in records.chunks(8192) {
+            writer
+                .write(key_value_batch(&arrow, chunk.partition, part)?)
+                .await?;
+        }
+        match writer.close().await {
+            Ok(files) => out.extend(files),
+            Err(e) => {
+                for f in &out {
+                    let _ = table.file_io().delete(f.file_path()).await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn commit(
+    catalog: &SqlCatalog,
+    table: &Table,
+    chunk: &Chunk<'_>,
+    files: Vec<DataFile>,
+) -> iceberg::Result<Table> {
+    let fenced = Fenced {
+        inner: catalog,
+        partition: chunk.partition,
+        expected: chunk.after.next_offset,
+        epoch: chunk.leader_epoch,
+    };
+    let summary = HashMap::from([
+        ("shale.partition".to_string(), chunk.partition.to_string()),
+        ("shale.start-offset".to_string(), chunk.start.to_string()),
+        (
+            "shale.next-offset".to_string(),
+            chunk.next_offset.to_string(),
+        ),
+        (
+            "shale.leader-epoch".to_string(),
+            chunk.leader_epoch.to_string(),
+        ),
+    ]);
+    let tx = Transaction::new(table);
+    let mut props = tx.update_table_properties();
+    for (k, v) in
+        catalog::progress_properties(chunk.partition, chunk.next_offset, chunk.leader_epoch)
+    {
+        props = props.set(k, v);
+    }
+    let tx = props.apply(tx)?;
+    let tx = tx
+        .fast_append()
+        .add_data_files(files)
+        .set_snapshot_properties(summary)
+        .apply(tx)?;
+    tx.commit(&fenced).await
+}
+
+/// Deletes the partition's data files that no commit took (first offset at or past
+/// the table's `next-offset`) and that are older than `min_age` (a leader still
+/// writing them is given that long). Returns how many it deleted.
+pub async fn sweep_orphans(
+    storage: &BucketStorage,
+    table: &Table,
+    partition: i32,
+    min_age: std::time::Duration,
+) -> anyhow::Result<usize> {
+    let next = catalog::progress(table, partition)
+        .next_offset
+        .unwrap_or(i64::MIN);
+    let data = storage.key(&format!("{}/data", table.metadata().location()))?;
+    let store = storage.object_store()?;
+    let cutoff = chrono::Utc::now() - min_age;
+    let own = format!("p{partition}-o");
+    let orphans: Vec<object_store::path::Path> = store
+        .list(Some(&data))
+        .try_filter_map(|m| {
+            let start = m
+                .location
+                .filename()
+                .and_then(|n| n.strip_prefix(own.as_str()))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|o| o.parse::<i64>().ok());
+            let orphan = start.is_some_and(|s| s >= next) && m.last_modified < cutoff;
+            futures::future::ready(Ok(orphan.then_some(m.location)))
+        })
+        .try_collect()
+        .await?;
+    for key in &orphans {
+        tracing::info!(file = %key, partition, "deleting a data file no commit took");
+        match store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(orphans.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{hourly_spec, key_value_schema};
+    use shale_tiering::store::ObjectStoreRef;
+
+    fn records(from: i64, n: i64) -> Vec<Record> {
+        (from..from + n)
+            .map(|o| {
+                // Two hours' worth: files in two partitions of the table.
+                let mut r = Record::new(Some(b"k"), Some(b"v"), 1_700_000_000_000 + o * 60_000);
+                r.offset = o;
+                r
+            })
+            .collect()
+    }
+
+    async fn rows(table: &Table) -> usize {
+        let scan = table.scan().select_all().build().unwrap();
+        let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+        batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    #[tokio::test]
+    async fn commits_continue_from_the_tables_progress_and_stale_ones_are_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
+        let store: ObjectStoreRef = Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path().join("bucket"))
+                .unwrap(),
+        );
+        let storage = BucketStorage::new("file:///bucket", store);
+        let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
+        let catalog = catalog::open(&db, storage.clone()).await.unwrap();
+        let table = catalog::load_or_create(
+            &catalog,
+            "t",
+            key_value_schema().unwrap(),
+            hourly_spec().unwrap(),
+        )
+        .await
+        .unwrap();
+        let first = records(0, 100);
+        let chunk = Chunk {
+            partition: 0,
+            leader_epoch: 3,
+            after: catalog::progress(&table, 0),
+            start: 0,
+            next_offset: 100,
+            records: &first,
+            target_file_bytes: 1 << 20,
+        };
+        let (table2, appended) = append(&catalog, &table, &chunk).await.unwrap();
+        assert_eq!(appended.rows, 100);
+        assert_eq!(appended.files, 2, "one file per hour");
+        assert_eq!(
+            catalog::progress(&table2, 0),
+            Progress {
+                next_offset: Some(100),
+                leader_epoch: 3
+            }
+        );
+        assert_eq!(rows(&table2).await, 100);
+
+        // The same chunk again (a retry after a lost answer, or a zombie leader): refused,
+        // and its files are gone.
+        let err = append(&catalog, &table, &chunk).await.unwrap_err();
+        assert!(err.to_string().contains(catalog::FENCED), "{err:#}");
+        // An older epoch continuing from the right offset: refused too.
+        let more = records(100, 10);
+        let stale = Chunk {
+            after: catalog::progress(&table2, 0),
+            start: 100,
+            next_offset: 110,
+            records: &more,
+            leader_epoch: 2,
+            ..chunk
+        };
+        assert!(append(&catalog, &table2, &stale).await.is_err());
+        let fresh = Chunk {
+            leader_epoch: 4,
+            ..stale
+        };
+        let (table3, _) = append(&catalog, &table2, &fresh).await.unwrap();
+        assert_eq!(rows(&table3).await, 110);
+        assert_eq!(catalog::progress(&table3, 0).next_offset, Some(110));
+        // Only committed files remain: the refused attempts deleted theirs.
+        let files = walk(&dir.path().join("bucket"));
+        let parquet = files.iter().filter(|f| f.ends_with(".parquet")).count();
+        assert_eq!(parquet, 4, "two commits of two hours each: {files:?}");
+        // A file left by a crash (first offset at or past next-offset) is swept.
+        let orphan = dir
+            .path()
+            .join("bucket/_shale/tables/shale/t/data/p0-o110-x-00000.parquet");
+        std::fs::write(&orphan, b"x").unwrap();
+        let kept = dir
+            .path()
+            .join("bucket/_shale/tables/shale/t/data/p0-o50-x-00000.parquet");
+        std::fs::write(&kept, b"x").unwrap();
+        let swept = sweep_orphans(&storage, &table3, 0, std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(swept, 1);
+        assert!(!orphan.exists() && kept.exists());
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p.display().to_string());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,256 @@
+//! The tables' catalog: Iceberg's SQL catalog in the metastore's own database (tables
+//! `iceberg_tables` and `iceberg_namespace_properties`, the layout pyiceberg's
+//! `SqlCatalog` and the JDBC catalogs of Spark, Trino and Flink read), catalog name
+//! `shale`, namespace `shale`, one table per topic.
+//!
+//! # Progress and fencing
+//! Each partition's progress is kept in the table's properties, written in the same
+//! commit as the partition's files: `shale.partition.<p>.next-offset` (the first offset
+//! not in the table) and `shale.partition.<p>.leader-epoch` (the leader epoch of the
+//! partition's last commit). A commit goes through a [`Fenced`] view of the catalog,
+//! which refuses to base the commit on a table whose progress for the partition is not
+//! the one the commit starts from, or whose epoch is newer. Iceberg's own checks
+//! (the table's current snapshot is the one the commit was based on; the catalog's
+//! compare-and-swap of the metadata location) make that the table the commit lands
+//! on. So a retried, late or zombie commit never adds a row twice or skips one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, CatalogBuilder, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent,
+};
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
+
+use crate::storage::{BucketStorage, BucketStorageFactory};
+
+pub const CATALOG_NAME: &str = "shale";
+pub const NAMESPACE: &str = "shale";
+/// Where the tables live in the bucket.
+pub const TABLES_PREFIX: &str = "_shale/tables";
+
+/// Opens the SQL catalog in the metastore's database (`postgres://…` or `sqlite:…`).
+pub async fn open(metastore_url: &str, storage: BucketStorage) -> Result<SqlCatalog> {
+    sqlx::any::install_default_drivers();
+    let bind = if metastore_url.starts_with("postgres") {
+        SqlBindStyle::DollarNumeric
+    } else {
+        SqlBindStyle::QMark
+    };
+    let warehouse = storage.location(TABLES_PREFIX);
+    let catalog = SqlCatalogBuilder::default()
+        .uri(metastore_url)
+        .warehouse_location(warehouse)
+        .sql_bind_style(bind)
+        .with_storage_factory(Arc::new(BucketStorageFactory(storage)))
+        .load(CATALOG_NAME, HashMap::new())
+        .await?;
+    let ns = NamespaceIdent::new(NAMESPACE.to_string());
+    if !catalog.namespace_exists(&ns).await? {
+        match catalog.create_namespace(&ns, HashMap::new()).await {
+            Ok(_) => {}
+            // Another broker created it first.
+            Err(e) if catalog.namespace_exists(&ns).await.unwrap_or(false) => {
+                tracing::debug!(error = %e, "namespace created concurrently")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(catalog)
+}
+
+pub fn ident(topic: &str) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(NAMESPACE.to_string()),
+        topic.to_string(),
+    )
+}
+
+/// The table of `topic`, created if missing (by whichever leader gets there first).
+pub async fn load_or_create(
+    catalog: &SqlCatalog,
+    topic: &str,
+    schema: Schema,
+    spec: iceberg::spec::UnboundPartitionSpec,
+) -> Result<Table> {
+    let id = ident(topic);
+    match catalog.load_table(&id).await {
+        Ok(t) => return Ok(t),
+        Err(e) if e.kind() == ErrorKind::TableNotFound => {}
+        Err(e) => return Err(e),
+    }
+    let creation = TableCreation::builder()
+        .name(topic.to_string())
+        .schema(schema)
+        .partition_spec(spec)
+        .properties([
+            (
+                "write.parquet.compression-codec".to_string(),
+                "zstd".to_string(),
+            ),
+            ("shale.topic".to_string(), topic.to_string()),
+        ])
+        .build();
+    match catalog.create_table(id.namespace(), creation).await {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => catalog.load_table(&id).await,
+        Err(e) => Err(e),
+    }
+}
+
+fn next_offset_key(partition: i32) -> String {
+    format!("shale.partition.{partition}.next-offset")
+}
+
+fn epoch_key(partition: i32) -> String {
+    format!("shale.partition.{partition}.leader-epoch")
+}
+
+/// A partition's progress as the table has it: the first offset not in the table
+/// (`None`: none of the partition's records is), and the leader epoch of its last
+/// commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub next_offset: Option<i64>,
+    pub leader_epoch: i32,
+}
+
+pub fn progress(table: &Table, partition: i32) -> Progress {
+    let props = table.metadata().properties();
+    let get = |k: String| props.get(&k).and_then(|v| v.parse::<i64>().ok());
+    Progress {
+        next_offset: get(next_offset_key(partition)),
+        leader_epoch: get(epoch_key(partition))
+            .and_then(|e| i32::try_from(e).ok())
+            .unwrap_or(-1),
+    }
+}
+
+/// The properties a commit of `partition` up to `next_offset` sets.
+pub fn progress_properties(partition: i32, next_offset: i64, epoch: i32) -> [(String, String); 2] {
+    [
+        (next_offset_key(partition), next_offset.to_string()),
+        (epoch_key(partition), epoch.to_string()),
+    ]
+}
+
+/// Why a commit was refused by [`Fenced`]: the message starts with this.
+pub const FENCED: &str = "fenced";
+
+/// The catalog as one partition's commit sees it: a table whose progress for the
+/// partition is not `expected`, or whose epoch is newer than `epoch`, is refused
+/// (a non-retryable error, message starting with [`FENCED`]). Iceberg's transaction
+/// loads the table it bases the commit on through `load_table`, and again on every
+/// retry after a conflict, so each attempt is checked.
+#[derive(Debug)]
+pub struct Fenced<'a> {
+    pub inner: &'a SqlCatalog,
+    pub partition: i32,
+    pub expected: Option<i64>,
+    pub epoch: i32,
+}
+
+impl Fenced<'_> {
+    fn check(&self, table: &Table) -> Result<()> {
+        let now = progress(table, self.partition);
+        if now.next_offset != self.expected || now.leader_epoch > self.epoch {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "{FENCED}: partition {} of table {} is at {:?} (epoch {}), this commit \
+                     starts at {:?} (epoch {})",
+                    self.partition,
+                    table.identifier(),
+                    now.next_offset,
+                    now.leader_epoch,
+                    self.expected,
+                    self.epoch
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Catalog for Fenced<'_> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
+        let t = self.inner.load_table(table).await?;
+        self.check(&t)?;
+        Ok(t)
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        self.inner.update_table(commit).await
+    }
+}

@@ -1,0 +1,15 @@
+//! Topics as Iceberg tables: the leader of each partition of a topic with
+//! `iceberg.mode` set turns its committed records into Parquet data files in the
+//! bucket and commits them to the topic's table, in Iceberg's SQL catalog in the
+//! metastore's database. Analytics engines then read the table straight from the
+//! bucket, with no broker in the read path.
+//!
+//! - [`storage`]: Iceberg's file access over the broker's object store.
+//! - [`catalog`]: the SQL catalog, the tables, each partition's progress and fencing.
+//! - [`schema`]: the `key_value` table's schema, hourly partitioning, records as rows.
+//! - [`append`]: one commit of one partition's records; orphaned files.
+
+pub mod append;
+pub mod catalog;
+pub mod schema;
+pub mod storage;

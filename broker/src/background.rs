@@ -48,6 +48,11 @@ impl Broker {
             |b| async move { b.upload_pass().await },
         );
         self.spawn_every(
+            1_000,
+            "iceberg tables",
+            |b| async move { b.table_pass().await },
+        );
+        self.spawn_every(
             self.config.tiering.remote_compaction_interval_ms,
             "remote compaction",
             |b| async move { b.remote_compaction_pass().await },

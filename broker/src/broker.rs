@@ -36,6 +36,8 @@ pub struct Broker {
     pub(crate) metastore: Arc<dyn Metastore>,
     /// Uploads, remote reads and remote compaction.
     pub(crate) tier: crate::tier::Tier,
+    /// The topics' Iceberg tables.
+    pub(crate) tables: crate::tables::Tables,
     /// What it counts (metrics, the local disk limit).
     pub(crate) stats: crate::stats::Stats,
     /// Topics, partitions and brokers as the last refresh read them.
@@ -215,8 +217,10 @@ impl Broker {
         );
         let controller =
             shale_cluster::controller::Controller::new(metastore.clone(), config.broker_id);
+        let tables = crate::tables::Tables::new(&config.object_store_url, uploader.store().clone());
         let broker = Arc::new(Self {
             config,
+            tables,
             metastore,
             tier: crate::tier::Tier {
                 uploader,

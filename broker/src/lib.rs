@@ -33,6 +33,7 @@ pub mod replication;
 pub mod restore;
 mod snapshots;
 pub mod stats;
+mod tables;
 #[cfg(test)]
 mod testing;
 mod tier;

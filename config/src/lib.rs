@@ -8,6 +8,7 @@
 
 #[cfg(test)]
 mod documented_tests;
+pub mod iceberg;
 mod listeners;
 mod sections;
 #[cfg(test)]

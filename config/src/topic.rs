@@ -128,6 +128,8 @@ pub struct TopicConfig {
     /// records go to the bucket); tiered partitions seal and copy their active
     /// segments at once.
     pub read_only: bool,
+    /// `iceberg.*`: the topic's Iceberg table.
+    pub table: crate::iceberg::TableConfig,
 }
 
 impl Default for TopicConfig {
@@ -157,6 +159,7 @@ impl Default for TopicConfig {
             message_format_version: "3.0-IV1".to_string(),
             read_replica_of: String::new(),
             read_only: false,
+            table: Default::default(),
         }
     }
 }
@@ -168,6 +171,9 @@ pub const KEYS: &[&str] = &[
     "delete.retention.ms",
     "flush.messages",
     "flush.ms",
+    crate::iceberg::KEYS[0],
+    crate::iceberg::KEYS[1],
+    crate::iceberg::KEYS[2],
     "index.interval.bytes",
     "local.retention.bytes",
     "local.retention.ms",
@@ -196,7 +202,7 @@ fn unknown_key(key: &str, value: &str) -> ConfigError {
     }
 }
 
-fn long(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
+pub(crate) fn long(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
     let err = |reason: String| ConfigError {
         key: key.to_string(),
         value: value.to_string(),
@@ -352,7 +358,9 @@ impl TopicConfig {
                 self.message_format_version = v.to_string();
             }
             _ => {
-                return Err(unknown_key(key, value));
+                if !self.table.set(key, value)? {
+                    return Err(unknown_key(key, value));
+                }
             }
         }
         Ok(())
@@ -414,7 +422,7 @@ impl TopicConfig {
                 },
             },
             "message.format.version" => self.message_format_version.clone(),
-            _ => return None,
+            _ => return self.table.get(key),
         })
     }
 

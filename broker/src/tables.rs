@@ -1,0 +1,206 @@
+//! Topics as Iceberg tables on this broker (see `shale_table`): every partition this
+//! broker leads, of a topic with `iceberg.mode` set, commits its committed records
+//! (below the high watermark) to the topic's table once per
+//! `iceberg.commit.interval.ms`. Records are read as a consumer reads them (the local
+//! log, or the bucket below it), so a table that fell behind local retention catches
+//! up from the tier.
+//!
+//! # Handover
+//! Where a partition's table left off is in the table (its `next-offset` property),
+//! not here: a new leader continues from there, and a commit based on anything else
+//! is refused (see `shale_table::catalog::Fenced`), so a deposed leader's late commit
+//! cannot add rows twice. Files of a commit that never landed (a crash between writing
+//! and committing) are deleted by the next leader's first pass, once old enough that
+//! no leader can still be committing them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use iceberg_catalog_sql::SqlCatalog;
+use shale_config::iceberg::IcebergMode;
+use shale_records::batch::BatchIter;
+use shale_records::record::{Record, decode_records};
+use shale_table::append::{Chunk, append, sweep_orphans};
+use shale_table::catalog;
+use shale_table::schema::{hourly_spec, key_value_schema};
+use shale_table::storage::BucketStorage;
+use tokio::sync::OnceCell;
+
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::partition::Partition;
+
+/// How old an uncommitted data file must be before it is deleted as an orphan.
+const ORPHAN_AGE: Duration = Duration::from_secs(600);
+/// At most this much of the log goes into one commit.
+const MAX_CHUNK_BYTES: usize = 256 << 20;
+
+/// What the broker keeps for its tables: the catalog (opened at first use), and when
+/// each partition it leads last committed.
+pub(crate) struct Tables {
+    storage: BucketStorage,
+    catalog: OnceCell<SqlCatalog>,
+    /// Per (topic id, partition): the leader epoch its orphans were swept at, and when
+    /// it last committed (ms).
+    partitions: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i32, i64)>>,
+    pub(crate) stats: TableStats,
+}
+
+/// Counters since the broker started (metrics).
+#[derive(Debug, Default)]
+pub(crate) struct TableStats {
+    pub rows: AtomicU64,
+    pub bytes: AtomicU64,
+    pub commits: AtomicU64,
+    pub fenced: AtomicU64,
+    /// Records retention removed before they reached the table.
+    pub skipped: AtomicU64,
+}
+
+impl Tables {
+    pub(crate) fn new(object_store_url: &str, store: shale_tiering::store::ObjectStoreRef) -> Self {
+        Self {
+            storage: BucketStorage::new(object_store_url, store),
+            catalog: OnceCell::new(),
+            partitions: Default::default(),
+            stats: TableStats::default(),
+        }
+    }
+}
+
+fn other(e: impl std::fmt::Display) -> crate::error::Error {
+    crate::error::Error::Storage(std::io::Error::other(e.to_string()))
+}
+
+impl Broker {
+    /// Commits, for each partition led here whose topic has a table and whose interval
+    /// has passed, what was added since its last commit. Partitions go one at a time.
+    pub(crate) async fn table_pass(self: &Arc<Self>) -> crate::error::Result<()> {
+        let now = now_ms();
+        let due: Vec<Arc<Partition>> = (self.all_partitions().into_iter())
+            .filter(|p| p.is_leader() && p.config().table.mode != IcebergMode::Disabled)
+            .filter(|p| {
+                let last = self.tables.partitions.lock().unwrap();
+                let last = last.get(&(p.topic_id, p.index)).map_or(0, |(_, at)| *at);
+                now - last >= p.config().table.commit_interval_ms
+            })
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let catalog = (self.tables.catalog)
+            .get_or_try_init(|| {
+                catalog::open(&self.config.metastore_url, self.tables.storage.clone())
+            })
+            .await
+            .map_err(other)?;
+        for p in due {
+            if let Err(e) = self.translate(catalog, &p).await {
+                let fenced = e.to_string().contains(catalog::FENCED);
+                if fenced {
+                    self.tables.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::warn!(topic = %p.topic, partition = p.index, fenced, error = %format!("{e:#}"),
+                    "cannot commit to the topic's table");
+            }
+        }
+        Ok(())
+    }
+
+    async fn translate(&self, catalog: &SqlCatalog, p: &Partition) -> anyhow::Result<()> {
+        let epoch = p.role().leader_epoch;
+        let table =
+            catalog::load_or_create(catalog, &p.topic, key_value_schema()?, hourly_spec()?).await?;
+        let key = (p.topic_id, p.index);
+        // The attempt counts, failed or not: a failing partition is retried once per
+        // interval, not once a second.
+        let swept_at = {
+            let mut m = self.tables.partitions.lock().unwrap();
+            let entry = m.entry(key).or_insert((-1, 0));
+            entry.1 = now_ms();
+            entry.0
+        };
+        if swept_at != epoch {
+            let n = sweep_orphans(&self.tables.storage, &table, p.index, ORPHAN_AGE).await?;
+            if n > 0 {
+                tracing::info!(topic = %p.topic, partition = p.index, files = n, "deleted orphaned data files");
+            }
+            if let Some(e) = self.tables.partitions.lock().unwrap().get_mut(&key) {
+                e.0 = epoch;
+            }
+        }
+        let after = catalog::progress(&table, p.index);
+        let offsets = p.offsets();
+        let mut start = after.next_offset.unwrap_or(offsets.log_start_offset);
+        if start < offsets.log_start_offset {
+            let lost = offsets.log_start_offset - start;
+            tracing::warn!(topic = %p.topic, partition = p.index, from = start, to = offsets.log_start_offset,
+                "records were deleted by retention before they reached the table");
+            self.tables
+                .stats
+                .skipped
+                .fetch_add(lost as u64, Ordering::Relaxed);
+            start = offsets.log_start_offset;
+        }
+        let (records, next_offset) = self
+            .read_committed(p, start, offsets.high_watermark)
+            .await?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let chunk = Chunk {
+            partition: p.index,
+            leader_epoch: epoch,
+            after,
+            start,
+            next_offset,
+            records: &records,
+            target_file_bytes: p.config().table.target_file_size_bytes as usize,
+        };
+        let (_, appended) = append(catalog, &table, &chunk).await?;
+        let s = &self.tables.stats;
+        s.rows.fetch_add(appended.rows, Ordering::Relaxed);
+        s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
+        s.commits.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(topic = %p.topic, partition = p.index, start, next_offset, rows = appended.rows,
+            files = appended.files, "committed to the topic's table");
+        Ok(())
+    }
+
+    /// The records of `p` from `start` up to the high watermark `hw` (at most about
+    /// [`MAX_CHUNK_BYTES`] of log), and the offset after the last batch read.
+    async fn read_committed(
+        &self,
+        p: &Partition,
+        start: i64,
+        hw: i64,
+    ) -> anyhow::Result<(Vec<Record>, i64)> {
+        let mut records = Vec::new();
+        let mut offset = start;
+        let mut read = 0usize;
+        while offset < hw && read < MAX_CHUNK_BYTES {
+            let fetched = self
+                .read_one(p, offset, 4 << 20, true, false, false)
+                .await?;
+            let bytes = fetched.records.into_bytes()?;
+            if bytes.is_empty() {
+                break;
+            }
+            read += bytes.len();
+            for batch in BatchIter::new(&bytes) {
+                let (h, range) = batch?;
+                if h.last_offset() >= hw {
+                    return Ok((records, offset));
+                }
+                if !h.is_control() {
+                    let rows = decode_records(&bytes.slice(range))?;
+                    records.extend(rows.into_iter().filter(|r| r.offset >= start));
+                }
+                offset = offset.max(h.last_offset() + 1);
+            }
+        }
+        Ok((records, offset))
+    }
+}

@@ -1,0 +1,157 @@
+//! Topics as Iceberg tables with real brokers, PostgreSQL and `s3s-fs`: three brokers
+//! write a topic with `iceberg.mode=key_value` at RF 3; the leader of partition 0 is
+//! SIGKILLed while the table is being written, more records follow. The table, read
+//! through the SQL catalog in the cluster's database and the files in the bucket,
+//! holds every (partition, offset) of the topic exactly once, with its value.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use common::{PgDatabase, S3Server};
+use futures::TryStreamExt;
+use shale_client::{Acks, Client, Producer, ProducerRecord};
+
+const TOPIC: &str = "logs";
+const PARTITIONS: i32 = 3;
+const PREFIX: &str = "tables";
+
+const TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
+    controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
+    [log]\nmetadata_refresh_interval_ms = 500\n";
+
+fn value(p: i32, i: i64) -> String {
+    format!("{{\"p\":{p},\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(40))
+}
+
+async fn produce(c: &Client, from: i64, to: i64) {
+    let mut producer =
+        (Producer::new(c.clone(), TOPIC, Acks::All).await.unwrap()).with_batch_size(16 << 10);
+    for p in 0..PARTITIONS {
+        let records: Vec<ProducerRecord> = (from..to)
+            .map(|i| ProducerRecord {
+                partition: Some(p),
+                key: Some(format!("k{i}").into()),
+                value: Some(value(p, i).into()),
+                ..Default::default()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match producer.send_all(records.clone()).await {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "produce: {e}");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Every row of the table: (partition, offset) → value, failing on a row seen twice.
+async fn rows(
+    db_url: &str,
+    objects: &std::path::Path,
+    bucket_url: &str,
+) -> HashMap<(i32, i64), String> {
+    if !objects.exists() {
+        return HashMap::new();
+    }
+    let store: shale_tiering::store::ObjectStoreRef =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(objects).unwrap());
+    let storage = shale_table::storage::BucketStorage::new(bucket_url, store);
+    let catalog = shale_table::catalog::open(db_url, storage).await.unwrap();
+    let table =
+        match iceberg::Catalog::load_table(&catalog, &shale_table::catalog::ident(TOPIC)).await {
+            Ok(t) => t,
+            Err(_) => return HashMap::new(),
+        };
+    let scan = table
+        .scan()
+        .select(["partition", "offset", "value"])
+        .build()
+        .unwrap();
+    let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+    let mut out = HashMap::new();
+    for b in batches {
+        let parts = b.column(0).as_primitive::<Int32Type>();
+        let offsets = b.column(1).as_primitive::<Int64Type>();
+        let values = b.column(2).as_binary::<i64>();
+        for i in 0..b.num_rows() {
+            let key = (parts.value(i), offsets.value(i));
+            let v = String::from_utf8(values.value(i).to_vec()).unwrap();
+            assert!(
+                out.insert(key, v).is_none(),
+                "row {key:?} is in the table twice"
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_kill() {
+    let s3 = S3Server::start("shale-iceberg");
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(cfg_dir.path(), &s3.broker_config(TOML));
+    let db = PgDatabase::create();
+    let bucket_url = format!("s3://{}/{PREFIX}", s3.bucket);
+    let mut brokers = common::start_brokers(&cfg, &db.url(), &bucket_url, 3).await;
+    let client = brokers[0].client().await;
+    let configs = [
+        ("iceberg.mode", "key_value"),
+        ("iceberg.commit.interval.ms", "300"),
+    ];
+    let configs = (configs.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
+    client
+        .create_topic(TOPIC, PARTITIONS, 3, configs.collect())
+        .await
+        .unwrap();
+    let objects = s3.objects_dir(PREFIX);
+
+    produce(&client, 0, 3000).await;
+    // Some of it in the table, then the leader of partition 0 dies mid-stream.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(&db.url(), &objects, &bucket_url).await.is_empty() {
+        assert!(Instant::now() < deadline, "nothing reached the table");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let described = client.describe_topic(TOPIC).await.unwrap();
+    let leader = described.partitions[0].leader;
+    // Broker ids are 1, 2, 3 in start order.
+    let victim = usize::try_from(leader - 1).unwrap();
+    brokers[victim].kill();
+    let survivor = (victim + 1) % brokers.len();
+    let client = brokers[survivor].client().await;
+    produce(&client, 3000, 5000).await;
+    brokers[victim].start_again().await;
+
+    let want: HashMap<(i32, i64), String> = (0..PARTITIONS)
+        .flat_map(|p| (0..5000).map(move |i| ((p, i), value(p, i))))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let got = loop {
+        let got = rows(&db.url(), &objects, &bucket_url).await;
+        if got.len() >= want.len() || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let missing: Vec<_> = want
+        .keys()
+        .filter(|k| !got.contains_key(k))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} rows of {}; missing e.g. {missing:?}",
+        got.len(),
+        want.len()
+    );
+    assert_eq!(got, want, "the table holds exactly the topic's records");
+}

@@ -13,7 +13,7 @@
 //! and committing) are deleted by the next leader's first pass, once old enough that
 //! no leader can still be committing them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,8 +34,11 @@ use crate::partition::Partition;
 
 /// How old an uncommitted data file must be before it is deleted as an orphan.
 const ORPHAN_AGE: Duration = Duration::from_secs(600);
-/// At most this much of the log goes into one commit.
-const MAX_CHUNK_BYTES: usize = 256 << 20;
+/// At most about this much of the log goes into one commit (its records are held
+/// in memory while the files are written)...
+const MAX_COMMIT_BYTES: usize = 256 << 20;
+/// ...but each partition may add at least this much.
+const MIN_PARTITION_BYTES: usize = 16 << 20;
 
 /// What the broker keeps for its tables: the catalog (opened at first use), and when
 /// each partition it leads last committed.
@@ -75,18 +78,22 @@ fn other(e: impl std::fmt::Display) -> crate::error::Error {
 }
 
 impl Broker {
-    /// Commits, for each partition led here whose topic has a table and whose interval
-    /// has passed, what was added since its last commit. Partitions go one at a time.
+    /// Commits, for each topic with a table, what was added to the partitions led
+    /// here whose interval has passed: one commit per topic, topics one at a time.
     pub(crate) async fn table_pass(self: &Arc<Self>) -> crate::error::Result<()> {
         let now = now_ms();
-        let due: Vec<Arc<Partition>> = (self.all_partitions().into_iter())
-            .filter(|p| p.is_leader() && p.config().table.mode != IcebergMode::Disabled)
-            .filter(|p| {
-                let last = self.tables.partitions.lock().unwrap();
-                let last = last.get(&(p.topic_id, p.index)).map_or(0, |(_, at)| *at);
-                now - last >= p.config().table.commit_interval_ms
-            })
-            .collect();
+        let mut due: BTreeMap<String, Vec<Arc<Partition>>> = BTreeMap::new();
+        for p in self.all_partitions() {
+            if !p.is_leader() || p.config().table.mode == IcebergMode::Disabled {
+                continue;
+            }
+            let last = (self.tables.partitions.lock().unwrap())
+                .get(&(p.topic_id, p.index))
+                .map_or(0, |(_, at)| *at);
+            if now - last >= p.config().table.commit_interval_ms {
+                due.entry(p.topic.to_string()).or_default().push(p);
+            }
+        }
         if due.is_empty() {
             return Ok(());
         }
@@ -96,91 +103,120 @@ impl Broker {
             })
             .await
             .map_err(other)?;
-        for p in due {
-            if let Err(e) = self.translate(catalog, &p).await {
+        for (topic, partitions) in due {
+            if let Err(e) = self.translate(catalog, &topic, &partitions).await {
                 let fenced = e.to_string().contains(catalog::FENCED);
                 if fenced {
                     self.tables.stats.fenced.fetch_add(1, Ordering::Relaxed);
                 }
-                tracing::warn!(topic = %p.topic, partition = p.index, fenced, error = %format!("{e:#}"),
+                tracing::warn!(%topic, fenced, error = %format!("{e:#}"),
                     "cannot commit to the topic's table");
             }
         }
         Ok(())
     }
 
-    async fn translate(&self, catalog: &SqlCatalog, p: &Partition) -> anyhow::Result<()> {
-        let epoch = p.role().leader_epoch;
+    async fn translate(
+        &self,
+        catalog: &SqlCatalog,
+        topic: &str,
+        partitions: &[Arc<Partition>],
+    ) -> anyhow::Result<()> {
         let table =
-            catalog::load_or_create(catalog, &p.topic, key_value_schema()?, hourly_spec()?).await?;
-        let key = (p.topic_id, p.index);
-        // The attempt counts, failed or not: a failing partition is retried once per
-        // interval, not once a second.
-        let swept_at = {
-            let mut m = self.tables.partitions.lock().unwrap();
-            let entry = m.entry(key).or_insert((-1, 0));
-            entry.1 = now_ms();
-            entry.0
-        };
-        if swept_at != epoch {
-            let n = sweep_orphans(&self.tables.storage, &table, p.index, ORPHAN_AGE).await?;
-            if n > 0 {
-                tracing::info!(topic = %p.topic, partition = p.index, files = n, "deleted orphaned data files");
+            catalog::load_or_create(catalog, topic, key_value_schema()?, hourly_spec()?).await?;
+        let budget = (MAX_COMMIT_BYTES / partitions.len()).max(MIN_PARTITION_BYTES);
+        let mut read = Vec::new();
+        for p in partitions {
+            let epoch = p.role().leader_epoch;
+            if self.attempt(p, epoch) {
+                let n = sweep_orphans(&self.tables.storage, &table, p.index, ORPHAN_AGE).await?;
+                if n > 0 {
+                    tracing::info!(
+                        topic,
+                        partition = p.index,
+                        files = n,
+                        "deleted orphaned data files"
+                    );
+                }
             }
-            if let Some(e) = self.tables.partitions.lock().unwrap().get_mut(&key) {
-                e.0 = epoch;
+            let after = catalog::progress(&table, p.index);
+            let offsets = p.offsets();
+            let mut start = after.next_offset.unwrap_or(offsets.log_start_offset);
+            if start < offsets.log_start_offset {
+                tracing::warn!(
+                    topic,
+                    partition = p.index,
+                    from = start,
+                    to = offsets.log_start_offset,
+                    "records were deleted by retention before they reached the table"
+                );
+                let lost = offsets.log_start_offset - start;
+                self.tables
+                    .stats
+                    .skipped
+                    .fetch_add(lost as u64, Ordering::Relaxed);
+                start = offsets.log_start_offset;
+            }
+            let (records, next_offset) =
+                (self.read_committed(p, start, offsets.high_watermark, budget)).await?;
+            if !records.is_empty() {
+                read.push((p.index, epoch, after, start, next_offset, records));
             }
         }
-        let after = catalog::progress(&table, p.index);
-        let offsets = p.offsets();
-        let mut start = after.next_offset.unwrap_or(offsets.log_start_offset);
-        if start < offsets.log_start_offset {
-            let lost = offsets.log_start_offset - start;
-            tracing::warn!(topic = %p.topic, partition = p.index, from = start, to = offsets.log_start_offset,
-                "records were deleted by retention before they reached the table");
-            self.tables
-                .stats
-                .skipped
-                .fetch_add(lost as u64, Ordering::Relaxed);
-            start = offsets.log_start_offset;
-        }
-        let (records, next_offset) = self
-            .read_committed(p, start, offsets.high_watermark)
-            .await?;
-        if records.is_empty() {
+        if read.is_empty() {
             return Ok(());
         }
-        let chunk = Chunk {
-            partition: p.index,
-            leader_epoch: epoch,
-            after,
-            start,
-            next_offset,
-            records: &records,
-            target_file_bytes: p.config().table.target_file_size_bytes as usize,
-        };
-        let (_, appended) = append(catalog, &table, &chunk).await?;
+        let chunks: Vec<Chunk<'_>> = (read.iter())
+            .map(
+                |(partition, epoch, after, start, next_offset, records)| Chunk {
+                    partition: *partition,
+                    leader_epoch: *epoch,
+                    after: *after,
+                    start: *start,
+                    next_offset: *next_offset,
+                    records,
+                },
+            )
+            .collect();
+        let target = partitions[0].config().table.target_file_size_bytes as usize;
+        let (_, appended) = append(catalog, &table, &chunks, target).await?;
         let s = &self.tables.stats;
         s.rows.fetch_add(appended.rows, Ordering::Relaxed);
         s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
         s.commits.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(topic = %p.topic, partition = p.index, start, next_offset, rows = appended.rows,
-            files = appended.files, "committed to the topic's table");
+        tracing::debug!(
+            topic,
+            partitions = chunks.len(),
+            rows = appended.rows,
+            files = appended.files,
+            "committed to the topic's table"
+        );
         Ok(())
     }
 
+    /// Notes an attempt at `p` (failed or not, it counts: a failing partition is
+    /// retried once per interval, not once a second); true when it is the first at
+    /// this leader epoch (time to sweep orphaned files).
+    fn attempt(&self, p: &Partition, epoch: i32) -> bool {
+        let mut m = self.tables.partitions.lock().unwrap();
+        let entry = m.entry((p.topic_id, p.index)).or_insert((-1, 0));
+        entry.1 = now_ms();
+        std::mem::replace(&mut entry.0, epoch) != epoch
+    }
+
     /// The records of `p` from `start` up to the high watermark `hw` (at most about
-    /// [`MAX_CHUNK_BYTES`] of log), and the offset after the last batch read.
+    /// `budget` bytes of log), and the offset after the last batch read.
     async fn read_committed(
         &self,
         p: &Partition,
         start: i64,
         hw: i64,
+        budget: usize,
     ) -> anyhow::Result<(Vec<Record>, i64)> {
         let mut records = Vec::new();
         let mut offset = start;
         let mut read = 0usize;
-        while offset < hw && read < MAX_CHUNK_BYTES {
+        while offset < hw && read < budget {
             let fetched = self
                 .read_one(p, offset, 4 << 20, true, false, false)
                 .await?;

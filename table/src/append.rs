@@ -1,6 +1,7 @@
-//! One commit of one partition: its records from the table's `next-offset` on, as
-//! Parquet data files (one or more per hour of timestamps), appended to the table
-//! with an Iceberg fast append in one transaction with the partition's new progress.
+//! One commit of some partitions of a topic (those one broker leads): each one's
+//! records from the table's `next-offset` on, as Parquet data files (one or more per
+//! partition and hour of timestamps), appended to the table with an Iceberg fast
+//! append in one transaction with the partitions' new progress.
 //!
 //! Data files are named `p<partition>-o<first offset>-<uuid>-<n>.parquet`. Files a
 //! failed or fenced commit wrote are deleted at once; files a crash left behind (a
@@ -30,7 +31,8 @@ use crate::catalog::{self, Fenced, Progress};
 use crate::schema::{hour_of, key_value_batch};
 use crate::storage::BucketStorage;
 
-/// What one commit covers.
+/// What one commit covers of one partition.
+#[derive(Debug, Clone, Copy)]
 pub struct Chunk<'a> {
     pub partition: i32,
     /// The partition's leader epoch at the leader writing the chunk.
@@ -43,7 +45,6 @@ pub struct Chunk<'a> {
     /// offsets without records, as compaction leaves).
     pub next_offset: i64,
     pub records: &'a [Record],
-    pub target_file_bytes: usize,
 }
 
 /// What a commit wrote.
@@ -58,34 +59,52 @@ fn file_prefix(partition: i32, start: i64) -> String {
     format!("p{partition}-o{start}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Writes the chunk's files and commits them. An error leaves the table as it was
-/// and no file of this attempt behind (as far as deletes succeed).
+/// Writes the chunks' files and commits them, all or none. An error leaves the table
+/// as it was and no file of this attempt behind (as far as deletes succeed).
 pub async fn append(
     catalog: &SqlCatalog,
     table: &Table,
-    chunk: &Chunk<'_>,
+    chunks: &[Chunk<'_>],
+    target_file_bytes: usize,
 ) -> anyhow::Result<(Table, Appended)> {
-    let files = write_files(table, chunk).await?;
+    let mut files = Vec::new();
+    for chunk in chunks {
+        match write_files(table, chunk, target_file_bytes).await {
+            Ok(f) => files.extend(f),
+            Err(e) => {
+                delete_files(table, files.iter().map(DataFile::file_path)).await;
+                return Err(e);
+            }
+        }
+    }
     let appended = Appended {
         files: files.len(),
         rows: files.iter().map(DataFile::record_count).sum(),
         bytes: files.iter().map(DataFile::file_size_in_bytes).sum(),
     };
     let paths: Vec<String> = files.iter().map(|f| f.file_path().to_string()).collect();
-    match commit(catalog, table, chunk, files).await {
+    match commit(catalog, table, chunks, files).await {
         Ok(t) => Ok((t, appended)),
         Err(e) => {
-            for p in &paths {
-                if let Err(d) = table.file_io().delete(p).await {
-                    tracing::warn!(file = %p, error = %d, "could not delete an uncommitted data file");
-                }
-            }
+            delete_files(table, paths.iter().map(String::as_str)).await;
             Err(e.into())
         }
     }
 }
 
-async fn write_files(table: &Table, chunk: &Chunk<'_>) -> anyhow::Result<Vec<DataFile>> {
+async fn delete_files(table: &Table, paths: impl Iterator<Item = &str>) {
+    for p in paths {
+        if let Err(d) = table.file_io().delete(p).await {
+            tracing::warn!(file = %p, error = %d, "could not delete an uncommitted data file");
+        }
+    }
+}
+
+async fn write_files(
+    table: &Table,
+    chunk: &Chunk<'_>,
+    target_file_bytes: usize,
+) -> anyhow::Result<Vec<DataFile>> {
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
     let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
@@ -107,7 +126,7 @@ async fn write_files(table: &Table, chunk: &Chunk<'_>) -> anyhow::Result<Vec<Dat
     for (hour, records) in by_hour {
         let rolling = RollingFileWriterBuilder::new(
             ParquetWriterBuilder::new(props.clone(), schema.clone()),
-            chunk.target_file_bytes,
+            target_file_bytes,
             table.file_io().clone(),
             locations.clone(),
             names.clone(),
@@ -127,9 +146,7 @@ async fn write_files(table: &Table, chunk: &Chunk<'_>) -> anyhow::Result<Vec<Dat
         match writer.close().await {
             Ok(files) => out.extend(files),
             Err(e) => {
-                for f in &out {
-                    let _ = table.file_io().delete(f.file_path()).await;
-                }
+                delete_files(table, out.iter().map(DataFile::file_path)).await;
                 return Err(e.into());
             }
         }
@@ -140,33 +157,29 @@ async fn write_files(table: &Table, chunk: &Chunk<'_>) -> anyhow::Result<Vec<Dat
 async fn commit(
     catalog: &SqlCatalog,
     table: &Table,
-    chunk: &Chunk<'_>,
+    chunks: &[Chunk<'_>],
     files: Vec<DataFile>,
 ) -> iceberg::Result<Table> {
     let fenced = Fenced {
         inner: catalog,
-        partition: chunk.partition,
-        expected: chunk.after.next_offset,
-        epoch: chunk.leader_epoch,
+        expected: (chunks.iter())
+            .map(|c| (c.partition, c.after.next_offset, c.leader_epoch))
+            .collect(),
     };
-    let summary = HashMap::from([
-        ("shale.partition".to_string(), chunk.partition.to_string()),
-        ("shale.start-offset".to_string(), chunk.start.to_string()),
-        (
-            "shale.next-offset".to_string(),
-            chunk.next_offset.to_string(),
-        ),
-        (
-            "shale.leader-epoch".to_string(),
-            chunk.leader_epoch.to_string(),
-        ),
-    ]);
+    // The snapshot's summary says which offsets of which partitions it added.
+    let mut summary = HashMap::new();
     let tx = Transaction::new(table);
     let mut props = tx.update_table_properties();
-    for (k, v) in
-        catalog::progress_properties(chunk.partition, chunk.next_offset, chunk.leader_epoch)
-    {
-        props = props.set(k, v);
+    for c in chunks {
+        let range = format!("{}-{}", c.start, c.next_offset);
+        summary.insert(format!("shale.partition.{}.offsets", c.partition), range);
+        summary.insert(
+            format!("shale.partition.{}.leader-epoch", c.partition),
+            c.leader_epoch.to_string(),
+        );
+        for (k, v) in catalog::progress_properties(c.partition, c.next_offset, c.leader_epoch) {
+            props = props.set(k, v);
+        }
     }
     let tx = props.apply(tx)?;
     let tx = tx
@@ -221,7 +234,10 @@ pub async fn sweep_orphans(
 mod tests {
     use super::*;
     use crate::schema::{hourly_spec, key_value_schema};
+    use iceberg::Catalog;
     use shale_tiering::store::ObjectStoreRef;
+
+    const MB: usize = 1 << 20;
 
     fn records(from: i64, n: i64) -> Vec<Record> {
         (from..from + n)
@@ -251,14 +267,10 @@ mod tests {
         let storage = BucketStorage::new("file:///bucket", store);
         let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
         let catalog = catalog::open(&db, storage.clone()).await.unwrap();
-        let table = catalog::load_or_create(
-            &catalog,
-            "t",
-            key_value_schema().unwrap(),
-            hourly_spec().unwrap(),
-        )
-        .await
-        .unwrap();
+        let (schema, spec) = (key_value_schema().unwrap(), hourly_spec().unwrap());
+        let table = catalog::load_or_create(&catalog, "t", schema, spec)
+            .await
+            .unwrap();
         let first = records(0, 100);
         let chunk = Chunk {
             partition: 0,
@@ -267,23 +279,20 @@ mod tests {
             start: 0,
             next_offset: 100,
             records: &first,
-            target_file_bytes: 1 << 20,
         };
-        let (table2, appended) = append(&catalog, &table, &chunk).await.unwrap();
+        let (table2, appended) = append(&catalog, &table, &[chunk], MB).await.unwrap();
         assert_eq!(appended.rows, 100);
         assert_eq!(appended.files, 2, "one file per hour");
-        assert_eq!(
-            catalog::progress(&table2, 0),
-            Progress {
-                next_offset: Some(100),
-                leader_epoch: 3
-            }
-        );
+        let want = Progress {
+            next_offset: Some(100),
+            leader_epoch: 3,
+        };
+        assert_eq!(catalog::progress(&table2, 0), want);
         assert_eq!(rows(&table2).await, 100);
 
         // The same chunk again (a retry after a lost answer, or a zombie leader): refused,
         // and its files are gone.
-        let err = append(&catalog, &table, &chunk).await.unwrap_err();
+        let err = append(&catalog, &table, &[chunk], MB).await.unwrap_err();
         assert!(err.to_string().contains(catalog::FENCED), "{err:#}");
         // An older epoch continuing from the right offset: refused too.
         let more = records(100, 10);
@@ -295,26 +304,40 @@ mod tests {
             leader_epoch: 2,
             ..chunk
         };
-        assert!(append(&catalog, &table2, &stale).await.is_err());
+        assert!(append(&catalog, &table2, &[stale], MB).await.is_err());
+        // A commit of two partitions, one of them stale: neither lands.
+        let other = records(0, 5);
+        let p1 = Chunk {
+            partition: 1,
+            after: catalog::progress(&table2, 1),
+            start: 0,
+            next_offset: 5,
+            records: &other,
+            leader_epoch: 0,
+        };
+        assert!(append(&catalog, &table2, &[p1, stale], MB).await.is_err());
+        let now = catalog.load_table(table2.identifier()).await.unwrap();
+        assert_eq!(catalog::progress(&now, 1).next_offset, None);
         let fresh = Chunk {
             leader_epoch: 4,
             ..stale
         };
-        let (table3, _) = append(&catalog, &table2, &fresh).await.unwrap();
-        assert_eq!(rows(&table3).await, 110);
+        let (table3, _) = append(&catalog, &table2, &[fresh, p1], MB).await.unwrap();
         assert_eq!(catalog::progress(&table3, 0).next_offset, Some(110));
+        assert_eq!(catalog::progress(&table3, 1).next_offset, Some(5));
+        assert_eq!(rows(&table3).await, 115);
         // Only committed files remain: the refused attempts deleted theirs.
         let files = walk(&dir.path().join("bucket"));
         let parquet = files.iter().filter(|f| f.ends_with(".parquet")).count();
-        assert_eq!(parquet, 4, "two commits of two hours each: {files:?}");
+        assert_eq!(
+            parquet, 5,
+            "2 commits of 2 hours, 1 file of partition 1: {files:?}"
+        );
         // A file left by a crash (first offset at or past next-offset) is swept.
-        let orphan = dir
-            .path()
-            .join("bucket/_shale/tables/shale/t/data/p0-o110-x-00000.parquet");
+        let data = dir.path().join("bucket/_shale/tables/shale/t/data");
+        let orphan = data.join("p0-o110-x-00000.parquet");
         std::fs::write(&orphan, b"x").unwrap();
-        let kept = dir
-            .path()
-            .join("bucket/_shale/tables/shale/t/data/p0-o50-x-00000.parquet");
+        let kept = data.join("p0-o50-x-00000.parquet");
         std::fs::write(&kept, b"x").unwrap();
         let swept = sweep_orphans(&storage, &table3, 0, std::time::Duration::ZERO)
             .await

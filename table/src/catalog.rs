@@ -140,36 +140,35 @@ pub fn progress_properties(partition: i32, next_offset: i64, epoch: i32) -> [(St
 /// Why a commit was refused by [`Fenced`]: the message starts with this.
 pub const FENCED: &str = "fenced";
 
-/// The catalog as one partition's commit sees it: a table whose progress for the
-/// partition is not `expected`, or whose epoch is newer than `epoch`, is refused
-/// (a non-retryable error, message starting with [`FENCED`]). Iceberg's transaction
-/// loads the table it bases the commit on through `load_table`, and again on every
-/// retry after a conflict, so each attempt is checked.
+/// The catalog as one commit sees it: a table whose progress for one of the
+/// commit's partitions is not the one expected, or whose epoch for it is newer than
+/// the commit's, is refused (a non-retryable error, message starting with
+/// [`FENCED`]). Iceberg's transaction loads the table it bases the commit on through
+/// `load_table`, and again on every retry after a conflict, so each attempt is
+/// checked.
 #[derive(Debug)]
 pub struct Fenced<'a> {
     pub inner: &'a SqlCatalog,
-    pub partition: i32,
-    pub expected: Option<i64>,
-    pub epoch: i32,
+    /// (partition, expected `next-offset`, the commit's leader epoch).
+    pub expected: Vec<(i32, Option<i64>, i32)>,
 }
 
 impl Fenced<'_> {
     fn check(&self, table: &Table) -> Result<()> {
-        let now = progress(table, self.partition);
-        if now.next_offset != self.expected || now.leader_epoch > self.epoch {
-            return Err(Error::new(
-                ErrorKind::PreconditionFailed,
-                format!(
-                    "{FENCED}: partition {} of table {} is at {:?} (epoch {}), this commit \
-                     starts at {:?} (epoch {})",
-                    self.partition,
-                    table.identifier(),
-                    now.next_offset,
-                    now.leader_epoch,
-                    self.expected,
-                    self.epoch
-                ),
-            ));
+        for &(partition, expected, epoch) in &self.expected {
+            let now = progress(table, partition);
+            if now.next_offset != expected || now.leader_epoch > epoch {
+                return Err(Error::new(
+                    ErrorKind::PreconditionFailed,
+                    format!(
+                        "{FENCED}: partition {partition} of table {} is at {:?} (epoch {}), \
+                         this commit starts at {expected:?} (epoch {epoch})",
+                        table.identifier(),
+                        now.next_offset,
+                        now.leader_epoch,
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ import confluent_tests as ck  # noqa: E402
 import harness  # noqa: E402
 import kcat_tests as kc  # noqa: E402
 import security_tests as sec  # noqa: E402
+import table_tests as tt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -142,6 +143,17 @@ def main():
             r.check("kafkajs", "3 brokers: alterPartitionReassignments moves a partition, "
                     "listPartitionReassignments shows it until done",
                     script(["node", kjs_script, b, "reassign"], env={"NODE_PATH": args.node_path}))
+            tables = {}
+
+            def translated():
+                tables["logs"] = tt.translated_exactly_once(three, 200_000)
+            r.check("pyiceberg", "3 brokers, RF 3: a JSON topic's Iceberg table holds its 200,000 "
+                    "records exactly once across a SIGKILL of a leader (SQL catalog)", translated)
+            if "logs" in tables:
+                r.check("pyiceberg", "a time-range scan plans only that hour's files",
+                        tt.time_range_prunes, tables["logs"])
+                r.check("duckdb", "read_parquet over the table's files", tt.duckdb_reads_the_files,
+                        tables["logs"])
         finally:
             three.stop()
     else:

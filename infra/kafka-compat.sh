@@ -3,8 +3,8 @@
 # bench's librdkafka scenario small, then compat/run.py against the debug binaries (build
 # them first: cargo build --workspace --bins).
 #
-# Clients: kcat and kafka-python 2.0.2 from Debian; confluent-kafka (librdkafka) and
-# kafka-python 3 from PyPI in a virtualenv; kafkajs from npm. Everything goes under
+# Clients: kcat and kafka-python 2.0.2 from Debian; confluent-kafka (librdkafka),
+# kafka-python 3, pyiceberg and DuckDB from PyPI in a virtualenv; kafkajs from npm. Everything goes under
 # $SHALE_COMPAT_CACHE (default target/compat-clients), so a second run installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,11 +31,13 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$CACHE"
-if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka, snappy, lz4, zstandard' >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka, snappy, lz4, zstandard, pyiceberg, duckdb' >/dev/null 2>&1; then
   log "creating the client virtualenv in $VENV"
   /usr/bin/python3 -m venv "$VENV"
+  # pyiceberg (SQL catalog on PostgreSQL, pyarrow) and DuckDB read the topics' tables.
   "$VENV/bin/pip" install -q 'confluent-kafka>=2.6,<3' 'kafka-python>=2.1,<4' \
-    lz4 python-snappy zstandard cramjam
+    lz4 python-snappy zstandard cramjam \
+    'pyiceberg[sql-postgres,pyarrow]>=0.9,<1' 'duckdb>=1.1,<2'
 fi
 if [ ! -f "$NODE/node_modules/kafkajs/package.json" ]; then
   log "installing kafkajs in $NODE"

@@ -1,0 +1,180 @@
+"""Topics as Iceberg tables, read by the engines analysts use: pyiceberg through the
+SQL catalog in the cluster's PostgreSQL, and DuckDB over the table's Parquet files.
+
+A three-broker cluster writes a JSON topic at RF 3 with `iceberg.mode=key_value`;
+the leader of partition 0 is SIGKILLed halfway and started again. The table must hold
+exactly the topic's records (count, the sum of a numeric field, every (partition,
+offset) once), and a time-range scan must plan only the files of the matching hours.
+
+Run by compat/run.py on its three-broker cluster; standalone, against a fresh one:
+    table_tests.py --postgres URL [--records N]
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import harness
+
+HOUR_MS = 3_600_000
+# Records spread over five hours of a past day, so the table has five hourly partitions.
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+HOURS = 5
+
+
+def record(i):
+    value = json.dumps({"n": i, "v": i % 1000, "level": "info" if i % 7 else "error"})
+    return f"k{i}".encode(), value.encode(), BASE_MS + (i % HOURS) * HOUR_MS + i % 1000
+
+
+def catalog(cluster):
+    from pyiceberg.catalog.sql import SqlCatalog
+    url = cluster.brokers[0].metastore
+    uri = "postgresql+psycopg2://" + url.split("://", 1)[1]
+    # The brokers created the catalog's tables; pyiceberg only reads them.
+    return SqlCatalog("shale", uri=uri, init_catalog_tables="false")
+
+
+def produce(bootstrap, topic, start, end):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all",
+                  "enable.idempotence": True, "message.timeout.ms": 120000})
+    errors = []
+    for i in range(start, end):
+        key, value, ts = record(i)
+        while True:
+            try:
+                p.produce(topic, value=value, key=key, timestamp=ts,
+                          on_delivery=lambda err, _m: err and errors.append(err))
+                break
+            except BufferError:
+                p.poll(0.1)
+    left = p.flush(180)
+    assert left == 0 and not errors, f"{left} undelivered, errors: {errors[:3]}"
+
+
+def leader_of(bootstrap, topic, partition):
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[partition].leader
+
+
+def high_watermarks(bootstrap, topic, partitions):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "table-probe"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def rows_in_table(cat, topic):
+    try:
+        table = cat.load_table(("shale", topic))
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
+    return len(table.scan(selected_fields=("offset",)).to_arrow())
+
+
+def translated_exactly_once(cluster, records=200_000, topic="tbl-logs"):
+    """The table holds the topic's records once each, across a leader's SIGKILL."""
+    partitions = 3
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    config = {"iceberg.mode": "key_value", "iceberg.commit.interval.ms": "1000"}
+    a.create_topics([NewTopic(topic, partitions, 3, config=config)])[topic].result(30)
+    cat = catalog_when_ready(cluster)
+    half = records // 2
+    produce(cluster.bootstrap, topic, 0, half)
+    harness.eventually(lambda: rows_in_table(cat, topic) > 0, timeout=120,
+                       what="the first rows in the table")
+    victim = next(b for b in cluster.brokers if b.id == leader_of(cluster.bootstrap, topic, 0))
+    victim.stop(signal.SIGKILL)
+    others = ",".join(b.kafka for b in cluster.brokers if b is not victim)
+    produce(others, topic, half, records)
+    victim.start()
+
+    hws = high_watermarks(cluster.bootstrap, topic, partitions)
+    assert sum(hws) == records, f"the topic holds {sum(hws)} records, {records} were sent"
+    harness.eventually(lambda: rows_in_table(cat, topic) >= records, timeout=300, every=2,
+                       what=f"{records} rows in the table")
+    table = cat.load_table(("shale", topic))
+    rows = table.scan(selected_fields=("partition", "offset", "value")).to_arrow()
+    assert rows.num_rows == records, f"{rows.num_rows} rows for {records} records"
+    seen = set(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()))
+    want = {(p, o) for p in range(partitions) for o in range(hws[p])}
+    assert seen == want, f"{len(want - seen)} (partition, offset) missing, {len(seen - want)} extra"
+    total = sum(json.loads(v)["v"] for v in rows.column("value").to_pylist())
+    assert total == sum(i % 1000 for i in range(records)), "the sum of field v"
+    return table
+
+
+def catalog_when_ready(cluster):
+    """pyiceberg's catalog, once the brokers created the catalog's tables (at their
+    first commit pass)."""
+    def ready():
+        cat = catalog(cluster)
+        cat.list_namespaces()
+        return cat
+    return harness.eventually(ready, timeout=60, what="the SQL catalog's tables")
+
+
+def time_range_prunes(table):
+    """A scan of one hour plans only that hour's files, and returns that hour's rows."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+    import datetime as dt
+    all_files = list(table.scan().plan_files())
+    hour = BASE_MS + 2 * HOUR_MS
+    since = dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc).isoformat()
+    until = dt.datetime.fromtimestamp((hour + HOUR_MS) / 1000, dt.timezone.utc).isoformat()
+    expr = And(GreaterThanOrEqual("timestamp", since), LessThan("timestamp", until))
+    scan = table.scan(row_filter=expr, selected_fields=("value", "timestamp"))
+    planned = list(scan.plan_files())
+    assert 0 < len(planned) < len(all_files), f"{len(planned)} of {len(all_files)} files planned"
+    hours = {f.file.partition[0] for f in planned}
+    assert hours == {hour // HOUR_MS}, f"files of hours {hours} planned for hour {hour // HOUR_MS}"
+    rows = scan.to_arrow()
+    n = rows.num_rows
+    total = len(table.scan(selected_fields=("offset",)).to_arrow())
+    assert n == sum(1 for i in range(total) if i % HOURS == 2), f"{n} rows in hour 2"
+
+
+def duckdb_reads_the_files(table):
+    """DuckDB's read_parquet over the table's data files counts every row."""
+    import duckdb
+    files = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
+    n = duckdb.sql(f"select count(*) from read_parquet({files!r})").fetchone()[0]
+    total = len(table.scan(selected_fields=("offset",)).to_arrow())
+    assert n == total, f"duckdb counted {n}, pyiceberg {total}"
+    errors = duckdb.sql(
+        "select count(*) from read_parquet(?) where json_extract_string(decode(value), '$.level') = 'error'",
+        params=[files]).fetchone()[0]
+    assert errors == sum(1 for i in range(total) if i % 7 == 0), f"{errors} error records"
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--postgres", required=True)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    args = ap.parse_args()
+    work = harness.workdir()
+    cluster = harness.cluster_of_three(work, args.postgres)
+    try:
+        started = time.time()
+        table = translated_exactly_once(cluster, args.records)
+        print(f"{args.records} records in the table, exactly once, in {time.time() - started:.0f} s")
+        time_range_prunes(table)
+        duckdb_reads_the_files(table)
+        print("time-range pruning and DuckDB: ok")
+    finally:
+        cluster.stop()
+        harness.cleanup(work)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

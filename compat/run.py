@@ -154,6 +154,8 @@ def main():
                         tt.time_range_prunes, tables["logs"])
                 r.check("duckdb", "read_parquet over the table's files", tt.duckdb_reads_the_files,
                         tables["logs"])
+                r.check("pyiceberg", "the brokers' read-only REST catalog serves the table",
+                        tt.rest_catalog_reads, three, tables["logs"])
         finally:
             three.stop()
     else:

@@ -142,6 +142,35 @@ def time_range_prunes(table):
     assert n == sum(1 for i in range(total) if i % HOURS == 2), f"{n} rows in hour 2"
 
 
+def rest_catalog_reads(cluster, table, topic="tbl-logs"):
+    """The broker's read-only REST catalog lists the table and hands out the same
+    snapshot; an unknown table is NoSuchTableError, a write is refused."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+    b = cluster.brokers[1]
+    rest = RestCatalog("shale", uri=f"http://127.0.0.1:{b.http_port}/iceberg")
+    assert [tuple(n) for n in rest.list_namespaces()] == [("shale",)]
+    assert ("shale", topic) in [tuple(t) for t in rest.list_tables("shale")]
+    loaded = rest.load_table(("shale", topic))
+    assert loaded.metadata_location == table.metadata_location or \
+        loaded.metadata.last_sequence_number >= table.metadata.last_sequence_number
+    rows = loaded.scan(selected_fields=("offset",)).to_arrow()
+    assert rows.num_rows == len(table.scan(selected_fields=("offset",)).to_arrow()), rows.num_rows
+    try:
+        rest.load_table(("shale", "no-such-topic"))
+        raise AssertionError("an unknown table was loaded")
+    except NoSuchTableError:
+        pass
+    try:
+        rest.drop_table(("shale", topic))
+        raise AssertionError("the read-only catalog dropped a table")
+    except AssertionError:
+        raise
+    except Exception:  # noqa: BLE001 - refused, as it must be
+        pass
+    assert rest.table_exists(("shale", topic))
+
+
 def duckdb_reads_the_files(table):
     """DuckDB's read_parquet over the table's data files counts every row."""
     import duckdb
@@ -169,7 +198,8 @@ def main():
         print(f"{args.records} records in the table, exactly once, in {time.time() - started:.0f} s")
         time_range_prunes(table)
         duckdb_reads_the_files(table)
-        print("time-range pruning and DuckDB: ok")
+        rest_catalog_reads(cluster, table)
+        print("time-range pruning, DuckDB and the REST catalog: ok")
     finally:
         cluster.stop()
         harness.cleanup(work)

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use iceberg::Catalog;
 use iceberg_catalog_sql::SqlCatalog;
 use shale_config::iceberg::IcebergMode;
 use shale_records::batch::BatchIter;
@@ -78,6 +79,42 @@ fn other(e: impl std::fmt::Display) -> crate::error::Error {
 }
 
 impl Broker {
+    /// The tables' catalog, opened at first use.
+    async fn table_catalog(&self) -> crate::error::Result<&SqlCatalog> {
+        (self.tables.catalog)
+            .get_or_try_init(|| {
+                catalog::open(&self.config.metastore_url, self.tables.storage.clone())
+            })
+            .await
+            .map_err(other)
+    }
+
+    /// The topics that have a table.
+    pub async fn table_names(&self) -> crate::error::Result<Vec<String>> {
+        let catalog = self.table_catalog().await?;
+        let ns = iceberg::NamespaceIdent::new(catalog::NAMESPACE.to_string());
+        let tables = (catalog.list_tables(&ns).await).map_err(other)?;
+        Ok(tables.into_iter().map(|t| t.name).collect())
+    }
+
+    /// A topic's table as Iceberg's REST catalog hands it out: the location of its
+    /// current metadata file, and the metadata (Iceberg's JSON); `None` when the
+    /// topic has no table.
+    pub async fn table_metadata(
+        &self,
+        topic: &str,
+    ) -> crate::error::Result<Option<(String, serde_json::Value)>> {
+        let catalog = self.table_catalog().await?;
+        let table = match catalog.load_table(&catalog::ident(topic)).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(None),
+            Err(e) => return Err(other(e)),
+        };
+        let location = table.metadata_location().unwrap_or_default().to_string();
+        let metadata = serde_json::to_value(table.metadata()).map_err(other)?;
+        Ok(Some((location, metadata)))
+    }
+
     /// Commits, for each topic with a table, what was added to the partitions led
     /// here whose interval has passed: one commit per topic, topics one at a time.
     pub(crate) async fn table_pass(self: &Arc<Self>) -> crate::error::Result<()> {
@@ -97,12 +134,7 @@ impl Broker {
         if due.is_empty() {
             return Ok(());
         }
-        let catalog = (self.tables.catalog)
-            .get_or_try_init(|| {
-                catalog::open(&self.config.metastore_url, self.tables.storage.clone())
-            })
-            .await
-            .map_err(other)?;
+        let catalog = self.table_catalog().await?;
         for (topic, partitions) in due {
             if let Err(e) = self.translate(catalog, &topic, &partitions).await {
                 let fenced = e.to_string().contains(catalog::FENCED);

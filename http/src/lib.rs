@@ -14,6 +14,7 @@ mod api;
 mod auth;
 mod console;
 mod groups;
+mod iceberg;
 mod listener;
 mod rates;
 mod records;
@@ -165,6 +166,7 @@ fn router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(api::metrics))
         .route("/health", axum::routing::get(api::health))
         .nest("/api/v1", api::routes())
+        .nest("/iceberg/v1", iceberg::routes())
         .merge(console::routes())
         .with_state(state)
 }

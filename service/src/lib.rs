@@ -18,6 +18,7 @@ mod node;
 mod offsets;
 mod quota;
 mod records;
+mod tables;
 mod users;
 
 use std::net::SocketAddr;

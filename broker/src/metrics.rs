@@ -156,6 +156,31 @@ pub async fn render(broker: &Broker) -> String {
             "Compacted remote segments uploaded.",
             load(&broker.tier.remote_compactions.segments_written),
         ),
+        (
+            "shale_table_rows_total",
+            "Records written into topics' Iceberg tables by this broker.",
+            load(&broker.tables.stats.rows),
+        ),
+        (
+            "shale_table_written_bytes_total",
+            "Bytes of Parquet data files written for topics' Iceberg tables.",
+            load(&broker.tables.stats.bytes),
+        ),
+        (
+            "shale_table_commits_total",
+            "Commits to topics' Iceberg tables.",
+            load(&broker.tables.stats.commits),
+        ),
+        (
+            "shale_table_fenced_commits_total",
+            "Commits to topics' Iceberg tables refused because another leader had moved the table on.",
+            load(&broker.tables.stats.fenced),
+        ),
+        (
+            "shale_table_skipped_records_total",
+            "Records retention deleted before they reached their topic's Iceberg table.",
+            load(&broker.tables.stats.skipped),
+        ),
     ] {
         let _ = writeln!(
             out,

@@ -97,6 +97,21 @@ impl Broker {
         Ok(tables.into_iter().map(|t| t.name).collect())
     }
 
+    /// A topic's table as `shale topic describe` shows it; `None` when the topic has
+    /// no table yet.
+    pub async fn table_status(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> crate::error::Result<Option<catalog::TableStatus>> {
+        let catalog = self.table_catalog().await?;
+        match catalog.load_table(&catalog::ident(topic)).await {
+            Ok(t) => Ok(Some(catalog::status(&t, partitions))),
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => Ok(None),
+            Err(e) => Err(other(e)),
+        }
+    }
+
     /// A topic's table as Iceberg's REST catalog hands it out: the location of its
     /// current metadata file, and the metadata (Iceberg's JSON); `None` when the
     /// topic has no table.

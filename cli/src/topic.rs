@@ -363,6 +363,11 @@ fn describe_text(d: &DescribeTopicResponse, filter: &Filter) -> Option<String> {
             text.push_str(&format!("\tCleanableRatio: {c}\n"));
         }
     }
+    if let Some(t) = &d.table
+        && !filter.any()
+    {
+        text.push_str(&table_text(t));
+    }
     Some(text)
 }
 
@@ -412,5 +417,55 @@ fn describe_json(d: &DescribeTopicResponse, filter: &Filter) -> Option<serde_jso
         "replication_factor": t.replication_factor,
         "configs": configs,
         "partitions": parts,
+        "table": d.table.as_ref().map(table_json),
     }))
+}
+
+fn table_json(t: &shale_proto::v1::TableStatus) -> serde_json::Value {
+    json!({
+        "location": t.location,
+        "data_files": t.data_files,
+        "bytes": t.bytes,
+        "rows": t.rows,
+        "last_commit_ms": t.last_commit_ms,
+        "error": (!t.error.is_empty()).then_some(&t.error),
+        "partitions": t.partitions.iter().map(|p| json!({
+            "partition": p.partition,
+            "next_offset": p.next_offset,
+            "lag_offsets": p.lag_offsets,
+            "lag_ms": p.lag_ms,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The Iceberg table's lines of `describe`.
+fn table_text(t: &shale_proto::v1::TableStatus) -> String {
+    if !t.error.is_empty() {
+        return format!("\tTable: status unavailable: {}\n", t.error);
+    }
+    let mut text = format!(
+        "\tTable: {}\tDataFiles: {}\tBytes: {}\tRows: {}\tLastCommit: {}\n",
+        t.location,
+        t.data_files,
+        t.bytes,
+        t.rows,
+        if t.last_commit_ms < 0 {
+            "never".to_string()
+        } else {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            out::relative_ms(t.last_commit_ms - now)
+        }
+    );
+    for p in &t.partitions {
+        text.push_str(&format!(
+            "\tTablePartition: {}\tNextOffset: {}\tLagOffsets: {}\tLagSeconds: {:.1}\n",
+            p.partition,
+            p.next_offset,
+            p.lag_offsets,
+            p.lag_ms as f64 / 1000.0
+        ));
+    }
+    text
 }

@@ -88,7 +88,7 @@ impl Admin for Front {
                 ..Default::default()
             }));
         };
-        let partitions = d
+        let partitions: Vec<PartitionDescription> = d
             .partitions
             .iter()
             .map(|p| {
@@ -111,6 +111,13 @@ impl Admin for Front {
                 }
             })
             .collect();
+        let table = (self.service.table_report(&d).await).map(|r| match r {
+            Ok(r) => table_status(r),
+            Err(e) => TableStatus {
+                error: e.to_string(),
+                ..Default::default()
+            },
+        });
         let config_entries = self
             .service
             .config_entries(&d)
@@ -128,6 +135,7 @@ impl Admin for Front {
             configs: d.config.to_map().into_iter().collect(),
             partitions,
             config_entries,
+            table,
         }))
     }
 
@@ -581,5 +589,26 @@ impl Admin for Front {
                 })
                 .collect(),
         }))
+    }
+}
+
+/// The status of a topic's Iceberg table as `describe` answers it.
+fn table_status(report: shale_service::TableReport) -> TableStatus {
+    let s = report.status;
+    TableStatus {
+        location: s.location,
+        data_files: s.data_files as i64,
+        bytes: s.bytes as i64,
+        rows: s.rows as i64,
+        last_commit_ms: s.last_commit_ms,
+        partitions: (report.partitions.iter())
+            .map(|p| TablePartition {
+                partition: p.partition,
+                next_offset: p.next_offset,
+                lag_offsets: p.lag_offsets,
+                lag_ms: p.lag_ms,
+            })
+            .collect(),
+        error: String::new(),
     }
 }

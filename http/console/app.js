@@ -246,9 +246,26 @@ async function topicPage(page, name) {
         h("td", { class: "num", "data-field": "local_bytes", "data-value": p.local_bytes ?? "" }, bytes(p.local_bytes)),
         h("td", { class: "num", "data-field": "remote_bytes", "data-value": p.remote_bytes ?? "" }, bytes(p.remote_bytes)),
         h("td", {}, sizeBar(p.local_bytes || 0, p.remote_bytes || 0, maxPart))))),
+    t.table ? tableSection(t.table) : null,
     h("h2", {}, "Configs"), configEditor(t),
     h("h2", {}, "Records"), recordBrowser(t),
     h("h2", {}, "Find by key"), keySearch(t));
+}
+
+// The topic's Iceberg table (iceberg.mode set): where it is, what it holds, and how
+// far each partition's records lag behind in it.
+function tableSection(tb) {
+  if (tb.error) return h("div", {}, h("h2", {}, "Iceberg table"), message("error", tb.error));
+  const last = tb.last_commit_ms < 0 ? "never" : new Date(tb.last_commit_ms).toISOString();
+  return h("div", { "data-table": tb.location },
+    h("h2", {}, "Iceberg table"),
+    h("p", { class: "muted" }, tb.location),
+    h("div", { class: "cards" }, card("rows", tb.rows, "table_rows"), card("data files", tb.data_files, "table_files"),
+      card("bytes", bytes(tb.bytes), "table_bytes"), card("last commit", last, "table_last_commit")),
+    table(["Partition#", "Next offset#", "Lag (offsets)#", "Lag (s)#"], tb.partitions.map((p) =>
+      h("tr", { "data-table-partition": p.partition },
+        num(p.partition, "partition"), num(p.next_offset, "next_offset"), num(p.lag_offsets, "lag_offsets"),
+        num((p.lag_ms / 1000).toFixed(1), "lag_seconds")))));
 }
 
 function configEditor(t) {

@@ -206,6 +206,11 @@ fn tier_json(t: &TieringStatus) -> Value {
 /// One topic: partitions with every offset and size this broker knows, and configs.
 async fn topic_json(s: &Call, name: &str) -> ApiResult<Value> {
     let d = s.service.describe_topic(&s.ctx(), name).await?;
+    described_json(s, &d).await
+}
+
+async fn described_json(s: &Call, d: &shale_broker::topics::TopicDescription) -> ApiResult<Value> {
+    let name = d.topic.name.as_str();
     let tiers: BTreeMap<i32, TieringStatus> =
         match s.service.tiering_status(&s.ctx(), Some(name)).await {
             Ok(r) => r.partitions.into_iter().map(|t| (t.partition, t)).collect(),
@@ -240,7 +245,7 @@ async fn topic_json(s: &Call, name: &str) -> ApiResult<Value> {
         .collect();
     let configs: Vec<Value> = s
         .service
-        .config_entries(&d)
+        .config_entries(d)
         .into_iter()
         .map(|c| json!({ "name": c.name, "value": c.value, "source": format!("{:?}", c.source).to_lowercase() }))
         .collect();
@@ -287,7 +292,29 @@ async fn list_topics(s: Call) -> ApiResult<Json<Value>> {
 }
 
 async fn describe_topic(s: Call, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(topic_json(&s, &topic).await?))
+    let d = s.service.describe_topic(&s.ctx(), &topic).await?;
+    let mut v = described_json(&s, &d).await?;
+    // The topic's Iceberg table, if it has one (a catalog read: not in the listing).
+    if let (Some(report), Some(o)) = (s.service.table_report(&d).await, v.as_object_mut()) {
+        let table = match report {
+            Ok(r) => json!({
+                "location": r.status.location,
+                "data_files": r.status.data_files,
+                "bytes": r.status.bytes,
+                "rows": r.status.rows,
+                "last_commit_ms": r.status.last_commit_ms,
+                "partitions": r.partitions.iter().map(|p| json!({
+                    "partition": p.partition,
+                    "next_offset": p.next_offset,
+                    "lag_offsets": p.lag_offsets,
+                    "lag_ms": p.lag_ms,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(e) => json!({ "error": e.to_string() }),
+        };
+        o.insert("table".into(), table);
+    }
+    Ok(Json(v))
 }
 
 #[derive(Deserialize)]

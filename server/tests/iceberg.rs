@@ -2,7 +2,8 @@
 //! write a topic with `iceberg.mode=key_value` at RF 3; the leader of partition 0 is
 //! SIGKILLed while the table is being written, more records follow. The table, read
 //! through the SQL catalog in the cluster's database and the files in the bucket,
-//! holds every (partition, offset) of the topic exactly once, with its value.
+//! holds every (partition, offset) of the topic exactly once, with its value, and
+//! `shale topic describe` shows it caught up.
 
 mod common;
 
@@ -154,4 +155,23 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
         want.len()
     );
     assert_eq!(got, want, "the table holds exactly the topic's records");
+
+    // `shale topic describe` shows the table caught up.
+    let described = brokers[survivor].cli_ok(&["topic", "describe", TOPIC, "-o", "json"], None);
+    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+    let table = &described[0]["table"];
+    assert_eq!(table["rows"], 15_000, "{table}");
+    assert!(table["data_files"].as_i64().unwrap() > 0, "{table}");
+    for p in table["partitions"].as_array().unwrap() {
+        assert_eq!(
+            (&p["next_offset"], &p["lag_offsets"]),
+            (&5000.into(), &0.into()),
+            "{p}"
+        );
+    }
+    let text = brokers[survivor].cli_ok(&["topic", "describe", TOPIC], None);
+    assert!(
+        text.contains("\tTable: s3://") && text.contains("LagOffsets: 0"),
+        "{text}"
+    );
 }

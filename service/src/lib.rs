@@ -44,6 +44,7 @@ pub use shale_broker::groups::GroupListing;
 pub use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
 pub use shale_broker::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 pub use shale_broker::restore::{MountReport, MountRequest, RestoreReport, RestoreRequest};
+pub use tables::{TablePartitionLag, TableReport};
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
 use shale_broker::error::Result;

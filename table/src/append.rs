@@ -177,7 +177,9 @@ async fn commit(
             format!("shale.partition.{}.leader-epoch", c.partition),
             c.leader_epoch.to_string(),
         );
-        for (k, v) in catalog::progress_properties(c.partition, c.next_offset, c.leader_epoch) {
+        let now = chrono::Utc::now().timestamp_millis();
+        for (k, v) in catalog::progress_properties(c.partition, c.next_offset, c.leader_epoch, now)
+        {
             props = props.set(k, v);
         }
     }
@@ -326,6 +328,13 @@ mod tests {
         assert_eq!(catalog::progress(&table3, 0).next_offset, Some(110));
         assert_eq!(catalog::progress(&table3, 1).next_offset, Some(5));
         assert_eq!(rows(&table3).await, 115);
+        let status = catalog::status(&table3, 3);
+        assert_eq!((status.rows, status.data_files), (115, 5));
+        assert!(status.bytes > 0 && status.last_commit_ms > 0);
+        assert_eq!(status.partitions[0].0, Some(110));
+        assert_eq!(status.partitions[1].0, Some(5));
+        assert!(status.partitions[1].1.is_some());
+        assert_eq!(status.partitions[2], (None, None));
         // Only committed files remain: the refused attempts deleted theirs.
         let files = walk(&dir.path().join("bucket"));
         let parquet = files.iter().filter(|f| f.ends_with(".parquet")).count();

@@ -129,12 +129,60 @@ pub fn progress(table: &Table, partition: i32) -> Progress {
     }
 }
 
-/// The properties a commit of `partition` up to `next_offset` sets.
-pub fn progress_properties(partition: i32, next_offset: i64, epoch: i32) -> [(String, String); 2] {
+fn committed_key(partition: i32) -> String {
+    format!("shale.partition.{partition}.committed-ms")
+}
+
+/// The properties a commit of `partition` up to `next_offset` sets (`now_ms`: when).
+pub fn progress_properties(
+    partition: i32,
+    next_offset: i64,
+    epoch: i32,
+    now_ms: i64,
+) -> [(String, String); 3] {
     [
         (next_offset_key(partition), next_offset.to_string()),
         (epoch_key(partition), epoch.to_string()),
+        (committed_key(partition), now_ms.to_string()),
     ]
+}
+
+/// A table as `shale topic describe` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableStatus {
+    pub location: String,
+    pub data_files: u64,
+    pub bytes: u64,
+    pub rows: u64,
+    /// When the current snapshot was committed (ms), -1 before the first.
+    pub last_commit_ms: i64,
+    /// Per partition `0..partitions`: (`next-offset`, when it last committed (ms)).
+    pub partitions: Vec<(Option<i64>, Option<i64>)>,
+}
+
+pub fn status(table: &Table, partitions: i32) -> TableStatus {
+    let metadata = table.metadata();
+    let snapshot = metadata.current_snapshot();
+    let total = |key: &str| {
+        snapshot
+            .and_then(|s| s.summary().additional_properties.get(key))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let props = metadata.properties();
+    TableStatus {
+        location: metadata.location().to_string(),
+        data_files: total("total-data-files"),
+        bytes: total("total-files-size"),
+        rows: total("total-records"),
+        last_commit_ms: snapshot.map_or(-1, |s| s.timestamp_ms()),
+        partitions: (0..partitions)
+            .map(|p| {
+                let committed = props.get(&committed_key(p)).and_then(|v| v.parse().ok());
+                (progress(table, p).next_offset, committed)
+            })
+            .collect(),
+    }
 }
 
 /// Why a commit was refused by [`Fenced`]: the message starts with this.

@@ -25,6 +25,7 @@ use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
 use shale_table::append::{Chunk, append, sweep_orphans};
 use shale_table::catalog;
+use shale_table::housekeeping::housekeep;
 use shale_table::schema::{hourly_spec, key_value_schema};
 use shale_table::storage::BucketStorage;
 use tokio::sync::OnceCell;
@@ -33,6 +34,9 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::partition::Partition;
 
+/// How often the leader of a topic's partition 0 expires its table's old snapshots
+/// and deletes the files nothing refers to (`shale_table::housekeeping`).
+const HOUSEKEEPING_INTERVAL_MS: i64 = 600_000;
 /// How old an uncommitted data file must be before it is deleted as an orphan.
 const ORPHAN_AGE: Duration = Duration::from_secs(600);
 /// At most about this much of the log goes into one commit (its records are held
@@ -49,6 +53,8 @@ pub(crate) struct Tables {
     /// Per (topic id, partition): the leader epoch its orphans were swept at, and when
     /// it last committed (ms).
     partitions: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i32, i64)>>,
+    /// Per topic id: when its table was last housekept here (ms).
+    housekept: std::sync::Mutex<HashMap<uuid::Uuid, i64>>,
     pub(crate) stats: TableStats,
 }
 
@@ -69,6 +75,7 @@ impl Tables {
             storage: BucketStorage::new(object_store_url, store),
             catalog: OnceCell::new(),
             partitions: Default::default(),
+            housekept: Default::default(),
             stats: TableStats::default(),
         }
     }
@@ -211,7 +218,7 @@ impl Broker {
             }
         }
         if read.is_empty() {
-            return Ok(());
+            return self.housekeep(catalog, partitions, table).await;
         }
         let chunks: Vec<Chunk<'_>> = (read.iter())
             .map(
@@ -226,7 +233,7 @@ impl Broker {
             )
             .collect();
         let target = partitions[0].config().table.target_file_size_bytes as usize;
-        let (_, appended) = append(catalog, &table, &chunks, target).await?;
+        let (table, appended) = append(catalog, &table, &chunks, target).await?;
         let s = &self.tables.stats;
         s.rows.fetch_add(appended.rows, Ordering::Relaxed);
         s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
@@ -238,6 +245,34 @@ impl Broker {
             files = appended.files,
             "committed to the topic's table"
         );
+        self.housekeep(catalog, partitions, table).await
+    }
+
+    /// Housekeeping of a topic's table, by the leader of its partition 0 (when it is
+    /// among `partitions`) once per [`HOUSEKEEPING_INTERVAL_MS`].
+    async fn housekeep(
+        &self,
+        catalog: &SqlCatalog,
+        partitions: &[Arc<Partition>],
+        table: iceberg::table::Table,
+    ) -> anyhow::Result<()> {
+        let Some(p) = partitions.iter().find(|p| p.index == 0) else {
+            return Ok(());
+        };
+        let now = now_ms();
+        {
+            let mut last = self.tables.housekept.lock().unwrap();
+            let last = last.entry(p.topic_id).or_insert(0);
+            if now - *last < HOUSEKEEPING_INTERVAL_MS {
+                return Ok(());
+            }
+            *last = now;
+        }
+        let (_, done) = housekeep(catalog, &self.tables.storage, &table, ORPHAN_AGE).await?;
+        if done != Default::default() {
+            tracing::info!(topic = %p.topic, expired = done.snapshots_expired, deleted = done.files_deleted,
+                "housekept the topic's table");
+        }
         Ok(())
     }
 

@@ -353,6 +353,31 @@ mod tests {
             .unwrap();
         assert_eq!(swept, 1);
         assert!(!orphan.exists() && kept.exists());
+        std::fs::remove_file(&kept).unwrap();
+
+        // Housekeeping: with snapshots older than a millisecond expiring, only the
+        // current one stays, the files of the others go, and the table reads the same.
+        let tx = Transaction::new(&table3);
+        let age = "history.expire.max-snapshot-age-ms".to_string();
+        let tx = (tx.update_table_properties().set(age, "1".into()))
+            .apply(tx)
+            .unwrap();
+        let table4 = tx.commit(&catalog).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let (table5, done) =
+            crate::housekeeping::housekeep(&catalog, &storage, &table4, std::time::Duration::ZERO)
+                .await
+                .unwrap();
+        assert_eq!(done.snapshots_expired, 1, "{done:?}");
+        assert_eq!(
+            done.files_deleted, 1,
+            "the manifest list of the expired snapshot: {done:?}"
+        );
+        assert_eq!(table5.metadata().snapshots().count(), 1);
+        assert_eq!(rows(&table5).await, 115);
+        let left = walk(&dir.path().join("bucket"));
+        let lists = left.iter().filter(|f| f.contains("/snap-")).count();
+        assert_eq!(lists, 1, "{left:?}");
     }
 
     fn walk(dir: &std::path::Path) -> Vec<String> {

@@ -92,6 +92,15 @@ pub async fn load_or_create(
                 "zstd".to_string(),
             ),
             ("shale.topic".to_string(), topic.to_string()),
+            // Every commit adds a snapshot and a metadata file: see `housekeeping`.
+            (
+                "history.expire.max-snapshot-age-ms".to_string(),
+                "3600000".to_string(),
+            ),
+            (
+                "write.metadata.previous-versions-max".to_string(),
+                "20".to_string(),
+            ),
         ])
         .build();
     match catalog.create_table(id.namespace(), creation).await {

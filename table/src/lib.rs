@@ -7,9 +7,11 @@
 //! - [`storage`]: Iceberg's file access over the broker's object store.
 //! - [`catalog`]: the SQL catalog, the tables, each partition's progress and fencing.
 //! - [`schema`]: the `key_value` table's schema, hourly partitioning, records as rows.
-//! - [`append`]: one commit of one partition's records; orphaned files.
+//! - [`append`]: one commit of some partitions' records; orphaned files.
+//! - [`housekeeping`]: expiring old snapshots, deleting the files nothing refers to.
 
 pub mod append;
 pub mod catalog;
+pub mod housekeeping;
 pub mod schema;
 pub mod storage;

@@ -71,8 +71,14 @@ pub(crate) struct TableStats {
 
 impl Tables {
     pub(crate) fn new(object_store_url: &str, store: shale_tiering::store::ObjectStoreRef) -> Self {
+        // Tables name their files by absolute location: a local bucket's by its
+        // absolute path, whatever directory the broker was started in.
+        let base = match shale_tiering::store::local_root(object_store_url) {
+            Some(root) => format!("file://{}", root.display()),
+            None => object_store_url.to_string(),
+        };
         Self {
-            storage: BucketStorage::new(object_store_url, store),
+            storage: BucketStorage::new(&base, store),
             catalog: OnceCell::new(),
             partitions: Default::default(),
             housekept: Default::default(),

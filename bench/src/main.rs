@@ -78,6 +78,9 @@ enum Scenario {
     /// balancer's moves copy to it against the moved partitions' size, the time to
     /// balance, and e2e latency during the moves against idle (needs PostgreSQL).
     Rebalance,
+    /// Topics as Iceberg tables: produce with and without the table, translation of a
+    /// backlog (MiB/s, CPU per GiB, Parquet per log byte, p99 meanwhile), steady lag.
+    Table,
     /// Produce, consume, e2e, partition count and replay isolation through librdkafka
     /// (needs the `kafka` feature); not part of `all`.
     Kafka,
@@ -174,6 +177,10 @@ async fn main() -> anyhow::Result<()> {
     if all || cli.scenario == Scenario::Rebalance {
         scenarios::running("rebalance", "starting");
         results.extend(scenarios::rebalance(&ctx).await?);
+    }
+    if all || cli.scenario == Scenario::Table {
+        scenarios::running("table", "starting");
+        results.extend(scenarios::table(&ctx).await?);
     }
     if cli.scenario == Scenario::Kafka {
         scenarios::running("kafka", "starting");

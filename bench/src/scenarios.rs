@@ -14,6 +14,7 @@ mod peer;
 mod rebalance;
 mod recovery;
 mod replay;
+mod table;
 mod targets;
 mod throughput;
 
@@ -37,6 +38,7 @@ pub(crate) use peer::peer;
 pub(crate) use rebalance::rebalance;
 pub(crate) use recovery::recovery;
 pub(crate) use replay::replay;
+pub(crate) use table::table;
 pub(crate) use throughput::{consume, partitions, produce};
 
 /// What every scenario gets.

@@ -10,8 +10,8 @@
 //! not here: a new leader continues from there, and a commit based on anything else
 //! is refused (see `shale_table::catalog::Fenced`), so a deposed leader's late commit
 //! cannot add rows twice. Files of a commit that never landed (a crash between writing
-//! and committing) are deleted by the next leader's first pass, once old enough that
-//! no leader can still be committing them.
+//! and committing) are deleted by the housekeeping of the leader of partition 0, once
+//! no commit can take them (see `shale_table::housekeeping`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use iceberg_catalog_sql::SqlCatalog;
 use shale_config::iceberg::IcebergMode;
 use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
-use shale_table::append::{Chunk, append, sweep_orphans};
+use shale_table::append::{Chunk, append};
 use shale_table::catalog;
 use shale_table::housekeeping::housekeep;
 use shale_table::schema::{hourly_spec, key_value_schema};
@@ -37,22 +37,26 @@ use crate::partition::Partition;
 /// How often the leader of a topic's partition 0 expires its table's old snapshots
 /// and deletes the files nothing refers to (`shale_table::housekeeping`).
 const HOUSEKEEPING_INTERVAL_MS: i64 = 600_000;
-/// How old an uncommitted data file must be before it is deleted as an orphan.
-const ORPHAN_AGE: Duration = Duration::from_secs(600);
+/// How far apart the object store's clock and the brokers' may be, for housekeeping.
+const CLOCK_MARGIN: Duration = Duration::from_secs(600);
 /// At most about this much of the log goes into one commit (its records are held
 /// in memory while the files are written)...
 const MAX_COMMIT_BYTES: usize = 256 << 20;
 /// ...but each partition may add at least this much.
 const MIN_PARTITION_BYTES: usize = 16 << 20;
 
+/// A partition's part of a commit: partition, leader epoch, the table's progress it
+/// continues, its first offset, the offset after it, its records.
+type ChunkRead = (i32, i32, catalog::Progress, i64, i64, Vec<Record>);
+
 /// What the broker keeps for its tables: the catalog (opened at first use), and when
 /// each partition it leads last committed.
 pub(crate) struct Tables {
     storage: BucketStorage,
     catalog: OnceCell<SqlCatalog>,
-    /// Per (topic id, partition): the leader epoch its orphans were swept at, and when
-    /// it last committed (ms).
-    partitions: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i32, i64)>>,
+    /// Per (topic id, partition): when it was last attempted (ms), and the offset the
+    /// last warning of records lost to retention was from.
+    partitions: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i64, i64)>>,
     /// Per topic id: when its table was last housekept here (ms).
     housekept: std::sync::Mutex<HashMap<uuid::Uuid, i64>>,
     pub(crate) stats: TableStats,
@@ -154,7 +158,7 @@ impl Broker {
             }
             let last = (self.tables.partitions.lock().unwrap())
                 .get(&(p.topic_id, p.index))
-                .map_or(0, |(_, at)| *at);
+                .map_or(0, |(at, _)| *at);
             if now - last >= p.config().table.commit_interval_ms {
                 due.entry(p.topic.to_string()).or_default().push(p);
             }
@@ -182,76 +186,101 @@ impl Broker {
         topic: &str,
         partitions: &[Arc<Partition>],
     ) -> anyhow::Result<()> {
+        let topic_id = partitions[0].topic_id;
+        // A broker whose metadata still shows a topic of this name deleted since
+        // leaves the name's table to the live topic.
+        let live = self.metastore.get_topic(topic).await?;
+        if live.is_none_or(|t| t.id != topic_id) {
+            return Ok(());
+        }
+        let location = catalog::table_location(&self.tables.storage, topic, topic_id);
+        let (schema, spec) = (key_value_schema()?, hourly_spec()?);
         let table =
-            catalog::load_or_create(catalog, topic, key_value_schema()?, hourly_spec()?).await?;
+            catalog::load_or_create(catalog, topic, topic_id, location, schema, spec).await?;
         let budget = (MAX_COMMIT_BYTES / partitions.len()).max(MIN_PARTITION_BYTES);
         let mut read = Vec::new();
         for p in partitions {
-            let epoch = p.role().leader_epoch;
-            if self.attempt(p, epoch) {
-                let n = sweep_orphans(&self.tables.storage, &table, p.index, ORPHAN_AGE).await?;
-                if n > 0 {
-                    tracing::info!(
-                        topic,
-                        partition = p.index,
-                        files = n,
-                        "deleted orphaned data files"
-                    );
-                }
+            // One partition that cannot be read holds back none of the others.
+            match self.partition_chunk(&table, p, budget).await {
+                Ok(Some(chunk)) => read.push(chunk),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(topic, partition = p.index, error = %format!("{e:#}"),
+                    "cannot read the partition's records for its table"),
             }
-            let after = catalog::progress(&table, p.index);
-            let offsets = p.offsets();
-            let mut start = after.next_offset.unwrap_or(offsets.log_start_offset);
-            if start < offsets.log_start_offset {
-                tracing::warn!(
-                    topic,
-                    partition = p.index,
-                    from = start,
+        }
+        if !read.is_empty() {
+            let chunks: Vec<Chunk<'_>> = (read.iter())
+                .map(
+                    |(partition, epoch, after, start, next_offset, records)| Chunk {
+                        partition: *partition,
+                        leader_epoch: *epoch,
+                        after: *after,
+                        start: *start,
+                        next_offset: *next_offset,
+                        records,
+                    },
+                )
+                .collect();
+            let target = partitions[0].config().table.target_file_size_bytes as usize;
+            let (_, appended) = append(catalog, &table, &chunks, target).await?;
+            let s = &self.tables.stats;
+            s.rows.fetch_add(appended.rows, Ordering::Relaxed);
+            s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
+            s.commits.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                topic,
+                partitions = chunks.len(),
+                rows = appended.rows,
+                files = appended.files,
+                "committed to the topic's table"
+            );
+        }
+        self.housekeep(catalog, partitions, table.identifier())
+            .await
+    }
+
+    /// What `p` adds to its table's next commit: its records from where the table
+    /// left off to the high watermark (at most about `budget` bytes of log); `None`
+    /// when there are none.
+    async fn partition_chunk(
+        &self,
+        table: &iceberg::table::Table,
+        p: &Partition,
+        budget: usize,
+    ) -> anyhow::Result<Option<ChunkRead>> {
+        let epoch = p.role().leader_epoch;
+        let key = (p.topic_id, p.index);
+        // The attempt counts, failed or not: a failing partition is retried once per
+        // interval, not once a second.
+        (self.tables.partitions.lock().unwrap())
+            .entry(key)
+            .or_insert((0, -1))
+            .0 = now_ms();
+        // Where the log starts is known only once the remote log is.
+        if p.config().has_remote_log() && !p.remote_state().loaded {
+            return Ok(None);
+        }
+        let after = catalog::progress(table, p.index);
+        let offsets = p.offsets();
+        let mut start = after.next_offset.unwrap_or(offsets.log_start_offset);
+        if start < offsets.log_start_offset {
+            // Said and counted once per gap (no commit moves past it while the
+            // partition gets no new records).
+            let mut m = self.tables.partitions.lock().unwrap();
+            let warned = &mut m.entry(key).or_insert((0, -1)).1;
+            if *warned != start {
+                *warned = start;
+                tracing::warn!(topic = %p.topic, partition = p.index, from = start,
                     to = offsets.log_start_offset,
-                    "records were deleted by retention before they reached the table"
-                );
-                let lost = offsets.log_start_offset - start;
-                self.tables
-                    .stats
-                    .skipped
-                    .fetch_add(lost as u64, Ordering::Relaxed);
-                start = offsets.log_start_offset;
+                    "records were deleted by retention before they reached the table");
+                let lost = (offsets.log_start_offset - start) as u64;
+                self.tables.stats.skipped.fetch_add(lost, Ordering::Relaxed);
             }
-            let (records, next_offset) =
-                (self.read_committed(p, start, offsets.high_watermark, budget)).await?;
-            if !records.is_empty() {
-                read.push((p.index, epoch, after, start, next_offset, records));
-            }
+            start = offsets.log_start_offset;
         }
-        if read.is_empty() {
-            return self.housekeep(catalog, partitions, table).await;
-        }
-        let chunks: Vec<Chunk<'_>> = (read.iter())
-            .map(
-                |(partition, epoch, after, start, next_offset, records)| Chunk {
-                    partition: *partition,
-                    leader_epoch: *epoch,
-                    after: *after,
-                    start: *start,
-                    next_offset: *next_offset,
-                    records,
-                },
-            )
-            .collect();
-        let target = partitions[0].config().table.target_file_size_bytes as usize;
-        let (table, appended) = append(catalog, &table, &chunks, target).await?;
-        let s = &self.tables.stats;
-        s.rows.fetch_add(appended.rows, Ordering::Relaxed);
-        s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
-        s.commits.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            topic,
-            partitions = chunks.len(),
-            rows = appended.rows,
-            files = appended.files,
-            "committed to the topic's table"
-        );
-        self.housekeep(catalog, partitions, table).await
+        let (records, next_offset) =
+            (self.read_committed(p, start, offsets.high_watermark, budget)).await?;
+        Ok((!records.is_empty()).then_some((p.index, epoch, after, start, next_offset, records)))
     }
 
     /// Housekeeping of a topic's table, by the leader of its partition 0 (when it is
@@ -260,7 +289,7 @@ impl Broker {
         &self,
         catalog: &SqlCatalog,
         partitions: &[Arc<Partition>],
-        table: iceberg::table::Table,
+        ident: &iceberg::TableIdent,
     ) -> anyhow::Result<()> {
         let Some(p) = partitions.iter().find(|p| p.index == 0) else {
             return Ok(());
@@ -274,22 +303,13 @@ impl Broker {
             }
             *last = now;
         }
-        let (_, done) = housekeep(catalog, &self.tables.storage, &table, ORPHAN_AGE).await?;
+        let done = housekeep(catalog, &self.tables.storage, ident, CLOCK_MARGIN).await?;
         if done != Default::default() {
-            tracing::info!(topic = %p.topic, expired = done.snapshots_expired, deleted = done.files_deleted,
+            tracing::info!(topic = %p.topic, expired = done.snapshots_expired,
+                data_files = done.data_files_deleted, metadata_files = done.metadata_files_deleted,
                 "housekept the topic's table");
         }
         Ok(())
-    }
-
-    /// Notes an attempt at `p` (failed or not, it counts: a failing partition is
-    /// retried once per interval, not once a second); true when it is the first at
-    /// this leader epoch (time to sweep orphaned files).
-    fn attempt(&self, p: &Partition, epoch: i32) -> bool {
-        let mut m = self.tables.partitions.lock().unwrap();
-        let entry = m.entry((p.topic_id, p.index)).or_insert((-1, 0));
-        entry.1 = now_ms();
-        std::mem::replace(&mut entry.0, epoch) != epoch
     }
 
     /// The records of `p` from `start` up to the high watermark `hw` (at most about

@@ -3,15 +3,13 @@
 //! partition and hour of timestamps), appended to the table with an Iceberg fast
 //! append in one transaction with the partitions' new progress.
 //!
-//! Data files are named `p<partition>-o<first offset>-<uuid>-<n>.parquet`. Files a
-//! failed or fenced commit wrote are deleted at once; files a crash left behind (a
-//! file of the partition whose first offset is at or past the table's `next-offset`
-//! was never committed) are found by [`sweep_orphans`].
+//! Data files are named `p<partition>-e<leader epoch>-o<first offset>-<uuid>-<n>.parquet`.
+//! Files a failed or fenced commit wrote are deleted at once; those a crash left
+//! behind, by `housekeeping` once no commit can take them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use futures::TryStreamExt;
 use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -29,7 +27,6 @@ use shale_records::record::Record;
 
 use crate::catalog::{self, Fenced, Progress};
 use crate::schema::{hour_of, key_value_batch};
-use crate::storage::BucketStorage;
 
 /// What one commit covers of one partition.
 #[derive(Debug, Clone, Copy)]
@@ -55,8 +52,13 @@ pub struct Appended {
     pub bytes: u64,
 }
 
-fn file_prefix(partition: i32, start: i64) -> String {
-    format!("p{partition}-o{start}-{}", uuid::Uuid::new_v4().simple())
+/// `p<partition>-e<leader epoch>-o<first offset>-<uuid>`: what housekeeping needs to
+/// tell a file no commit can take (see `housekeeping`).
+fn file_prefix(partition: i32, epoch: i32, start: i64) -> String {
+    format!(
+        "p{partition}-e{epoch}-o{start}-{}",
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// Writes the chunks' files and commits them, all or none. An error leaves the table
@@ -117,7 +119,7 @@ async fn write_files(
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();
     let names = DefaultFileNameGenerator::new(
-        file_prefix(chunk.partition, chunk.start),
+        file_prefix(chunk.partition, chunk.leader_epoch, chunk.start),
         None,
         DataFileFormat::Parquet,
     );
@@ -192,50 +194,12 @@ async fn commit(
     tx.commit(&fenced).await
 }
 
-/// Deletes the partition's data files that no commit took (first offset at or past
-/// the table's `next-offset`) and that are older than `min_age` (a leader still
-/// writing them is given that long). Returns how many it deleted.
-pub async fn sweep_orphans(
-    storage: &BucketStorage,
-    table: &Table,
-    partition: i32,
-    min_age: std::time::Duration,
-) -> anyhow::Result<usize> {
-    let next = catalog::progress(table, partition)
-        .next_offset
-        .unwrap_or(i64::MIN);
-    let data = storage.key(&format!("{}/data", table.metadata().location()))?;
-    let store = storage.object_store()?;
-    let cutoff = chrono::Utc::now() - min_age;
-    let own = format!("p{partition}-o");
-    let orphans: Vec<object_store::path::Path> = store
-        .list(Some(&data))
-        .try_filter_map(|m| {
-            let start = m
-                .location
-                .filename()
-                .and_then(|n| n.strip_prefix(own.as_str()))
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|o| o.parse::<i64>().ok());
-            let orphan = start.is_some_and(|s| s >= next) && m.last_modified < cutoff;
-            futures::future::ready(Ok(orphan.then_some(m.location)))
-        })
-        .try_collect()
-        .await?;
-    for key in &orphans {
-        tracing::info!(file = %key, partition, "deleting a data file no commit took");
-        match store.delete(key).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(orphans.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::schema::{hourly_spec, key_value_schema};
+    use crate::storage::BucketStorage;
+    use futures::TryStreamExt;
     use iceberg::Catalog;
     use shale_tiering::store::ObjectStoreRef;
 
@@ -270,7 +234,9 @@ mod tests {
         let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
         let catalog = catalog::open(&db, storage.clone()).await.unwrap();
         let (schema, spec) = (key_value_schema().unwrap(), hourly_spec().unwrap());
-        let table = catalog::load_or_create(&catalog, "t", schema, spec)
+        let topic_id = uuid::Uuid::from_u128(1);
+        let location = catalog::table_location(&storage, "t", topic_id);
+        let table = catalog::load_or_create(&catalog, "t", topic_id, location, schema, spec)
             .await
             .unwrap();
         let first = records(0, 100);
@@ -342,42 +308,68 @@ mod tests {
             parquet, 5,
             "2 commits of 2 hours, 1 file of partition 1: {files:?}"
         );
-        // A file left by a crash (first offset at or past next-offset) is swept.
-        let data = dir.path().join("bucket/_shale/tables/shale/t/data");
-        let orphan = data.join("p0-o110-x-00000.parquet");
-        std::fs::write(&orphan, b"x").unwrap();
-        let kept = data.join("p0-o50-x-00000.parquet");
-        std::fs::write(&kept, b"x").unwrap();
-        let swept = sweep_orphans(&storage, &table3, 0, std::time::Duration::ZERO)
-            .await
-            .unwrap();
-        assert_eq!(swept, 1);
-        assert!(!orphan.exists() && kept.exists());
-        std::fs::remove_file(&kept).unwrap();
-
-        // Housekeeping: with snapshots older than a millisecond expiring, only the
-        // current one stays, the files of the others go, and the table reads the same.
+        // Housekeeping: snapshots older than a millisecond expire (only the current
+        // one stays) and the files nothing refers to go, the table reading the same;
+        // of data files left by crashes, those no commit can take go (an older
+        // epoch, or below next-offset at the table's epoch), the one that may still
+        // be committed stays.
+        let data = dir.path().join(format!(
+            "bucket/_shale/tables/shale/t@{}/data/timestamp_hour=0",
+            uuid::Uuid::from_u128(1)
+        ));
+        std::fs::create_dir_all(&data).unwrap();
+        let stale_epoch = data.join("p0-e3-o110-x-00000.parquet");
+        let below_next = data.join("p0-e4-o100-x-00000.parquet");
+        let may_commit = data.join("p0-e4-o110-x-00000.parquet");
+        for f in [&stale_epoch, &below_next, &may_commit] {
+            std::fs::write(f, b"x").unwrap();
+        }
         let tx = Transaction::new(&table3);
         let age = "history.expire.max-snapshot-age-ms".to_string();
         let tx = (tx.update_table_properties().set(age, "1".into()))
             .apply(tx)
             .unwrap();
-        let table4 = tx.commit(&catalog).await.unwrap();
+        tx.commit(&catalog).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        let (table5, done) =
-            crate::housekeeping::housekeep(&catalog, &storage, &table4, std::time::Duration::ZERO)
-                .await
-                .unwrap();
+        let zero = std::time::Duration::ZERO;
+        let ident = table3.identifier().clone();
+        let done = crate::housekeeping::housekeep(&catalog, &storage, &ident, zero)
+            .await
+            .unwrap();
         assert_eq!(done.snapshots_expired, 1, "{done:?}");
-        assert_eq!(
-            done.files_deleted, 1,
-            "the manifest list of the expired snapshot: {done:?}"
-        );
+        assert_eq!(done.data_files_deleted, 2, "{done:?}");
+        assert!(done.metadata_files_deleted >= 1, "{done:?}");
+        assert!(!stale_epoch.exists() && !below_next.exists() && may_commit.exists());
+        let table5 = catalog.load_table(&ident).await.unwrap();
         assert_eq!(table5.metadata().snapshots().count(), 1);
         assert_eq!(rows(&table5).await, 115);
         let left = walk(&dir.path().join("bucket"));
         let lists = left.iter().filter(|f| f.contains("/snap-")).count();
         assert_eq!(lists, 1, "{left:?}");
+        assert_eq!(
+            left.iter().filter(|f| f.ends_with(".parquet")).count(),
+            6,
+            "{left:?}"
+        );
+
+        // The topic deleted and created again under its name: the old table is renamed
+        // aside with its rows, the new topic gets a table of its own, from scratch.
+        let new_id = uuid::Uuid::from_u128(2);
+        let location = catalog::table_location(&storage, "t", new_id);
+        let (schema, spec) = (key_value_schema().unwrap(), hourly_spec().unwrap());
+        let fresh = catalog::load_or_create(&catalog, "t", new_id, location, schema, spec)
+            .await
+            .unwrap();
+        assert_eq!(catalog::progress(&fresh, 0).next_offset, None);
+        assert_eq!(rows(&fresh).await, 0);
+        assert!(
+            fresh
+                .metadata()
+                .location()
+                .ends_with("t@00000000-0000-0000-0000-000000000002")
+        );
+        let aside = catalog::ident("t@00000000-0000-0000-0000-000000000001");
+        assert_eq!(rows(&catalog.load_table(&aside).await.unwrap()).await, 115);
     }
 
     fn walk(dir: &std::path::Path) -> Vec<String> {

@@ -69,24 +69,57 @@ pub fn ident(topic: &str) -> TableIdent {
     )
 }
 
-/// The table of `topic`, created if missing (by whichever leader gets there first).
+/// Where the table of one topic (by id) lives: `<tables>/shale/<topic>@<topic id>`
+/// (`@` is in no topic name, and object stores take it as it is), so that a topic re-created under the same name gets
+/// files of its own.
+pub fn table_location(storage: &BucketStorage, topic: &str, topic_id: uuid::Uuid) -> String {
+    storage.location(&format!("{TABLES_PREFIX}/{NAMESPACE}/{topic}@{topic_id}"))
+}
+
+const TOPIC_ID: &str = "shale.topic-id";
+
+/// The table of `topic` (with id `topic_id`), created at `location` if missing (by
+/// whichever leader gets there first). A table of the same name that belongs to an
+/// earlier topic of that name (deleted since) is renamed aside first, to
+/// `<topic>@<its topic id>`, keeping its rows: the new topic's offsets start again.
 pub async fn load_or_create(
     catalog: &SqlCatalog,
     topic: &str,
+    topic_id: uuid::Uuid,
+    location: String,
     schema: Schema,
     spec: iceberg::spec::UnboundPartitionSpec,
 ) -> Result<Table> {
     let id = ident(topic);
     match catalog.load_table(&id).await {
-        Ok(t) => return Ok(t),
+        Ok(t) => {
+            let owner = t.metadata().properties().get(TOPIC_ID).cloned();
+            if owner.as_deref() == Some(topic_id.to_string().as_str()) {
+                return Ok(t);
+            }
+            let aside = ident(&format!(
+                "{topic}@{}",
+                owner.as_deref().unwrap_or("unknown")
+            ));
+            tracing::info!(topic, %topic_id, renamed = %aside,
+                "the topic's table belongs to an earlier topic of this name: renaming it aside");
+            if let Err(e) = catalog.rename_table(&id, &aside).await {
+                // Another leader of the new topic renamed it first.
+                if catalog.table_exists(&id).await? && !catalog.table_exists(&aside).await? {
+                    return Err(e);
+                }
+            }
+        }
         Err(e) if e.kind() == ErrorKind::TableNotFound => {}
         Err(e) => return Err(e),
     }
     let creation = TableCreation::builder()
         .name(topic.to_string())
+        .location(location)
         .schema(schema)
         .partition_spec(spec)
         .properties([
+            (TOPIC_ID.to_string(), topic_id.to_string()),
             (
                 "write.parquet.compression-codec".to_string(),
                 "zstd".to_string(),
@@ -105,7 +138,16 @@ pub async fn load_or_create(
         .build();
     match catalog.create_table(id.namespace(), creation).await {
         Ok(t) => Ok(t),
-        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => catalog.load_table(&id).await,
+        Err(e) if e.kind() == ErrorKind::TableAlreadyExists => {
+            let t = catalog.load_table(&id).await?;
+            match t.metadata().properties().get(TOPIC_ID) {
+                Some(owner) if *owner == topic_id.to_string() => Ok(t),
+                _ => Err(Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!("table {id} was created for another topic meanwhile"),
+                )),
+            }
+        }
         Err(e) => Err(e),
     }
 }

@@ -69,12 +69,17 @@ impl BucketStorage {
             .strip_prefix(&self.base)
             .and_then(|rest| rest.strip_prefix('/'))
             .filter(|rest| !rest.is_empty())
-            .map(Path::from)
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::DataInvalid,
                     format!("'{location}' is not in the bucket '{}'", self.base),
                 )
+            })
+            // As it is, never percent-encoded: the key must be what the location says,
+            // for every reader of the table.
+            .and_then(|rest| {
+                Path::parse(rest)
+                    .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("'{location}': {e}")))
             })
     }
 }
@@ -215,6 +220,8 @@ mod tests {
         assert!(s.key("s3://other/prefix/a").is_err());
         assert!(s.key("s3://bucket/prefixed/a").is_err());
         assert!(s.key("s3://bucket/prefix/").is_err());
+        let raw = s.key("s3://bucket/prefix/a~b/c=d").unwrap();
+        assert_eq!(raw.as_ref(), "a~b/c=d", "never percent-encoded");
 
         let loc = s.location("t/data/f.parquet");
         assert!(!s.exists(&loc).await.unwrap());

@@ -148,7 +148,8 @@ impl Broker {
     }
 
     /// Commits, for each topic with a table, what was added to the partitions led
-    /// here whose interval has passed: one commit per topic, topics one at a time.
+    /// here whose interval has passed: one commit per topic, topics one at a time, on
+    /// the remote-I/O runtime.
     pub(crate) async fn table_pass(self: &Arc<Self>) -> crate::error::Result<()> {
         let now = now_ms();
         let mut due: BTreeMap<String, Vec<Arc<Partition>>> = BTreeMap::new();
@@ -166,9 +167,18 @@ impl Broker {
         if due.is_empty() {
             return Ok(());
         }
-        let catalog = self.table_catalog().await?;
+        self.table_catalog().await?;
         for (topic, partitions) in due {
-            if let Err(e) = self.translate(catalog, &topic, &partitions).await {
+            // Encoding Parquet is CPU work: on the remote-I/O runtime, whose threads run
+            // at a lower priority than those serving produce and fetch.
+            let b = self.clone();
+            let t = topic.clone();
+            let work = async move {
+                let catalog = b.table_catalog().await?;
+                b.translate(catalog, &t, &partitions).await
+            };
+            let done = (self.tier.remote_io.run(work).await).map_err(anyhow::Error::from);
+            if let Err(e) = done.and_then(|r| r) {
                 let fenced = e.to_string().contains(catalog::FENCED);
                 if fenced {
                     self.tables.stats.fenced.fetch_add(1, Ordering::Relaxed);

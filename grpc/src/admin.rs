@@ -111,13 +111,7 @@ impl Admin for Front {
                 }
             })
             .collect();
-        let table = (self.service.table_report(&d).await).map(|r| match r {
-            Ok(r) => table_status(r),
-            Err(e) => TableStatus {
-                error: e.to_string(),
-                ..Default::default()
-            },
-        });
+        let table = (self.service.table_report(&d).await).map(crate::tables::table_status);
         let config_entries = self
             .service
             .config_entries(&d)
@@ -589,26 +583,5 @@ impl Admin for Front {
                 })
                 .collect(),
         }))
-    }
-}
-
-/// The status of a topic's Iceberg table as `describe` answers it.
-fn table_status(report: shale_service::TableReport) -> TableStatus {
-    let s = report.status;
-    TableStatus {
-        location: s.location,
-        data_files: s.data_files as i64,
-        bytes: s.bytes as i64,
-        rows: s.rows as i64,
-        last_commit_ms: s.last_commit_ms,
-        partitions: (report.partitions.iter())
-            .map(|p| TablePartition {
-                partition: p.partition,
-                next_offset: p.next_offset,
-                lag_offsets: p.lag_offsets,
-                lag_ms: p.lag_ms,
-            })
-            .collect(),
-        error: String::new(),
     }
 }

@@ -13,6 +13,7 @@ mod limits;
 mod replication;
 mod restore;
 mod security;
+mod tables;
 mod users;
 
 use std::net::SocketAddr;

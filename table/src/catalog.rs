@@ -70,8 +70,8 @@ pub fn ident(topic: &str) -> TableIdent {
 }
 
 /// Where the table of one topic (by id) lives: `<tables>/shale/<topic>@<topic id>`
-/// (`@` is in no topic name, and object stores take it as it is), so that a topic re-created under the same name gets
-/// files of its own.
+/// (`@` is in no topic name, and object stores take it as it is), so that a topic
+/// created again under the same name gets files of its own.
 pub fn table_location(storage: &BucketStorage, topic: &str, topic_id: uuid::Uuid) -> String {
     storage.location(&format!("{TABLES_PREFIX}/{NAMESPACE}/{topic}@{topic_id}"))
 }

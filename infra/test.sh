@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 
 infra/test-services.sh
 export SHALE_TEST_POSTGRES_URL="${SHALE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+# One build, run once: incremental compilation's caches would only take disk (about 8 GB).
+export CARGO_INCREMENTAL=0
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -1,10 +1,12 @@
 """Topics as Iceberg tables, read by the engines analysts use: pyiceberg through the
 SQL catalog in the cluster's PostgreSQL, and DuckDB over the table's Parquet files.
 
-A three-broker cluster writes a JSON topic at RF 3 with `iceberg.mode=key_value`;
-the leader of partition 0 is SIGKILLed halfway and started again. The table must hold
-exactly the topic's records (count, the sum of a numeric field, every (partition,
-offset) once), and a time-range scan must plan only the files of the matching hours.
+A three-broker cluster writes a JSON topic at RF 3 with `iceberg.mode=value_schema`;
+the leader of partition 0 is SIGKILLed halfway and started again, and the second half
+brings a new field. The table must hold exactly the topic's records (count, the sum of
+a numeric column, every (partition, offset) once), with the new field's column added;
+a record of the wrong type must be in the dead-letter table with its reason; and a
+time-range scan must plan only the files of the matching hours.
 
 Run by compat/run.py on its three-broker cluster; standalone, against a fresh one:
     table_tests.py --postgres URL [--records N]
@@ -27,8 +29,11 @@ BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HOURS = 5
 
 
-def record(i):
-    value = json.dumps({"n": i, "v": i % 1000, "level": "info" if i % 7 else "error"})
+def record(i, widened=False):
+    fields = {"n": i, "v": i % 1000, "level": "info" if i % 7 else "error"}
+    if widened:
+        fields["host"] = f"h{i % 3}"
+    value = json.dumps(fields)
     return f"k{i}".encode(), value.encode(), BASE_MS + (i % HOURS) * HOUR_MS + i % 1000
 
 
@@ -40,12 +45,12 @@ def catalog(cluster):
     return SqlCatalog("shale", uri=uri, init_catalog_tables="false")
 
 
-def produce(bootstrap, topic, start, end):
+def produce(bootstrap, topic, start, end, widened=False):
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all",
                   "enable.idempotence": True, "message.timeout.ms": 120000})
     errors = []
     for i in range(start, end):
-        key, value, ts = record(i)
+        key, value, ts = record(i, widened)
         while True:
             try:
                 p.produce(topic, value=value, key=key, timestamp=ts,
@@ -77,14 +82,14 @@ def rows_in_table(cat, topic):
         table = cat.load_table(("shale", topic))
     except Exception:  # noqa: BLE001 - not created yet
         return 0
-    return len(table.scan(selected_fields=("offset",)).to_arrow())
+    return len(table.scan(selected_fields=("shale_offset",)).to_arrow())
 
 
 def translated_exactly_once(cluster, records=200_000, topic="tbl-logs"):
     """The table holds the topic's records once each, across a leader's SIGKILL."""
     partitions = 3
     a = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    config = {"iceberg.mode": "key_value", "iceberg.commit.interval.ms": "1000"}
+    config = {"iceberg.mode": "value_schema", "iceberg.commit.interval.ms": "1000"}
     a.create_topics([NewTopic(topic, partitions, 3, config=config)])[topic].result(30)
     cat = catalog_when_ready(cluster)
     half = records // 2
@@ -94,21 +99,32 @@ def translated_exactly_once(cluster, records=200_000, topic="tbl-logs"):
     victim = next(b for b in cluster.brokers if b.id == leader_of(cluster.bootstrap, topic, 0))
     victim.stop(signal.SIGKILL)
     others = ",".join(b.kafka for b in cluster.brokers if b is not victim)
-    produce(others, topic, half, records)
+    produce(others, topic, half, records, widened=True)
+    # A record whose field has the wrong type: a dead letter, not a row.
+    p = Producer({"bootstrap.servers": others, "acks": "all"})
+    p.produce(topic, value=b'{"n": "many", "v": 1}', partition=1)
+    assert p.flush(60) == 0
     victim.start()
 
     hws = high_watermarks(cluster.bootstrap, topic, partitions)
-    assert sum(hws) == records, f"the topic holds {sum(hws)} records, {records} were sent"
+    assert sum(hws) == records + 1, f"the topic holds {sum(hws)} records, {records + 1} were sent"
     harness.eventually(lambda: rows_in_table(cat, topic) >= records, timeout=300, every=2,
                        what=f"{records} rows in the table")
     table = cat.load_table(("shale", topic))
-    rows = table.scan(selected_fields=("partition", "offset", "value")).to_arrow()
+    rows = table.scan(selected_fields=("shale_partition", "shale_offset", "v", "host")).to_arrow()
     assert rows.num_rows == records, f"{rows.num_rows} rows for {records} records"
-    seen = set(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()))
+    seen = set(zip(rows.column("shale_partition").to_pylist(), rows.column("shale_offset").to_pylist()))
     want = {(p, o) for p in range(partitions) for o in range(hws[p])}
+    dead = cat.load_table(("shale", topic + "~dlq")).scan().to_arrow()
+    assert dead.num_rows == 1, f"{dead.num_rows} dead letters"
+    assert dead.column("reason").to_pylist() == ['field n: expected long, got "many"'], \
+        dead.column("reason").to_pylist()
+    want.discard((1, dead.column("offset")[0].as_py()))
     assert seen == want, f"{len(want - seen)} (partition, offset) missing, {len(seen - want)} extra"
-    total = sum(json.loads(v)["v"] for v in rows.column("value").to_pylist())
-    assert total == sum(i % 1000 for i in range(records)), "the sum of field v"
+    assert sum(rows.column("v").to_pylist()) == sum(i % 1000 for i in range(records)), \
+        "the sum of column v"
+    hosts = sum(1 for h in rows.column("host").to_pylist() if h is not None)
+    assert hosts == records - half, f"{hosts} rows with the new field's column"
     return table
 
 
@@ -130,15 +146,15 @@ def time_range_prunes(table):
     hour = BASE_MS + 2 * HOUR_MS
     since = dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc).isoformat()
     until = dt.datetime.fromtimestamp((hour + HOUR_MS) / 1000, dt.timezone.utc).isoformat()
-    expr = And(GreaterThanOrEqual("timestamp", since), LessThan("timestamp", until))
-    scan = table.scan(row_filter=expr, selected_fields=("value", "timestamp"))
+    expr = And(GreaterThanOrEqual("shale_timestamp", since), LessThan("shale_timestamp", until))
+    scan = table.scan(row_filter=expr, selected_fields=("v", "shale_timestamp"))
     planned = list(scan.plan_files())
     assert 0 < len(planned) < len(all_files), f"{len(planned)} of {len(all_files)} files planned"
     hours = {f.file.partition[0] for f in planned}
     assert hours == {hour // HOUR_MS}, f"files of hours {hours} planned for hour {hour // HOUR_MS}"
     rows = scan.to_arrow()
     n = rows.num_rows
-    total = len(table.scan(selected_fields=("offset",)).to_arrow())
+    total = len(table.scan(selected_fields=("shale_offset",)).to_arrow())
     assert n == sum(1 for i in range(total) if i % HOURS == 2), f"{n} rows in hour 2"
 
 
@@ -154,8 +170,8 @@ def rest_catalog_reads(cluster, table, topic="tbl-logs"):
     loaded = rest.load_table(("shale", topic))
     assert loaded.metadata_location == table.metadata_location or \
         loaded.metadata.last_sequence_number >= table.metadata.last_sequence_number
-    rows = loaded.scan(selected_fields=("offset",)).to_arrow()
-    assert rows.num_rows == len(table.scan(selected_fields=("offset",)).to_arrow()), rows.num_rows
+    rows = loaded.scan(selected_fields=("shale_offset",)).to_arrow()
+    assert rows.num_rows == len(table.scan(selected_fields=("shale_offset",)).to_arrow()), rows.num_rows
     try:
         rest.load_table(("shale", "no-such-topic"))
         raise AssertionError("an unknown table was loaded")
@@ -175,11 +191,11 @@ def duckdb_reads_the_files(table):
     """DuckDB's read_parquet over the table's data files counts every row."""
     import duckdb
     files = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
-    n = duckdb.sql(f"select count(*) from read_parquet({files!r})").fetchone()[0]
-    total = len(table.scan(selected_fields=("offset",)).to_arrow())
+    n = duckdb.sql(f"select count(*) from read_parquet({files!r}, union_by_name=true)").fetchone()[0]
+    total = len(table.scan(selected_fields=("shale_offset",)).to_arrow())
     assert n == total, f"duckdb counted {n}, pyiceberg {total}"
     errors = duckdb.sql(
-        "select count(*) from read_parquet(?) where json_extract_string(decode(value), '$.level') = 'error'",
+        "select count(*) from read_parquet(?, union_by_name=true) where level = 'error'",
         params=[files]).fetchone()[0]
     assert errors == sum(1 for i in range(total) if i % 7 == 0), f"{errors} error records"
 

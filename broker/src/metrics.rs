@@ -181,6 +181,11 @@ pub async fn render(broker: &Broker) -> String {
             "Records retention deleted before they reached their topic's Iceberg table.",
             load(&broker.tables.stats.skipped),
         ),
+        (
+            "shale_table_dead_letters_total",
+            "Records of value_schema topics that did not fit their table, written to its dead-letter table.",
+            load(&broker.tables.stats.dead_letters),
+        ),
     ] {
         let _ = writeln!(
             out,

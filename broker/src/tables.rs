@@ -23,11 +23,11 @@ use iceberg_catalog_sql::SqlCatalog;
 use shale_config::iceberg::IcebergMode;
 use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
-use shale_table::append::{Chunk, append};
+use shale_table::append::Chunk;
 use shale_table::catalog;
 use shale_table::housekeeping::housekeep;
-use shale_table::schema::{hourly_spec, key_value_schema};
 use shale_table::storage::BucketStorage;
+use shale_table::topic::{Mode, TopicTables};
 use tokio::sync::OnceCell;
 
 use crate::broker::Broker;
@@ -71,6 +71,8 @@ pub(crate) struct TableStats {
     pub fenced: AtomicU64,
     /// Records retention removed before they reached the table.
     pub skipped: AtomicU64,
+    /// Records that went to a dead-letter table.
+    pub dead_letters: AtomicU64,
 }
 
 impl Tables {
@@ -203,10 +205,22 @@ impl Broker {
         if live.is_none_or(|t| t.id != topic_id) {
             return Ok(());
         }
-        let location = catalog::table_location(&self.tables.storage, topic, topic_id);
-        let (schema, spec) = (key_value_schema()?, hourly_spec()?);
-        let table =
-            catalog::load_or_create(catalog, topic, topic_id, location, schema, spec).await?;
+        let config = partitions[0].config();
+        let mode = match config.table.mode {
+            IcebergMode::ValueSchema if config.table.value_schema.is_empty() => Mode::Values(None),
+            IcebergMode::ValueSchema => Mode::Values(Some(Box::new(
+                shale_table::values::parse_value_schema(&config.table.value_schema)
+                    .map_err(|e| anyhow::anyhow!("iceberg.value.schema: {e}"))?,
+            ))),
+            _ => Mode::KeyValue,
+        };
+        let tables = TopicTables {
+            catalog,
+            storage: &self.tables.storage,
+            topic,
+            topic_id,
+        };
+        let table = tables.open(&mode).await?;
         let budget = (MAX_COMMIT_BYTES / partitions.len()).max(MIN_PARTITION_BYTES);
         let mut read = Vec::new();
         for p in partitions {
@@ -228,20 +242,24 @@ impl Broker {
                         start: *start,
                         next_offset: *next_offset,
                         records,
+                        reasons: &[],
                     },
                 )
                 .collect();
-            let target = partitions[0].config().table.target_file_size_bytes as usize;
-            let (_, appended) = append(catalog, &table, &chunks, target).await?;
+            let target = config.table.target_file_size_bytes as usize;
+            let done = tables.commit(&table, &mode, &chunks, target).await?;
             let s = &self.tables.stats;
-            s.rows.fetch_add(appended.rows, Ordering::Relaxed);
-            s.bytes.fetch_add(appended.bytes, Ordering::Relaxed);
+            s.rows.fetch_add(done.appended.rows, Ordering::Relaxed);
+            s.bytes.fetch_add(done.appended.bytes, Ordering::Relaxed);
             s.commits.fetch_add(1, Ordering::Relaxed);
+            s.dead_letters
+                .fetch_add(done.dead_letters, Ordering::Relaxed);
             tracing::debug!(
                 topic,
                 partitions = chunks.len(),
-                rows = appended.rows,
-                files = appended.files,
+                rows = done.appended.rows,
+                files = done.appended.files,
+                dead_letters = done.dead_letters,
                 "committed to the topic's table"
             );
         }

@@ -12,6 +12,9 @@ pub enum IcebergMode {
     /// One row per record: partition, offset, timestamp, key and value (binary),
     /// headers.
     KeyValue,
+    /// The value, a JSON object, as typed columns (`iceberg.value.schema`, or the
+    /// fields the records bring); records that do not fit go to `<topic>~dlq`.
+    ValueSchema,
 }
 
 /// The `iceberg.*` configs of a topic.
@@ -23,6 +26,9 @@ pub struct TableConfig {
     pub commit_interval_ms: i64,
     /// Data files are rolled at about this size.
     pub target_file_size_bytes: i64,
+    /// `value_schema`: the value's columns, as an Iceberg schema (JSON); empty: the
+    /// columns come from the records.
+    pub value_schema: String,
 }
 
 impl Default for TableConfig {
@@ -31,14 +37,16 @@ impl Default for TableConfig {
             mode: IcebergMode::Disabled,
             commit_interval_ms: 60_000,
             target_file_size_bytes: 128 << 20,
+            value_schema: String::new(),
         }
     }
 }
 
-pub(crate) const KEYS: [&str; 3] = [
+pub(crate) const KEYS: [&str; 4] = [
     "iceberg.commit.interval.ms",
     "iceberg.mode",
     "iceberg.target.file.size.bytes",
+    "iceberg.value.schema",
 ];
 
 impl TableConfig {
@@ -48,18 +56,12 @@ impl TableConfig {
                 self.mode = match value.trim() {
                     "disabled" => IcebergMode::Disabled,
                     "key_value" => IcebergMode::KeyValue,
-                    "value_schema" => {
-                        return Err(ConfigError {
-                            key: key.into(),
-                            value: value.into(),
-                            reason: "value_schema is not supported yet; use key_value".into(),
-                        });
-                    }
+                    "value_schema" => IcebergMode::ValueSchema,
                     _ => {
                         return Err(ConfigError {
                             key: key.into(),
                             value: value.into(),
-                            reason: "must be disabled or key_value".into(),
+                            reason: "must be disabled, key_value or value_schema".into(),
                         });
                     }
                 }
@@ -69,6 +71,16 @@ impl TableConfig {
             }
             "iceberg.target.file.size.bytes" => {
                 self.target_file_size_bytes = long(key, value, 1 << 20, 1 << 34)?
+            }
+            "iceberg.value.schema" => {
+                if let Err(reason) = check_schema(value) {
+                    return Err(ConfigError {
+                        key: key.into(),
+                        value: value.into(),
+                        reason,
+                    });
+                }
+                self.value_schema = value.trim().to_string();
             }
             _ => return Ok(false),
         }
@@ -80,12 +92,87 @@ impl TableConfig {
             "iceberg.mode" => match self.mode {
                 IcebergMode::Disabled => "disabled".into(),
                 IcebergMode::KeyValue => "key_value".into(),
+                IcebergMode::ValueSchema => "value_schema".into(),
             },
+            "iceberg.value.schema" => self.value_schema.clone(),
             "iceberg.commit.interval.ms" => self.commit_interval_ms.to_string(),
             "iceberg.target.file.size.bytes" => self.target_file_size_bytes.to_string(),
             _ => return None,
         })
     }
+}
+
+/// The types a value column may have: those JSON values fill.
+const TYPES: [&str; 9] = [
+    "boolean",
+    "int",
+    "long",
+    "float",
+    "double",
+    "string",
+    "date",
+    "timestamp",
+    "timestamptz",
+];
+
+/// `iceberg.value.schema`: empty, or an Iceberg schema (JSON) of a struct whose
+/// fields each have an id, a name, `required` and a type among [`TYPES`], a struct
+/// or a list, and whose names are not the record's own columns.
+fn check_schema(value: &str) -> Result<(), String> {
+    use serde_json::Value;
+    if value.trim().is_empty() {
+        return Ok(());
+    }
+    let schema: Value = serde_json::from_str(value).map_err(|e| format!("not JSON: {e}"))?;
+    fn check_type(t: &Value, name: &str) -> Result<(), String> {
+        match t {
+            Value::String(p) if TYPES.contains(&p.as_str()) => Ok(()),
+            Value::Object(o) if o.get("type") == Some(&Value::from("struct")) => {
+                check_fields(o.get("fields"), &format!("{name}."))
+            }
+            Value::Object(o) if o.get("type") == Some(&Value::from("list")) => {
+                let Some(Value::Number(_)) = o.get("element-id") else {
+                    return Err(format!("list {name} has no element-id"));
+                };
+                check_type(o.get("element").unwrap_or(&Value::Null), name)
+            }
+            _ => Err(format!(
+                "field {name}: type {t} is not one JSON fills ({}, struct, list)",
+                TYPES.join(", ")
+            )),
+        }
+    }
+    fn check_fields(fields: Option<&Value>, path: &str) -> Result<(), String> {
+        let Some(Value::Array(fields)) = fields else {
+            return Err(format!("struct {path} has no fields array"));
+        };
+        for f in fields {
+            let (Some(Value::Number(_)), Some(Value::String(name)), Some(Value::Bool(_))) =
+                (f.get("id"), f.get("name"), f.get("required"))
+            else {
+                return Err(format!("field {f} needs an id, a name and required"));
+            };
+            let own = [
+                "shale_partition",
+                "shale_offset",
+                "shale_timestamp",
+                "shale_key",
+                "shale_headers",
+            ];
+            if path.is_empty() && own.contains(&name.as_str()) {
+                return Err(format!("field {name} is one of the record's own columns"));
+            }
+            check_type(
+                f.get("type").unwrap_or(&Value::Null),
+                &format!("{path}{name}"),
+            )?;
+        }
+        Ok(())
+    }
+    if schema.get("type") != Some(&Value::from("struct")) {
+        return Err("must be an Iceberg schema: {\"type\": \"struct\", \"fields\": [...]}".into());
+    }
+    check_fields(schema.get("fields"), "")
 }
 
 #[cfg(test)]
@@ -100,8 +187,36 @@ mod tests {
         c.set("iceberg.commit.interval.ms", "1000").unwrap();
         assert_eq!(c.get("iceberg.mode").as_deref(), Some("key_value"));
         assert_eq!(c.table.commit_interval_ms, 1000);
-        let err = c.set("iceberg.mode", "value_schema").unwrap_err();
-        assert!(err.reason.contains("not supported yet"), "{err}");
+        c.set("iceberg.mode", "value_schema").unwrap();
+        assert_eq!(c.table.mode, super::IcebergMode::ValueSchema);
+        let schema = r#"{"type":"struct","fields":[{"id":1,"name":"n","required":false,"type":"long"},
+            {"id":2,"name":"tags","required":false,"type":{"type":"list","element-id":3,"element":"string","element-required":false}}]}"#;
+        c.set("iceberg.value.schema", schema).unwrap();
+        assert_eq!(c.get("iceberg.value.schema").as_deref(), Some(schema));
+        for (bad, why) in [
+            ("{", "not JSON"),
+            ("[]", "must be an Iceberg schema"),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"b","required":false,"type":"binary"}]}"#,
+                "not one JSON fills",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"shale_offset","required":false,"type":"long"}]}"#,
+                "the record's own columns",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"name":"n","type":"long"}]}"#,
+                "needs an id",
+            ),
+        ] {
+            let err = c.set("iceberg.value.schema", bad).unwrap_err();
+            assert!(err.reason.contains(why), "{bad}: {err}");
+        }
+        assert_eq!(
+            c.get("iceberg.value.schema").as_deref(),
+            Some(schema),
+            "unchanged"
+        );
         assert!(c.set("iceberg.mode", "parquet").is_err());
         assert!(c.set("iceberg.commit.interval.ms", "5").is_err());
         assert!(c.set("iceberg.target.file.size.bytes", "10").is_err());

@@ -174,6 +174,7 @@ pub const KEYS: &[&str] = &[
     crate::iceberg::KEYS[0],
     crate::iceberg::KEYS[1],
     crate::iceberg::KEYS[2],
+    crate::iceberg::KEYS[3],
     "index.interval.bytes",
     "local.retention.bytes",
     "local.retention.ms",

@@ -1,10 +1,13 @@
 //! Topics as Iceberg tables with real brokers, PostgreSQL and `s3s-fs`: three brokers
-//! write a topic with `iceberg.mode=key_value` at RF 3; the leader of partition 0 is
-//! SIGKILLed while the table is being written, more records follow. The table, read
+//! write a topic of JSON values with `iceberg.mode=value_schema` at RF 3; the leader
+//! of partition 0 is SIGKILLed while the table is being written, more records follow,
+//! with a new field, and one record whose field has the wrong type. The table, read
 //! through the SQL catalog in the cluster's database and the files in the bucket,
-//! holds every (partition, offset) of the topic exactly once, with its value, and
-//! `shale topic describe` shows it caught up. Deleted and created again, the topic
-//! gets a table of its own; the old one stays, renamed aside.
+//! holds every (partition, offset) of the topic exactly once, with its fields as typed
+//! columns (the new one added), the misfit is in the dead-letter table with its
+//! reason, and `shale topic describe` shows the table caught up. Deleted and created
+//! again (now `key_value`), the topic gets a table of its own; the old one stays,
+//! renamed aside.
 
 mod common;
 
@@ -12,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use common::{PgDatabase, S3Server};
@@ -26,11 +30,25 @@ const TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
     [log]\nmetadata_refresh_interval_ms = 500\n";
 
+/// The value of record `i` of partition `p`: from record 3000 on, with a new field.
 fn value(p: i32, i: i64) -> String {
-    format!("{{\"p\":{p},\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(40))
+    let level = if i >= 3000 { ",\"level\":\"info\"" } else { "" };
+    format!(
+        "{{\"p\":{p},\"i\":{i},\"pad\":\"{}\"{level}}}",
+        "x".repeat(40)
+    )
+}
+
+/// How a row shows it in a `value_schema` table: its `p`, `i` and `level` columns.
+fn shown(p: i32, i: i64) -> String {
+    format!("{p}/{i}/{}", if i >= 3000 { "info" } else { "-" })
 }
 
 async fn produce(c: &Client, from: i64, to: i64) {
+    produce_values(c, from, to, value).await
+}
+
+async fn produce_values(c: &Client, from: i64, to: i64, value: fn(i32, i64) -> String) {
     let mut producer =
         (Producer::new(c.clone(), TOPIC, Acks::All).await.unwrap()).with_batch_size(16 << 10);
     for p in 0..PARTITIONS {
@@ -55,11 +73,15 @@ async fn produce(c: &Client, from: i64, to: i64) {
     }
 }
 
-/// Every row of the table: (partition, offset) → value, failing on a row seen twice.
+/// Every row of a table (`value_schema`: of the topic's, shown by [`shown`]; else of
+/// a `key_value` one, or the dead letters, by its value): (partition, offset) → value,
+/// failing on a row seen twice.
 async fn rows(
     db_url: &str,
     objects: &std::path::Path,
     bucket_url: &str,
+    table: &str,
+    value_schema: bool,
 ) -> HashMap<(i32, i64), String> {
     if !objects.exists() {
         return HashMap::new();
@@ -69,13 +91,26 @@ async fn rows(
     let storage = shale_table::storage::BucketStorage::new(bucket_url, store);
     let catalog = shale_table::catalog::open(db_url, storage).await.unwrap();
     let table =
-        match iceberg::Catalog::load_table(&catalog, &shale_table::catalog::ident(TOPIC)).await {
+        match iceberg::Catalog::load_table(&catalog, &shale_table::catalog::ident(table)).await {
             Ok(t) => t,
             Err(_) => return HashMap::new(),
         };
+    // `level` is a column once a record brought it (as the current snapshot's
+    // schema has it: a commit by a leader that had not seen the new column yet
+    // names the schema before it).
+    let metadata = table.metadata();
+    let schema = (metadata.current_snapshot()).map(|s| s.schema(metadata).unwrap());
+    let has_level = schema.is_some_and(|s| s.field_by_name("level").is_some());
+    let columns: &[&str] = match (value_schema, has_level) {
+        // In the table's order: iceberg-rust 0.10's reader relabels columns of the
+        // same types by position when a projection's order differs from the file's.
+        (true, true) => &["shale_partition", "shale_offset", "i", "p", "level"],
+        (true, false) => &["shale_partition", "shale_offset", "i", "p"],
+        (false, _) => &["partition", "offset", "value"],
+    };
     let scan = table
         .scan()
-        .select(["partition", "offset", "value"])
+        .select(columns.iter().copied())
         .build()
         .unwrap();
     let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
@@ -83,10 +118,25 @@ async fn rows(
     for b in batches {
         let parts = b.column(0).as_primitive::<Int32Type>();
         let offsets = b.column(1).as_primitive::<Int64Type>();
-        let values = b.column(2).as_binary::<i64>();
         for i in 0..b.num_rows() {
             let key = (parts.value(i), offsets.value(i));
-            let v = String::from_utf8(values.value(i).to_vec()).unwrap();
+            let v = match value_schema {
+                true => {
+                    let field = |c: &str| {
+                        let column = b.column_by_name(c).unwrap();
+                        column.as_primitive::<Int64Type>().value(i)
+                    };
+                    let level = b.column_by_name("level").map(|c| c.as_string::<i32>());
+                    let level = match level {
+                        Some(l) if !l.is_null(i) => l.value(i),
+                        _ => "-",
+                    };
+                    format!("{}/{}/{level}", field("p"), field("i"))
+                }
+                false => {
+                    String::from_utf8(b.column(2).as_binary::<i64>().value(i).to_vec()).unwrap()
+                }
+            };
             assert!(
                 out.insert(key, v).is_none(),
                 "row {key:?} is in the table twice"
@@ -94,6 +144,36 @@ async fn rows(
         }
     }
     out
+}
+
+/// The values of a string column of a table.
+async fn column_strings(
+    db_url: &str,
+    objects: &std::path::Path,
+    bucket_url: &str,
+    table: &str,
+    column: &str,
+) -> Vec<String> {
+    let store: shale_tiering::store::ObjectStoreRef =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(objects).unwrap());
+    let storage = shale_table::storage::BucketStorage::new(bucket_url, store);
+    let catalog = shale_table::catalog::open(db_url, storage).await.unwrap();
+    let ident = shale_table::catalog::ident(table);
+    let table = iceberg::Catalog::load_table(&catalog, &ident)
+        .await
+        .unwrap();
+    let scan = table.scan().select([column]).build().unwrap();
+    let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+    (batches.iter())
+        .flat_map(|b| {
+            b.column(0)
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -106,7 +186,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     let mut brokers = common::start_brokers(&cfg, &db.url(), &bucket_url, 3).await;
     let client = brokers[0].client().await;
     let configs = [
-        ("iceberg.mode", "key_value"),
+        ("iceberg.mode", "value_schema"),
         ("iceberg.commit.interval.ms", "300"),
     ];
     let configs = (configs.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
@@ -119,8 +199,26 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     produce(&client, 0, 3000).await;
     // Some of it in the table, then the leader of partition 0 dies mid-stream.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while rows(&db.url(), &objects, &bucket_url).await.is_empty() {
-        assert!(Instant::now() < deadline, "nothing reached the table");
+    while rows(&db.url(), &objects, &bucket_url, TOPIC, true)
+        .await
+        .is_empty()
+    {
+        if Instant::now() > deadline {
+            let said: Vec<String> = (brokers.iter())
+                .flat_map(|b| {
+                    b.log()
+                        .lines()
+                        .filter(|l| l.contains("table"))
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                })
+                .take(20)
+                .collect();
+            panic!(
+                "nothing reached the table; the brokers said:\n{}",
+                said.join("\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let described = client.describe_topic(TOPIC).await.unwrap();
@@ -131,14 +229,19 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     let survivor = (victim + 1) % brokers.len();
     let client = brokers[survivor].client().await;
     produce(&client, 3000, 5000).await;
+    // A record whose field has the wrong type: offset 5000 of each partition.
+    produce_values(&client, 5000, 5001, |p, _| {
+        format!("{{\"p\":{p},\"i\":\"five\"}}")
+    })
+    .await;
     brokers[victim].start_again().await;
 
     let want: HashMap<(i32, i64), String> = (0..PARTITIONS)
-        .flat_map(|p| (0..5000).map(move |i| ((p, i), value(p, i))))
+        .flat_map(|p| (0..5000).map(move |i| ((p, i), shown(p, i))))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(120);
     let got = loop {
-        let got = rows(&db.url(), &objects, &bucket_url).await;
+        let got = rows(&db.url(), &objects, &bucket_url, TOPIC, true).await;
         if got.len() >= want.len() || Instant::now() > deadline {
             break got;
         }
@@ -161,6 +264,14 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
         (want.len(), 0),
         "the table holds exactly the topic's records"
     );
+    let dlq = shale_table::topic::dead_letter_table(TOPIC);
+    let dead = rows(&db.url(), &objects, &bucket_url, &dlq, false).await;
+    let want_dead: HashMap<(i32, i64), String> = (0..PARTITIONS)
+        .map(|p| ((p, 5000), format!("{{\"p\":{p},\"i\":\"five\"}}")))
+        .collect();
+    assert_eq!(dead, want_dead, "each misfit once in the dead letters");
+    let reasons = column_strings(&db.url(), &objects, &bucket_url, &dlq, "reason").await;
+    assert_eq!(reasons, vec!["field i: expected long, got \"five\""; 3]);
 
     // `shale topic describe` shows the table caught up.
     let described = brokers[survivor].cli_ok(&["topic", "describe", TOPIC, "-o", "json"], None);
@@ -171,7 +282,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     for p in table["partitions"].as_array().unwrap() {
         assert_eq!(
             (&p["next_offset"], &p["lag_offsets"]),
-            (&5000.into(), &0.into()),
+            (&5001.into(), &0.into()),
             "{p}"
         );
     }
@@ -185,6 +296,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     // aside with its rows, the new topic's records go into a table of their own.
     let old_id = described[0]["topic_id"].as_str().unwrap().to_string();
     client.delete_topic(TOPIC).await.unwrap();
+    // Now one row per record, its value as bytes.
     let configs = [
         ("iceberg.mode", "key_value"),
         ("iceberg.commit.interval.ms", "300"),
@@ -205,7 +317,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     // Until the new topic's first commit, the name is still the old table's.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let got = rows(&db.url(), &objects, &bucket_url).await;
+        let got = rows(&db.url(), &objects, &bucket_url, TOPIC, false).await;
         if got == want {
             break;
         }
@@ -229,7 +341,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
         .unwrap();
     let old_rows = old
         .scan()
-        .select(["offset"])
+        .select(["shale_offset"])
         .build()
         .unwrap()
         .to_arrow()

@@ -26,7 +26,7 @@ use parquet::file::properties::WriterProperties;
 use shale_records::record::Record;
 
 use crate::catalog::{self, Fenced, Progress};
-use crate::schema::{hour_of, key_value_batch};
+use crate::schema::{Layout, hour_of, rows};
 
 /// What one commit covers of one partition.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +42,8 @@ pub struct Chunk<'a> {
     /// offsets without records, as compaction leaves).
     pub next_offset: i64,
     pub records: &'a [Record],
+    /// Dead letters only: why each record did not fit its table.
+    pub reasons: &'a [String],
 }
 
 /// What a commit wrote.
@@ -66,12 +68,13 @@ fn file_prefix(partition: i32, epoch: i32, start: i64) -> String {
 pub async fn append(
     catalog: &SqlCatalog,
     table: &Table,
+    layout: Layout,
     chunks: &[Chunk<'_>],
     target_file_bytes: usize,
 ) -> anyhow::Result<(Table, Appended)> {
     let mut files = Vec::new();
     for chunk in chunks {
-        match write_files(table, chunk, target_file_bytes).await {
+        match write_files(table, layout, chunk, target_file_bytes).await {
             Ok(f) => files.extend(f),
             Err(e) => {
                 delete_files(table, files.iter().map(DataFile::file_path)).await;
@@ -104,6 +107,7 @@ async fn delete_files(table: &Table, paths: impl Iterator<Item = &str>) {
 
 async fn write_files(
     table: &Table,
+    layout: Layout,
     chunk: &Chunk<'_>,
     target_file_bytes: usize,
 ) -> anyhow::Result<Vec<DataFile>> {
@@ -111,9 +115,9 @@ async fn write_files(
     let schema = metadata.current_schema().clone();
     let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
     let spec = metadata.default_partition_spec().as_ref().clone();
-    let mut by_hour: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
-    for r in chunk.records {
-        by_hour.entry(hour_of(r.timestamp)).or_default().push(r);
+    let mut by_hour: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for (i, r) in chunk.records.iter().enumerate() {
+        by_hour.entry(hour_of(r.timestamp)).or_default().push(i);
     }
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -125,7 +129,7 @@ async fn write_files(
     );
     let locations = DefaultLocationGenerator::new(metadata)?;
     let mut out = Vec::new();
-    for (hour, records) in by_hour {
+    for (hour, indices) in by_hour {
         let rolling = RollingFileWriterBuilder::new(
             ParquetWriterBuilder::new(props.clone(), schema.clone()),
             target_file_bytes,
@@ -140,10 +144,13 @@ async fn write_files(
         );
         let mut writer = DataFileWriterBuilder::new(rolling).build(Some(key)).await?;
         // Batches of bounded size: Parquet row groups and rolling see them one by one.
-        for part in records.chunks(8192) {
-            writer
-                .write(key_value_batch(&arrow, chunk.partition, part)?)
-                .await?;
+        for part in indices.chunks(8192) {
+            let records: Vec<&Record> = part.iter().map(|&i| &chunk.records[i]).collect();
+            let reasons: Vec<&str> = (part.iter())
+                .filter_map(|&i| chunk.reasons.get(i).map(String::as_str))
+                .collect();
+            let batch = rows(layout, &arrow, chunk.partition, &records, &reasons)?;
+            writer.write(batch).await?;
         }
         match writer.close().await {
             Ok(files) => out.extend(files),
@@ -185,12 +192,15 @@ async fn commit(
             props = props.set(k, v);
         }
     }
-    let tx = props.apply(tx)?;
-    let tx = tx
-        .fast_append()
-        .add_data_files(files)
-        .set_snapshot_properties(summary)
-        .apply(tx)?;
+    let mut tx = props.apply(tx)?;
+    // A chunk may add no rows (all its records were dead letters): then only its
+    // progress moves.
+    if !files.is_empty() {
+        tx = (tx.fast_append())
+            .add_data_files(files)
+            .set_snapshot_properties(summary)
+            .apply(tx)?;
+    }
     tx.commit(&fenced).await
 }
 
@@ -204,6 +214,7 @@ mod tests {
     use shale_tiering::store::ObjectStoreRef;
 
     const MB: usize = 1 << 20;
+    const KV: Layout = Layout::KeyValue;
 
     fn records(from: i64, n: i64) -> Vec<Record> {
         (from..from + n)
@@ -233,7 +244,8 @@ mod tests {
         let storage = BucketStorage::new("file:///bucket", store);
         let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
         let catalog = catalog::open(&db, storage.clone()).await.unwrap();
-        let (schema, spec) = (key_value_schema().unwrap(), hourly_spec().unwrap());
+        let schema = key_value_schema().unwrap();
+        let spec = hourly_spec(&schema, KV).unwrap();
         let topic_id = uuid::Uuid::from_u128(1);
         let location = catalog::table_location(&storage, "t", topic_id);
         let table = catalog::load_or_create(&catalog, "t", topic_id, location, schema, spec)
@@ -247,8 +259,9 @@ mod tests {
             start: 0,
             next_offset: 100,
             records: &first,
+            reasons: &[],
         };
-        let (table2, appended) = append(&catalog, &table, &[chunk], MB).await.unwrap();
+        let (table2, appended) = append(&catalog, &table, KV, &[chunk], MB).await.unwrap();
         assert_eq!(appended.rows, 100);
         assert_eq!(appended.files, 2, "one file per hour");
         let want = Progress {
@@ -260,7 +273,9 @@ mod tests {
 
         // The same chunk again (a retry after a lost answer, or a zombie leader): refused,
         // and its files are gone.
-        let err = append(&catalog, &table, &[chunk], MB).await.unwrap_err();
+        let err = append(&catalog, &table, KV, &[chunk], MB)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains(catalog::FENCED), "{err:#}");
         // An older epoch continuing from the right offset: refused too.
         let more = records(100, 10);
@@ -272,7 +287,7 @@ mod tests {
             leader_epoch: 2,
             ..chunk
         };
-        assert!(append(&catalog, &table2, &[stale], MB).await.is_err());
+        assert!(append(&catalog, &table2, KV, &[stale], MB).await.is_err());
         // A commit of two partitions, one of them stale: neither lands.
         let other = records(0, 5);
         let p1 = Chunk {
@@ -282,15 +297,22 @@ mod tests {
             next_offset: 5,
             records: &other,
             leader_epoch: 0,
+            reasons: &[],
         };
-        assert!(append(&catalog, &table2, &[p1, stale], MB).await.is_err());
+        assert!(
+            append(&catalog, &table2, KV, &[p1, stale], MB)
+                .await
+                .is_err()
+        );
         let now = catalog.load_table(table2.identifier()).await.unwrap();
         assert_eq!(catalog::progress(&now, 1).next_offset, None);
         let fresh = Chunk {
             leader_epoch: 4,
             ..stale
         };
-        let (table3, _) = append(&catalog, &table2, &[fresh, p1], MB).await.unwrap();
+        let (table3, _) = append(&catalog, &table2, KV, &[fresh, p1], MB)
+            .await
+            .unwrap();
         assert_eq!(catalog::progress(&table3, 0).next_offset, Some(110));
         assert_eq!(catalog::progress(&table3, 1).next_offset, Some(5));
         assert_eq!(rows(&table3).await, 115);
@@ -314,7 +336,7 @@ mod tests {
         // epoch, or below next-offset at the table's epoch), the one that may still
         // be committed stays.
         let data = dir.path().join(format!(
-            "bucket/_shale/tables/shale/t@{}/data/timestamp_hour=0",
+            "bucket/_shale/tables/shale/t@{}/data/hour=0",
             uuid::Uuid::from_u128(1)
         ));
         std::fs::create_dir_all(&data).unwrap();
@@ -356,7 +378,8 @@ mod tests {
         // aside with its rows, the new topic gets a table of its own, from scratch.
         let new_id = uuid::Uuid::from_u128(2);
         let location = catalog::table_location(&storage, "t", new_id);
-        let (schema, spec) = (key_value_schema().unwrap(), hourly_spec().unwrap());
+        let schema = key_value_schema().unwrap();
+        let spec = hourly_spec(&schema, KV).unwrap();
         let fresh = catalog::load_or_create(&catalog, "t", new_id, location, schema, spec)
             .await
             .unwrap();

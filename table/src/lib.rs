@@ -6,7 +6,10 @@
 //!
 //! - [`storage`]: Iceberg's file access over the broker's object store.
 //! - [`catalog`]: the SQL catalog, the tables, each partition's progress and fencing.
-//! - [`schema`]: the `key_value` table's schema, hourly partitioning, records as rows.
+//! - [`schema`]: the tables' schemas, hourly partitioning, records as rows.
+//! - [`values`]: `value_schema` tables: JSON values as typed columns, new fields as new
+//!   columns, and why a record does not fit.
+//! - [`topic`]: a topic's tables (and its dead letters) as one commit sees them.
 //! - [`append`]: one commit of some partitions' records; orphaned files.
 //! - [`housekeeping`]: expiring old snapshots, deleting the files nothing refers to.
 
@@ -15,3 +18,5 @@ pub mod catalog;
 pub mod housekeeping;
 pub mod schema;
 pub mod storage;
+pub mod topic;
+pub mod values;

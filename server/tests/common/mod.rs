@@ -344,7 +344,7 @@ impl S3Server {
             bucket,
             &format!("key{unique}"),
             &format!("secret{unique}"),
-            None,
+            std::env::var_os("SHALE_TEST_S3_LOG").map(Into::into),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         S3Server {

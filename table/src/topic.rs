@@ -1,0 +1,444 @@
+//! A topic's tables, as one broker's pass commits to them: the topic's table (and,
+//! for `value_schema`, its dead letters, `<topic>~dlq`), created by whichever leader
+//! gets there first.
+//!
+//! # Dead letters, exactly once
+//! A `value_schema` commit goes in two steps: first the dead letters, to the
+//! dead-letter table, with its own progress per partition (fenced as any commit);
+//! then the rows that fit, with the partition's progress, to the topic's table. A
+//! crash between the two leaves the dead-letter table ahead: the next attempt reads
+//! the same records again from the topic table's progress, and adds to the dead
+//! letters only those past the dead-letter table's own.
+
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+use iceberg::{Catalog, TableIdent};
+use iceberg_catalog_sql::SqlCatalog;
+use shale_records::record::Record;
+
+use crate::append::{Appended, Chunk, append};
+use crate::catalog;
+use crate::schema::{Layout, dead_letter_schema, hourly_spec, key_value_schema, values_schema};
+use crate::storage::BucketStorage;
+use crate::values::{self, NewColumn};
+
+/// What a topic's table holds.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    KeyValue,
+    /// The value's fields as columns: those of the given schema (fixed), or, with none
+    /// given, those the records bring (added as they come).
+    Values(Option<Box<Schema>>),
+}
+
+/// Which topic, and where its tables go.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicTables<'a> {
+    pub catalog: &'a SqlCatalog,
+    pub storage: &'a BucketStorage,
+    pub topic: &'a str,
+    pub topic_id: uuid::Uuid,
+}
+
+/// What one commit did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    pub appended: Appended,
+    pub dead_letters: u64,
+    pub new_columns: usize,
+}
+
+/// The name of a topic's dead-letter table.
+pub fn dead_letter_table(topic: &str) -> String {
+    format!("{topic}~dlq")
+}
+
+impl TopicTables<'_> {
+    async fn load_or_create(
+        &self,
+        name: &str,
+        schema: Schema,
+        layout: Layout,
+    ) -> anyhow::Result<Table> {
+        let spec = hourly_spec(&schema, layout)?;
+        let location = catalog::table_location(self.storage, name, self.topic_id);
+        Ok(
+            catalog::load_or_create(self.catalog, name, self.topic_id, location, schema, spec)
+                .await?,
+        )
+    }
+
+    /// The topic's table, created if missing.
+    pub async fn open(&self, mode: &Mode) -> anyhow::Result<Table> {
+        match mode {
+            Mode::KeyValue => {
+                (self.load_or_create(self.topic, key_value_schema()?, Layout::KeyValue)).await
+            }
+            Mode::Values(given) => {
+                let schema = values_schema(given.as_deref())?;
+                self.load_or_create(self.topic, schema, Layout::Values)
+                    .await
+            }
+        }
+    }
+
+    /// Commits `chunks` to `table` (the topic's, as [`TopicTables::open`] gave it),
+    /// all or none (but for the dead letters, see the module's doc).
+    pub async fn commit(
+        &self,
+        table: &Table,
+        mode: &Mode,
+        chunks: &[Chunk<'_>],
+        target_file_bytes: usize,
+    ) -> anyhow::Result<Committed> {
+        let Mode::Values(given) = mode else {
+            let (_, appended) = append(
+                self.catalog,
+                table,
+                Layout::KeyValue,
+                chunks,
+                target_file_bytes,
+            )
+            .await?;
+            return Ok(Committed {
+                appended,
+                ..Default::default()
+            });
+        };
+        let parsed: Vec<Vec<Result<serde_json::Value, String>>> = (chunks.iter())
+            .map(|c| c.records.iter().map(values::parse).collect())
+            .collect();
+        let mut table = table.clone();
+        let mut new_columns = 0;
+        if given.is_none() {
+            for attempt in 0..2 {
+                let new = columns_to_add(&table, &parsed);
+                if new.is_empty() {
+                    break;
+                }
+                match values::widen(self.catalog, &table, &new).await {
+                    Ok(t) => {
+                        new_columns = new.len();
+                        tracing::info!(topic = self.topic, columns = ?new.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                            "new fields: columns added to the topic's table");
+                        table = t;
+                        break;
+                    }
+                    // Another partition's leader widened it meanwhile: look again.
+                    Err(e) if attempt == 0 => {
+                        tracing::debug!(error = %e, "could not widen the table; reloading it");
+                        table = self.catalog.load_table(table.identifier()).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let fields = values::value_fields(table.metadata().current_schema());
+        let mut good: Vec<Vec<Record>> = Vec::with_capacity(chunks.len());
+        let mut bad: Vec<(Vec<Record>, Vec<String>)> = Vec::with_capacity(chunks.len());
+        for (chunk, parsed) in chunks.iter().zip(&parsed) {
+            let (mut g, mut b, mut reasons) = (Vec::new(), Vec::new(), Vec::new());
+            for (r, v) in chunk.records.iter().zip(parsed) {
+                match v
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|v| values::check(v, &fields, None))
+                {
+                    Ok(()) => g.push(r.clone()),
+                    Err(reason) => {
+                        b.push(r.clone());
+                        reasons.push(reason);
+                    }
+                }
+            }
+            good.push(g);
+            bad.push((b, reasons));
+        }
+        let dead_letters = self
+            .commit_dead_letters(chunks, &bad, target_file_bytes)
+            .await?;
+        let chunks: Vec<Chunk<'_>> = (chunks.iter().zip(&good))
+            .map(|(c, g)| Chunk { records: g, ..*c })
+            .collect();
+        let (_, appended) = append(
+            self.catalog,
+            &table,
+            Layout::Values,
+            &chunks,
+            target_file_bytes,
+        )
+        .await?;
+        Ok(Committed {
+            appended,
+            dead_letters,
+            new_columns,
+        })
+    }
+
+    /// Adds the dead letters of `chunks` (`bad`, one entry per chunk) past the
+    /// dead-letter table's progress to it; how many.
+    async fn commit_dead_letters(
+        &self,
+        chunks: &[Chunk<'_>],
+        bad: &[(Vec<Record>, Vec<String>)],
+        target_file_bytes: usize,
+    ) -> anyhow::Result<u64> {
+        if bad.iter().all(|(b, _)| b.is_empty()) {
+            return Ok(0);
+        }
+        let name = dead_letter_table(self.topic);
+        let dlq = self
+            .load_or_create(&name, dead_letter_schema()?, Layout::DeadLetters)
+            .await?;
+        let mut kept: Vec<(Chunk<'_>, Vec<Record>, Vec<String>)> = Vec::new();
+        for (c, (records, reasons)) in chunks.iter().zip(bad) {
+            let after = catalog::progress(&dlq, c.partition);
+            let from = after.next_offset.unwrap_or(i64::MIN);
+            let (r, why): (Vec<Record>, Vec<String>) = (records.iter().zip(reasons))
+                .filter(|(r, _)| r.offset >= from)
+                .map(|(r, w)| (r.clone(), w.clone()))
+                .unzip();
+            if !r.is_empty() && c.next_offset > from {
+                kept.push((
+                    Chunk {
+                        after,
+                        start: c.start.max(from),
+                        ..*c
+                    },
+                    r,
+                    why,
+                ));
+            }
+        }
+        let chunks: Vec<Chunk<'_>> = (kept.iter())
+            .map(|(c, r, w)| Chunk {
+                records: r,
+                reasons: w,
+                ..*c
+            })
+            .collect();
+        if chunks.is_empty() {
+            return Ok(0);
+        }
+        let (_, appended) = append(
+            self.catalog,
+            &dlq,
+            Layout::DeadLetters,
+            &chunks,
+            target_file_bytes,
+        )
+        .await?;
+        Ok(appended.rows)
+    }
+}
+
+/// The columns the records of `parsed` bring that `table` lacks.
+fn columns_to_add(
+    table: &Table,
+    parsed: &[Vec<Result<serde_json::Value, String>>],
+) -> Vec<NewColumn> {
+    let fields = values::value_fields(table.metadata().current_schema());
+    let mut new = Vec::new();
+    for v in parsed.iter().flatten().flatten() {
+        // A record that does not fit brings no column: it is a dead letter.
+        let mut with = new.clone();
+        if values::check(v, &fields, Some(&mut with)).is_ok() {
+            new = with;
+        }
+    }
+    new
+}
+
+/// The identifier of a topic's dead-letter table.
+pub fn dead_letter_ident(topic: &str) -> TableIdent {
+    catalog::ident(&dead_letter_table(topic))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Array, RecordBatch};
+    use futures::TryStreamExt;
+    use std::sync::Arc;
+
+    async fn scan(table: &Table) -> Vec<RecordBatch> {
+        let scan = table.scan().select_all().build().unwrap();
+        scan.to_arrow().await.unwrap().try_collect().await.unwrap()
+    }
+
+    fn record(offset: i64, value: Option<&str>) -> Record {
+        let mut r = Record::new(None, value.map(str::as_bytes), 1_700_000_000_000 + offset);
+        r.offset = offset;
+        r
+    }
+
+    #[tokio::test]
+    async fn json_values_become_columns_and_misfits_dead_letters_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
+        let store: shale_tiering::store::ObjectStoreRef = Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path().join("bucket"))
+                .unwrap(),
+        );
+        let storage = BucketStorage::new("file:///bucket", store);
+        let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
+        let catalog = catalog::open(&db, storage.clone()).await.unwrap();
+        let tables = TopicTables {
+            catalog: &catalog,
+            storage: &storage,
+            topic: "logs",
+            topic_id: uuid::Uuid::from_u128(7),
+        };
+        let mode = Mode::Values(None);
+        let table = tables.open(&mode).await.unwrap();
+        let first = vec![
+            record(0, Some(r#"{"level":"info","ms":12}"#)),
+            record(1, Some(r#"{"level":"warn","ms":30,"user":{"id":4}}"#)),
+            record(2, None),
+            record(3, Some(r#"{"level":"info","ms":"slow"}"#)),
+            record(4, Some("not json")),
+        ];
+        let chunk = Chunk {
+            partition: 0,
+            leader_epoch: 1,
+            after: catalog::progress(&table, 0),
+            start: 0,
+            next_offset: 5,
+            records: &first,
+            reasons: &[],
+        };
+        let done = tables
+            .commit(&table, &mode, &[chunk], 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(done.appended.rows, 3);
+        assert_eq!((done.dead_letters, done.new_columns), (2, 3));
+        let table = catalog.load_table(table.identifier()).await.unwrap();
+        let names: Vec<String> = (table
+            .metadata()
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter())
+        .map(|f| f.name.clone())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "shale_partition",
+                "shale_offset",
+                "shale_timestamp",
+                "shale_key",
+                "shale_headers",
+                "level",
+                "ms",
+                "user"
+            ]
+        );
+        let rows = scan(&table).await;
+        let ms: i64 = rows
+            .iter()
+            .map(|b| {
+                let c = b.column_by_name("ms").unwrap().as_primitive::<Int64Type>();
+                c.iter().flatten().sum::<i64>()
+            })
+            .sum();
+        assert_eq!(ms, 42);
+        let dlq = catalog
+            .load_table(&dead_letter_ident("logs"))
+            .await
+            .unwrap();
+        let dead = scan(&dlq).await;
+        let reasons: Vec<String> = (dead.iter())
+            .flat_map(|b| {
+                let r = b.column_by_name("reason").unwrap().as_string::<i32>();
+                r.iter().map(|s| s.unwrap().to_string()).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(reasons.len(), 2);
+        assert!(
+            reasons.contains(&"field ms: expected long, got \"slow\"".to_string()),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.starts_with("the value is not JSON")),
+            "{reasons:?}"
+        );
+        assert_eq!(catalog::progress(&dlq, 0).next_offset, Some(5));
+
+        // A crash after the dead letters' commit, before the rows': the next attempt
+        // (a new leader, from the table's progress) adds no dead letter twice, and a
+        // new field widens the table again.
+        // (The table's progress of another partition: none.)
+        let more = vec![
+            record(5, Some(r#"{"ms":1,"level":"info","host":"a"}"#)),
+            record(6, Some(r#"{"ms":true}"#)),
+        ];
+        let at = |next_offset| Chunk {
+            partition: 0,
+            leader_epoch: 2,
+            after: catalog::progress(&table, 0),
+            start: 5,
+            next_offset,
+            records: &more,
+            reasons: &[],
+        };
+        // The dead letter of offset 6 lands, the rows do not (a stale expected progress).
+        let stale = Chunk {
+            after: catalog::progress(&table, 1),
+            ..at(7)
+        };
+        assert!(
+            tables
+                .commit(&table, &mode, &[stale], 1 << 20)
+                .await
+                .is_err()
+        );
+        let done = tables
+            .commit(&table, &mode, &[at(7)], 1 << 20)
+            .await
+            .unwrap();
+        // (The refused attempt had added the new field's column already.)
+        assert_eq!(
+            (done.appended.rows, done.dead_letters, done.new_columns),
+            (1, 0, 0)
+        );
+        let dlq = catalog
+            .load_table(&dead_letter_ident("logs"))
+            .await
+            .unwrap();
+        let dead: usize = scan(&dlq).await.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(dead, 3, "offset 6 once");
+        let table = catalog.load_table(table.identifier()).await.unwrap();
+        let rows: usize = scan(&table).await.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 4);
+        assert_eq!(catalog::progress(&table, 0).next_offset, Some(7));
+        let host = table.metadata().current_schema().field_by_name("host");
+        assert!(host.is_some());
+        // Earlier rows read the new column as null.
+        let batches = scan(&table).await;
+        let nulls: usize = batches
+            .iter()
+            .map(|b| b.column_by_name("host").unwrap().null_count())
+            .sum();
+        assert_eq!(nulls, 3);
+        // Every value in its own column, whatever the order of the fields.
+        let mut seen: Vec<(i64, String)> = Vec::new();
+        for b in &batches {
+            let ms = b.column_by_name("ms").unwrap().as_primitive::<Int64Type>();
+            let level = b.column_by_name("level").unwrap().as_string::<i32>();
+            for i in 0..b.num_rows() {
+                if !ms.is_null(i) {
+                    seen.push((ms.value(i), level.value(i).to_string()));
+                }
+            }
+        }
+        seen.sort();
+        let want = [(1, "info"), (12, "info"), (30, "warn")];
+        assert_eq!(seen, want.map(|(m, l)| (m, l.to_string())));
+    }
+}

@@ -186,6 +186,11 @@ pub async fn render(broker: &Broker) -> String {
             "Records of value_schema topics that did not fit their table, written to its dead-letter table.",
             load(&broker.tables.stats.dead_letters),
         ),
+        (
+            "shale_table_expired_rows_total",
+            "Rows removed from topics' Iceberg tables by iceberg.retention.ms.",
+            load(&broker.tables.stats.expired_rows),
+        ),
     ] {
         let _ = writeln!(
             out,

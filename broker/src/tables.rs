@@ -25,17 +25,18 @@ use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
 use shale_table::append::Chunk;
 use shale_table::catalog;
-use shale_table::housekeeping::housekeep;
+use shale_table::housekeeping::{Retention, housekeep};
 use shale_table::storage::BucketStorage;
-use shale_table::topic::{Mode, TopicTables};
+use shale_table::topic::{Mode, TopicTables, dead_letter_ident};
 use tokio::sync::OnceCell;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::partition::Partition;
 
-/// How often the leader of a topic's partition 0 expires its table's old snapshots
-/// and deletes the files nothing refers to (`shale_table::housekeeping`).
+/// How often, at most, the leader of a topic's partition 0 expires its table's old
+/// snapshots and rows and deletes the files nothing refers to
+/// (`shale_table::housekeeping`).
 const HOUSEKEEPING_INTERVAL_MS: i64 = 600_000;
 /// How far apart the object store's clock and the brokers' may be, for housekeeping.
 const CLOCK_MARGIN: Duration = Duration::from_secs(600);
@@ -73,6 +74,8 @@ pub(crate) struct TableStats {
     pub skipped: AtomicU64,
     /// Records that went to a dead-letter table.
     pub dead_letters: AtomicU64,
+    /// Rows removed from tables by `iceberg.retention.ms`.
+    pub expired_rows: AtomicU64,
 }
 
 impl Tables {
@@ -312,7 +315,8 @@ impl Broker {
     }
 
     /// Housekeeping of a topic's table, by the leader of its partition 0 (when it is
-    /// among `partitions`) once per [`HOUSEKEEPING_INTERVAL_MS`].
+    /// among `partitions`) once per ten commit intervals, at most once per
+    /// [`HOUSEKEEPING_INTERVAL_MS`].
     async fn housekeep(
         &self,
         catalog: &SqlCatalog,
@@ -326,16 +330,32 @@ impl Broker {
         {
             let mut last = self.tables.housekept.lock().unwrap();
             let last = last.entry(p.topic_id).or_insert(0);
-            if now - *last < HOUSEKEEPING_INTERVAL_MS {
+            // Every ten commit intervals, at most every ten minutes.
+            let interval = (p.config().table.commit_interval_ms * 10).min(HOUSEKEEPING_INTERVAL_MS);
+            if now - *last < interval {
                 return Ok(());
             }
             *last = now;
         }
-        let done = housekeep(catalog, &self.tables.storage, ident, CLOCK_MARGIN).await?;
-        if done != Default::default() {
-            tracing::info!(topic = %p.topic, expired = done.snapshots_expired,
-                data_files = done.data_files_deleted, metadata_files = done.metadata_files_deleted,
-                "housekept the topic's table");
+        let retention_ms = p.config().table.retention_ms;
+        let retention = (retention_ms > 0).then_some(Retention {
+            metastore_url: &self.config.metastore_url,
+            retention_ms,
+        });
+        let dead_letters = dead_letter_ident(&p.topic);
+        let has_dead_letters = catalog.table_exists(&dead_letters).await?;
+        for ident in std::iter::once(ident).chain(has_dead_letters.then_some(&dead_letters)) {
+            let storage = &self.tables.storage;
+            let done = housekeep(catalog, storage, ident, CLOCK_MARGIN, retention).await?;
+            self.tables
+                .stats
+                .expired_rows
+                .fetch_add(done.rows_expired, Ordering::Relaxed);
+            if done != Default::default() {
+                tracing::info!(table = %ident, expired = done.snapshots_expired,
+                    rows_expired = done.rows_expired, data_files = done.data_files_deleted,
+                    metadata_files = done.metadata_files_deleted, "housekept the table");
+            }
         }
         Ok(())
     }

@@ -29,6 +29,9 @@ pub struct TableConfig {
     /// `value_schema`: the value's columns, as an Iceberg schema (JSON); empty: the
     /// columns come from the records.
     pub value_schema: String,
+    /// How long the table keeps rows (by their timestamp, in whole hours); -1: for
+    /// ever. Independent of the topic's `retention.ms`.
+    pub retention_ms: i64,
 }
 
 impl Default for TableConfig {
@@ -38,13 +41,15 @@ impl Default for TableConfig {
             commit_interval_ms: 60_000,
             target_file_size_bytes: 128 << 20,
             value_schema: String::new(),
+            retention_ms: -1,
         }
     }
 }
 
-pub(crate) const KEYS: [&str; 4] = [
+pub(crate) const KEYS: [&str; 5] = [
     "iceberg.commit.interval.ms",
     "iceberg.mode",
+    "iceberg.retention.ms",
     "iceberg.target.file.size.bytes",
     "iceberg.value.schema",
 ];
@@ -72,6 +77,17 @@ impl TableConfig {
             "iceberg.target.file.size.bytes" => {
                 self.target_file_size_bytes = long(key, value, 1 << 20, 1 << 34)?
             }
+            "iceberg.retention.ms" => {
+                let ms = long(key, value, -1, i64::MAX)?;
+                if ms == 0 {
+                    return Err(ConfigError {
+                        key: key.into(),
+                        value: value.into(),
+                        reason: "must be -1 (keep rows for ever) or a positive number of ms".into(),
+                    });
+                }
+                self.retention_ms = ms;
+            }
             "iceberg.value.schema" => {
                 if let Err(reason) = check_schema(value) {
                     return Err(ConfigError {
@@ -95,6 +111,7 @@ impl TableConfig {
                 IcebergMode::ValueSchema => "value_schema".into(),
             },
             "iceberg.value.schema" => self.value_schema.clone(),
+            "iceberg.retention.ms" => self.retention_ms.to_string(),
             "iceberg.commit.interval.ms" => self.commit_interval_ms.to_string(),
             "iceberg.target.file.size.bytes" => self.target_file_size_bytes.to_string(),
             _ => return None,
@@ -219,6 +236,11 @@ mod tests {
         );
         assert!(c.set("iceberg.mode", "parquet").is_err());
         assert!(c.set("iceberg.commit.interval.ms", "5").is_err());
+        assert_eq!(c.get("iceberg.retention.ms").as_deref(), Some("-1"));
+        c.set("iceberg.retention.ms", "2592000000").unwrap();
+        assert_eq!(c.table.retention_ms, 2_592_000_000);
+        assert!(c.set("iceberg.retention.ms", "0").is_err());
+        assert!(c.set("iceberg.retention.ms", "-2").is_err());
         assert!(c.set("iceberg.target.file.size.bytes", "10").is_err());
         assert!(c.set("iceberg.nope", "1").is_err());
         assert!(TopicConfig::check_key("iceberg.target.file.size.bytes").is_ok());

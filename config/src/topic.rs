@@ -175,6 +175,7 @@ pub const KEYS: &[&str] = &[
     crate::iceberg::KEYS[1],
     crate::iceberg::KEYS[2],
     crate::iceberg::KEYS[3],
+    crate::iceberg::KEYS[4],
     "index.interval.bytes",
     "local.retention.bytes",
     "local.retention.ms",

@@ -208,10 +208,8 @@ async fn commit(
 mod tests {
     use super::*;
     use crate::schema::{hourly_spec, key_value_schema};
-    use crate::storage::BucketStorage;
     use futures::TryStreamExt;
     use iceberg::Catalog;
-    use shale_tiering::store::ObjectStoreRef;
 
     const MB: usize = 1 << 20;
     const KV: Layout = Layout::KeyValue;
@@ -236,14 +234,7 @@ mod tests {
     #[tokio::test]
     async fn commits_continue_from_the_tables_progress_and_stale_ones_are_fenced() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
-        let store: ObjectStoreRef = Arc::new(
-            object_store::local::LocalFileSystem::new_with_prefix(dir.path().join("bucket"))
-                .unwrap(),
-        );
-        let storage = BucketStorage::new("file:///bucket", store);
-        let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
-        let catalog = catalog::open(&db, storage.clone()).await.unwrap();
+        let (catalog, storage, _) = crate::testing::local_catalog(dir.path()).await;
         let schema = key_value_schema().unwrap();
         let spec = hourly_spec(&schema, KV).unwrap();
         let topic_id = uuid::Uuid::from_u128(1);
@@ -355,7 +346,7 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         let zero = std::time::Duration::ZERO;
         let ident = table3.identifier().clone();
-        let done = crate::housekeeping::housekeep(&catalog, &storage, &ident, zero)
+        let done = crate::housekeeping::housekeep(&catalog, &storage, &ident, zero, None)
             .await
             .unwrap();
         assert_eq!(done.snapshots_expired, 1, "{done:?}");

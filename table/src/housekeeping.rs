@@ -1,7 +1,8 @@
 //! A table's housekeeping: every commit adds a snapshot and a metadata file, so old
 //! snapshots are expired (Iceberg's `history.expire.max-snapshot-age-ms`, set to an
-//! hour when Shale creates the table; the current snapshot always stays), and the
-//! files nothing refers to are deleted.
+//! hour when Shale creates the table; the current snapshot always stays); with
+//! `iceberg.retention.ms`, the data files whose hour is past it leave the table (see
+//! `rewrite`); and the files nothing refers to are deleted.
 //!
 //! Which unreferenced files may go is decided without trusting clocks or ages where it
 //! can be, since a leader may stall for minutes between writing a file and
@@ -22,20 +23,21 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use iceberg::spec::ManifestList;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, TableIdent};
 use iceberg_catalog_sql::SqlCatalog;
 use object_store::ObjectMeta;
 
-use crate::catalog;
 use crate::storage::BucketStorage;
+use crate::{catalog, rewrite};
 
 /// What one housekeeping did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Housekept {
     pub snapshots_expired: usize,
+    /// Rows (and their data files) past `iceberg.retention.ms`, out of the table.
+    pub rows_expired: u64,
     pub data_files_deleted: usize,
     pub metadata_files_deleted: usize,
 }
@@ -49,15 +51,25 @@ fn data_file_origin(name: &str) -> Option<(i32, i32, i64)> {
     Some((partition, epoch, start))
 }
 
+/// A table's retention (`iceberg.retention.ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention<'a> {
+    /// The catalog's database (the metastore's), for `rewrite`'s commit.
+    pub metastore_url: &'a str,
+    pub retention_ms: i64,
+}
+
 /// Expires the snapshots older than the table's `history.expire.max-snapshot-age-ms`
-/// (all but the current one at most), then deletes the files nothing refers to that
-/// no commit can come to refer to (see the module's documentation). `clock_margin`
-/// covers the skew between the object store's clock and the brokers'.
+/// (all but the current one at most), removes the data files past `retention` from
+/// the table, then deletes the files nothing refers to that no commit can come to
+/// refer to (see the module's documentation). `clock_margin` covers the skew between
+/// the object store's clock and the brokers'.
 pub async fn housekeep(
     catalog: &SqlCatalog,
     storage: &BucketStorage,
     ident: &TableIdent,
     clock_margin: Duration,
+    retention: Option<Retention<'_>>,
 ) -> anyhow::Result<Housekept> {
     let mut done = Housekept::default();
     let table = catalog.load_table(ident).await?;
@@ -69,22 +81,24 @@ pub async fn housekeep(
         .await?;
 
     let table = catalog.load_table(ident).await?;
-    let table = expire(catalog, &table, &mut done).await?;
+    let mut table = expire(catalog, &table, &mut done).await?;
+    if let Some(r) = retention {
+        let cutoff = chrono::Utc::now()
+            .timestamp_millis()
+            .saturating_sub(r.retention_ms);
+        let old = rewrite::files_before(&table, cutoff).await?;
+        if !old.is_empty() {
+            let (t, rewritten) =
+                rewrite::replace_files(catalog, r.metastore_url, &table, &old, vec![]).await?;
+            done.rows_expired = rewritten.rows_removed;
+            table = t;
+        }
+    }
     let metadata = table.metadata();
 
-    // Data files: those of the current snapshot (appends only: every earlier
-    // snapshot's files are in it too).
+    // Data files: those any retained snapshot refers to (a file removed from the
+    // table stays while a snapshot that has it may still be read).
     let mut data_files = HashSet::new();
-    if metadata.current_snapshot().is_some() {
-        let tasks: Vec<_> = table
-            .scan()
-            .build()?
-            .plan_files()
-            .await?
-            .try_collect()
-            .await?;
-        data_files.extend(tasks.into_iter().map(|t| t.data_file_path));
-    }
     // Metadata: the current file and its log, every retained snapshot's manifest list
     // and the manifests those list.
     let mut referenced: HashSet<String> = HashSet::new();
@@ -97,9 +111,16 @@ pub async fn housekeep(
     );
     for s in metadata.snapshots() {
         referenced.insert(s.manifest_list().to_string());
-        let bytes = table.file_io().new_input(s.manifest_list())?.read().await?;
-        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
-        referenced.extend(list.entries().iter().map(|m| m.manifest_path.clone()));
+        let list = rewrite::manifest_list(&table, s).await?;
+        for m in list.entries() {
+            if referenced.insert(m.manifest_path.clone()) {
+                let manifest = m.load_manifest(table.file_io()).await?;
+                // A file a snapshot deleted is not in it (an older snapshot
+                // that has it lists it as added or existing).
+                let live = manifest.entries().iter().filter(|e| e.is_alive());
+                data_files.extend(live.map(|e| e.file_path().to_string()));
+            }
+        }
     }
     let written_before = metadata.last_updated_ms() - clock_margin.as_millis() as i64;
 
@@ -164,7 +185,120 @@ async fn expire(
 
 #[cfg(test)]
 mod tests {
-    use super::data_file_origin;
+    use super::*;
+    use crate::append::{Chunk, append};
+    use crate::schema::{Layout, hourly_spec, key_value_schema};
+    use shale_records::record::Record;
+
+    #[tokio::test]
+    async fn retention_removes_the_rows_of_past_hours_and_their_files_once_unreferenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, storage, db) = crate::testing::local_catalog(dir.path()).await;
+        let schema = key_value_schema().unwrap();
+        let spec = hourly_spec(&schema, Layout::KeyValue).unwrap();
+        let id = uuid::Uuid::from_u128(5);
+        let location = catalog::table_location(&storage, "t", id);
+        let table = catalog::load_or_create(&catalog, "t", id, location, schema, spec)
+            .await
+            .unwrap();
+        // 30 records two days ago (over two hours), 10 now.
+        let now = chrono::Utc::now().timestamp_millis();
+        let two_days_ago = (now - 2 * 86_400_000) / 3_600_000 * 3_600_000;
+        let records: Vec<Record> = (0..40)
+            .map(|o| {
+                let at = if o < 30 {
+                    two_days_ago + o * 240_000
+                } else {
+                    now
+                };
+                let mut r = Record::new(None, Some(b"v"), at);
+                r.offset = o;
+                r
+            })
+            .collect();
+        let chunk = Chunk {
+            partition: 0,
+            leader_epoch: 0,
+            after: catalog::progress(&table, 0),
+            start: 0,
+            next_offset: 40,
+            records: &records,
+            reasons: &[],
+        };
+        let (table, _) = append(&catalog, &table, Layout::KeyValue, &[chunk], 1 << 20)
+            .await
+            .unwrap();
+        let files = |t: &Table| catalog::status(t, 1);
+        assert_eq!((files(&table).rows, files(&table).data_files), (40, 3));
+        let ident = table.identifier().clone();
+        let day = Retention {
+            metastore_url: &db,
+            retention_ms: 86_400_000,
+        };
+        let done = housekeep(&catalog, &storage, &ident, Duration::ZERO, Some(day))
+            .await
+            .unwrap();
+        assert_eq!(done.rows_expired, 30, "{done:?}");
+        let table = catalog.load_table(&ident).await.unwrap();
+        let status = catalog::status(&table, 1);
+        assert_eq!((status.rows, status.data_files), (10, 1));
+        assert_eq!(
+            catalog::progress(&table, 0).next_offset,
+            Some(40),
+            "progress kept"
+        );
+        let scanned: Vec<_> = (table.scan().select(["offset"]).build().unwrap())
+            .to_arrow()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(scanned.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
+        // The removed files stay while a snapshot that has them is kept...
+        let parquet = || {
+            let data = dir
+                .path()
+                .join(format!("bucket/_shale/tables/shale/t@{id}/data"));
+            (std::fs::read_dir(data).unwrap())
+                .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+                .count()
+        };
+        assert_eq!(parquet(), 3);
+        // ...and go with it. Appends continue on the table as it is now.
+        let tx = Transaction::new(&table);
+        let age = "history.expire.max-snapshot-age-ms".to_string();
+        let tx = (tx.update_table_properties().set(age, "1".into()))
+            .apply(tx)
+            .unwrap();
+        let table = tx.commit(&catalog).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let done = housekeep(&catalog, &storage, &ident, Duration::ZERO, Some(day))
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.rows_expired, done.data_files_deleted),
+            (0, 2),
+            "{done:?}"
+        );
+        assert_eq!(parquet(), 1);
+        let more = vec![{
+            let mut r = Record::new(None, Some(b"w"), now);
+            r.offset = 40;
+            r
+        }];
+        let chunk = Chunk {
+            after: catalog::progress(&table, 0),
+            start: 40,
+            next_offset: 41,
+            records: &more,
+            ..chunk
+        };
+        let (table, _) = append(&catalog, &table, Layout::KeyValue, &[chunk], 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(catalog::status(&table, 1).rows, 11);
+    }
 
     #[test]
     fn data_file_names_give_their_origin() {

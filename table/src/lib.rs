@@ -11,12 +11,40 @@
 //!   columns, and why a record does not fit.
 //! - [`topic`]: a topic's tables (and its dead letters) as one commit sees them.
 //! - [`append`]: one commit of some partitions' records; orphaned files.
-//! - [`housekeeping`]: expiring old snapshots, deleting the files nothing refers to.
+//! - [`housekeeping`]: expiring old snapshots, `iceberg.retention.ms`, deleting the
+//!   files nothing refers to.
+//! - [`rewrite`]: removing data files from a table (which iceberg-rust has no action
+//!   for), committed with the SQL catalog's compare-and-swap.
 
 pub mod append;
 pub mod catalog;
 pub mod housekeeping;
+pub mod rewrite;
 pub mod schema;
 pub mod storage;
 pub mod topic;
 pub mod values;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use iceberg_catalog_sql::SqlCatalog;
+
+    use crate::storage::BucketStorage;
+
+    /// A catalog in SQLite and a bucket in local files, both under `dir`; and the
+    /// catalog's database URL.
+    pub(crate) async fn local_catalog(
+        dir: &std::path::Path,
+    ) -> (SqlCatalog, BucketStorage, String) {
+        std::fs::create_dir_all(dir.join("bucket")).unwrap();
+        let store: shale_tiering::store::ObjectStoreRef = Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir.join("bucket")).unwrap(),
+        );
+        let storage = BucketStorage::new("file:///bucket", store);
+        let db = format!("sqlite:{}?mode=rwc", dir.join("meta.db").display());
+        let catalog = crate::catalog::open(&db, storage.clone()).await.unwrap();
+        (catalog, storage, db)
+    }
+}

@@ -261,7 +261,6 @@ mod tests {
     use arrow_array::types::Int64Type;
     use arrow_array::{Array, RecordBatch};
     use futures::TryStreamExt;
-    use std::sync::Arc;
 
     async fn scan(table: &Table) -> Vec<RecordBatch> {
         let scan = table.scan().select_all().build().unwrap();
@@ -277,14 +276,7 @@ mod tests {
     #[tokio::test]
     async fn json_values_become_columns_and_misfits_dead_letters_once() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("bucket")).unwrap();
-        let store: shale_tiering::store::ObjectStoreRef = Arc::new(
-            object_store::local::LocalFileSystem::new_with_prefix(dir.path().join("bucket"))
-                .unwrap(),
-        );
-        let storage = BucketStorage::new("file:///bucket", store);
-        let db = format!("sqlite:{}?mode=rwc", dir.path().join("meta.db").display());
-        let catalog = catalog::open(&db, storage.clone()).await.unwrap();
+        let (catalog, storage, _) = crate::testing::local_catalog(dir.path()).await;
         let tables = TopicTables {
             catalog: &catalog,
             storage: &storage,

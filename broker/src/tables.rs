@@ -25,7 +25,7 @@ use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
 use shale_table::append::Chunk;
 use shale_table::catalog;
-use shale_table::housekeeping::{Retention, housekeep};
+use shale_table::housekeeping::{Rewrites, housekeep};
 use shale_table::storage::BucketStorage;
 use shale_table::topic::{Mode, TopicTables, dead_letter_ident};
 use tokio::sync::OnceCell;
@@ -337,23 +337,25 @@ impl Broker {
             }
             *last = now;
         }
-        let retention_ms = p.config().table.retention_ms;
-        let retention = (retention_ms > 0).then_some(Retention {
+        let config = p.config();
+        let rewrites = Some(Rewrites {
             metastore_url: &self.config.metastore_url,
-            retention_ms,
+            retention_ms: config.table.retention_ms,
+            target_file_bytes: config.table.target_file_size_bytes as u64,
         });
         let dead_letters = dead_letter_ident(&p.topic);
         let has_dead_letters = catalog.table_exists(&dead_letters).await?;
         for ident in std::iter::once(ident).chain(has_dead_letters.then_some(&dead_letters)) {
             let storage = &self.tables.storage;
-            let done = housekeep(catalog, storage, ident, CLOCK_MARGIN, retention).await?;
+            let done = housekeep(catalog, storage, ident, CLOCK_MARGIN, rewrites).await?;
             self.tables
                 .stats
                 .expired_rows
                 .fetch_add(done.rows_expired, Ordering::Relaxed);
             if done != Default::default() {
                 tracing::info!(table = %ident, expired = done.snapshots_expired,
-                    rows_expired = done.rows_expired, data_files = done.data_files_deleted,
+                    rows_expired = done.rows_expired, compacted = done.files_compacted,
+                    data_files = done.data_files_deleted,
                     metadata_files = done.metadata_files_deleted, "housekept the table");
             }
         }

@@ -274,6 +274,25 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
         (want.len(), 0),
         "the table holds exactly the topic's records"
     );
+
+    // `shale topic describe` shows the table caught up (the dead letter's offset
+    // too: its commit to the topic's table follows the dead-letter table's).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let described = loop {
+        let described = brokers[survivor].cli_ok(&["topic", "describe", TOPIC, "-o", "json"], None);
+        let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+        let table = &described[0]["table"];
+        let caught_up = (table["partitions"].as_array().unwrap().iter())
+            .all(|p| (&p["next_offset"], &p["lag_offsets"]) == (&5001.into(), &0.into()));
+        if caught_up {
+            break described;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the table did not catch up: {table}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     let dlq = shale_table::topic::dead_letter_table(TOPIC);
     let dead = rows(&db.url(), &objects, &bucket_url, &dlq, false).await;
     let want_dead: HashMap<(i32, i64), String> = (0..PARTITIONS)
@@ -282,20 +301,9 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
     assert_eq!(dead, want_dead, "each misfit once in the dead letters");
     let reasons = column_strings(&db.url(), &objects, &bucket_url, &dlq, "reason").await;
     assert_eq!(reasons, vec!["field i: expected long, got \"five\""; 3]);
-
-    // `shale topic describe` shows the table caught up.
-    let described = brokers[survivor].cli_ok(&["topic", "describe", TOPIC, "-o", "json"], None);
-    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
     let table = &described[0]["table"];
     assert_eq!(table["rows"], 15_000, "{table}");
     assert!(table["data_files"].as_i64().unwrap() > 0, "{table}");
-    for p in table["partitions"].as_array().unwrap() {
-        assert_eq!(
-            (&p["next_offset"], &p["lag_offsets"]),
-            (&5001.into(), &0.into()),
-            "{p}"
-        );
-    }
     let text = brokers[survivor].cli_ok(&["topic", "describe", TOPIC], None);
     assert!(
         text.contains("\tTable: s3://") && text.contains("LagOffsets: 0"),

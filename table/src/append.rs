@@ -13,7 +13,7 @@ use std::sync::Arc;
 use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
@@ -90,8 +90,16 @@ pub async fn append(
     let paths: Vec<String> = files.iter().map(|f| f.file_path().to_string()).collect();
     match commit(catalog, table, chunks, files).await {
         Ok(t) => Ok((t, appended)),
+        // Refused: the files can go now. Any other failure (a lost answer) leaves
+        // them to housekeeping, which keeps them if the commit landed after all.
         Err(e) => {
-            delete_files(table, paths.iter().map(String::as_str)).await;
+            let refused = matches!(
+                e.kind(),
+                iceberg::ErrorKind::CatalogCommitConflicts | iceberg::ErrorKind::PreconditionFailed
+            );
+            if refused {
+                delete_files(table, paths.iter().map(String::as_str)).await;
+            }
             Err(e.into())
         }
     }
@@ -105,6 +113,33 @@ async fn delete_files(table: &Table, paths: impl Iterator<Item = &str>) {
     }
 }
 
+/// A writer of Parquet data files (zstd) for one hour (the table's partition) of
+/// `table`, named by `names`, rolled at about `target_file_bytes`.
+pub(crate) async fn hour_writer(
+    table: &Table,
+    names: &DefaultFileNameGenerator,
+    hour: i32,
+    target_file_bytes: usize,
+) -> iceberg::Result<
+    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
+> {
+    let metadata = table.metadata();
+    let schema = metadata.current_schema().clone();
+    let spec = metadata.default_partition_spec().as_ref().clone();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let rolling = RollingFileWriterBuilder::new(
+        ParquetWriterBuilder::new(props, schema.clone()),
+        target_file_bytes,
+        table.file_io().clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        names.clone(),
+    );
+    let key = PartitionKey::new(spec, schema, Struct::from_iter([Some(Literal::int(hour))]));
+    DataFileWriterBuilder::new(rolling).build(Some(key)).await
+}
+
 async fn write_files(
     table: &Table,
     layout: Layout,
@@ -114,35 +149,18 @@ async fn write_files(
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
     let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-    let spec = metadata.default_partition_spec().as_ref().clone();
     let mut by_hour: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
     for (i, r) in chunk.records.iter().enumerate() {
         by_hour.entry(hour_of(r.timestamp)).or_default().push(i);
     }
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
     let names = DefaultFileNameGenerator::new(
         file_prefix(chunk.partition, chunk.leader_epoch, chunk.start),
         None,
         DataFileFormat::Parquet,
     );
-    let locations = DefaultLocationGenerator::new(metadata)?;
     let mut out = Vec::new();
     for (hour, indices) in by_hour {
-        let rolling = RollingFileWriterBuilder::new(
-            ParquetWriterBuilder::new(props.clone(), schema.clone()),
-            target_file_bytes,
-            table.file_io().clone(),
-            locations.clone(),
-            names.clone(),
-        );
-        let key = PartitionKey::new(
-            spec.clone(),
-            schema.clone(),
-            Struct::from_iter([Some(Literal::int(hour))]),
-        );
-        let mut writer = DataFileWriterBuilder::new(rolling).build(Some(key)).await?;
+        let mut writer = hour_writer(table, &names, hour, target_file_bytes).await?;
         // Batches of bounded size: Parquet row groups and rolling see them one by one.
         for part in indices.chunks(8192) {
             let records: Vec<&Record> = part.iter().map(|&i| &chunk.records[i]).collect();

@@ -30,7 +30,7 @@ use iceberg_catalog_sql::SqlCatalog;
 use object_store::ObjectMeta;
 
 use crate::storage::BucketStorage;
-use crate::{catalog, rewrite};
+use crate::{catalog, compaction, rewrite};
 
 /// What one housekeeping did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,8 @@ pub struct Housekept {
     pub snapshots_expired: usize,
     /// Rows (and their data files) past `iceberg.retention.ms`, out of the table.
     pub rows_expired: u64,
+    /// Small files rewritten into larger ones.
+    pub files_compacted: usize,
     pub data_files_deleted: usize,
     pub metadata_files_deleted: usize,
 }
@@ -51,13 +53,19 @@ fn data_file_origin(name: &str) -> Option<(i32, i32, i64)> {
     Some((partition, epoch, start))
 }
 
-/// A table's retention (`iceberg.retention.ms`).
+/// What housekeeping may rewrite in a table: its rows past `iceberg.retention.ms`
+/// (-1: none) and its small files (see `compaction`).
 #[derive(Debug, Clone, Copy)]
-pub struct Retention<'a> {
+pub struct Rewrites<'a> {
     /// The catalog's database (the metastore's), for `rewrite`'s commit.
     pub metastore_url: &'a str,
     pub retention_ms: i64,
+    pub target_file_bytes: u64,
 }
+
+/// An hour's files are compacted once it ended this long ago (records of earlier
+/// timestamps still arriving add files again, compacted at a later housekeeping).
+const LATE_RECORDS_MS: i64 = 600_000;
 
 /// Expires the snapshots older than the table's `history.expire.max-snapshot-age-ms`
 /// (all but the current one at most), removes the data files past `retention` from
@@ -69,7 +77,7 @@ pub async fn housekeep(
     storage: &BucketStorage,
     ident: &TableIdent,
     clock_margin: Duration,
-    retention: Option<Retention<'_>>,
+    rewrites: Option<Rewrites<'_>>,
 ) -> anyhow::Result<Housekept> {
     let mut done = Housekept::default();
     let table = catalog.load_table(ident).await?;
@@ -82,17 +90,23 @@ pub async fn housekeep(
 
     let table = catalog.load_table(ident).await?;
     let mut table = expire(catalog, &table, &mut done).await?;
-    if let Some(r) = retention {
-        let cutoff = chrono::Utc::now()
-            .timestamp_millis()
-            .saturating_sub(r.retention_ms);
-        let old = rewrite::files_before(&table, cutoff).await?;
-        if !old.is_empty() {
-            let (t, rewritten) =
-                rewrite::replace_files(catalog, r.metastore_url, &table, &old, vec![]).await?;
-            done.rows_expired = rewritten.rows_removed;
-            table = t;
+    if let Some(r) = rewrites {
+        let now = chrono::Utc::now().timestamp_millis();
+        if r.retention_ms > 0 {
+            let old = rewrite::files_before(&table, now.saturating_sub(r.retention_ms)).await?;
+            if !old.is_empty() {
+                let rewritten =
+                    rewrite::replace_files(catalog, r.metastore_url, &table, &old, vec![]).await?;
+                done.rows_expired = rewritten.rows_removed;
+                table = catalog.load_table(ident).await?;
+            }
         }
+        let closed_before = now - LATE_RECORDS_MS;
+        let url = r.metastore_url;
+        let (t, compacted) =
+            compaction::compact(catalog, url, &table, r.target_file_bytes, closed_before).await?;
+        done.files_compacted = compacted.files_removed;
+        table = t;
     }
     let metadata = table.metadata();
 
@@ -127,19 +141,23 @@ pub async fn housekeep(
     for m in listed {
         let path = storage.location(m.location.as_ref());
         let name = m.location.filename().unwrap_or_default();
+        let written_before_current = m.last_modified.timestamp_millis() < written_before;
         let dead = if name.ends_with(".parquet") {
             !data_files.contains(&path)
-                && data_file_origin(name).is_some_and(|(partition, epoch, start)| {
-                    let now = catalog::progress(&table, partition);
-                    epoch < now.leader_epoch
-                        || (epoch == now.leader_epoch
-                            && now.next_offset.is_some_and(|next| start < next))
-                })
+                && match data_file_origin(name) {
+                    Some((partition, epoch, start)) => {
+                        let now = catalog::progress(&table, partition);
+                        epoch < now.leader_epoch
+                            || (epoch == now.leader_epoch
+                                && now.next_offset.is_some_and(|next| start < next))
+                    }
+                    // A compaction's file: committed only if the table did not change
+                    // after the compaction read it.
+                    None => name.starts_with(compaction::PREFIX) && written_before_current,
+                }
         } else {
             let metadata_file = name.ends_with(".metadata.json") || name.ends_with(".avro");
-            metadata_file
-                && !referenced.contains(&path)
-                && m.last_modified.timestamp_millis() < written_before
+            metadata_file && !referenced.contains(&path) && written_before_current
         };
         if !dead {
             continue;
@@ -231,9 +249,10 @@ mod tests {
         let files = |t: &Table| catalog::status(t, 1);
         assert_eq!((files(&table).rows, files(&table).data_files), (40, 3));
         let ident = table.identifier().clone();
-        let day = Retention {
+        let day = Rewrites {
             metastore_url: &db,
             retention_ms: 86_400_000,
+            target_file_bytes: 1 << 20,
         };
         let done = housekeep(&catalog, &storage, &ident, Duration::ZERO, Some(day))
             .await

@@ -13,11 +13,13 @@
 //! - [`append`]: one commit of some partitions' records; orphaned files.
 //! - [`housekeeping`]: expiring old snapshots, `iceberg.retention.ms`, deleting the
 //!   files nothing refers to.
+//! - [`compaction`]: an hour's small files rewritten into larger ones.
 //! - [`rewrite`]: removing data files from a table (which iceberg-rust has no action
 //!   for), committed with the SQL catalog's compare-and-swap.
 
 pub mod append;
 pub mod catalog;
+pub mod compaction;
 pub mod housekeeping;
 pub mod rewrite;
 pub mod schema;

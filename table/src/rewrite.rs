@@ -30,16 +30,47 @@ pub struct Rewritten {
     pub files_added: usize,
 }
 
+/// How often a rewrite is based again on the table as it is now, after a commit
+/// (a leader's append) landed first.
+const ATTEMPTS: usize = 5;
+
 /// Commits a snapshot of `table` without the data files at `remove` and with `add`
 /// (`Operation::Delete` when nothing is added: rows go; else `Replace`: the same rows
-/// in other files). Returns the table as committed.
+/// in other files). When another commit lands first,
+/// the snapshot is built again on the table as it is then, as long as every file to
+/// remove is still in it (appends add files; only housekeeping removes any).
 pub async fn replace_files(
     catalog: &SqlCatalog,
     metastore_url: &str,
     table: &Table,
     remove: &HashSet<String>,
     add: Vec<DataFile>,
-) -> anyhow::Result<(Table, Rewritten)> {
+) -> anyhow::Result<Rewritten> {
+    let mut table = table.clone();
+    for attempt in 1.. {
+        match try_replace(metastore_url, &table, remove, add.clone()).await {
+            Err(e) if attempt < ATTEMPTS && is_conflict(&e) => {
+                tracing::debug!(table = %table.identifier(), attempt, "rewrite conflicted; again");
+                table = catalog.load_table(table.identifier()).await?;
+            }
+            Err(e) => return Err(e),
+            Ok(done) => return Ok(done),
+        }
+    }
+    unreachable!()
+}
+
+fn is_conflict(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Error>()
+        .is_some_and(|e| e.kind() == ErrorKind::CatalogCommitConflicts)
+}
+
+async fn try_replace(
+    metastore_url: &str,
+    table: &Table,
+    remove: &HashSet<String>,
+    add: Vec<DataFile>,
+) -> anyhow::Result<Rewritten> {
     let metadata = table.metadata();
     anyhow::ensure!(
         metadata.format_version() == FormatVersion::V2,
@@ -47,7 +78,8 @@ pub async fn replace_files(
         metadata.format_version()
     );
     let Some(current) = metadata.current_snapshot() else {
-        return Ok((table.clone(), Rewritten::default()));
+        anyhow::ensure!(remove.is_empty(), "removing files of an empty table");
+        return Ok(Rewritten::default());
     };
     let io = table.file_io();
     let schema = metadata.current_schema().clone();
@@ -101,8 +133,15 @@ pub async fn replace_files(
         }
         manifests.push(writer.write_manifest_file().await?);
     }
+    anyhow::ensure!(
+        done.files_removed == remove.len(),
+        "{} of the {} files to remove are no longer in table {}",
+        remove.len() - done.files_removed,
+        remove.len(),
+        table.identifier()
+    );
     if done.files_removed == 0 && add.is_empty() {
-        return Ok((table.clone(), done));
+        return Ok(done);
     }
     if !add.is_empty() {
         let output = io.new_output(format!("{dir}/{commit}-a.avro"))?;
@@ -172,25 +211,29 @@ pub async fn replace_files(
     new_metadata.write_to(io, &new_location).await?;
     let new_location = new_location.to_string();
     swap_metadata_location(metastore_url, table, &old_location, &new_location).await?;
-    Ok((catalog.load_table(table.identifier()).await?, done))
+    Ok(done)
 }
 
-/// The data files of the table's current snapshot whose hour (of the timestamp the
-/// table is partitioned by) ended before `cutoff_ms`: every row in them is older.
-pub async fn files_before(table: &Table, cutoff_ms: i64) -> anyhow::Result<HashSet<String>> {
+/// A data file of a table's current snapshot: its path, size and hour (the table's
+/// partition).
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub path: String,
+    pub bytes: u64,
+    pub hour: i32,
+}
+
+/// The data files of the table's current snapshot.
+pub async fn live_files(table: &Table) -> anyhow::Result<Vec<LiveFile>> {
     let metadata = table.metadata();
-    let mut out = HashSet::new();
+    let mut out = Vec::new();
     let Some(current) = metadata.current_snapshot() else {
         return Ok(out);
     };
     let list = manifest_list(table, current).await?;
     for manifest_file in list.entries() {
         let manifest = manifest_file.load_manifest(table.file_io()).await?;
-        for e in manifest
-            .entries()
-            .iter()
-            .filter(|e| e.status() != ManifestStatus::Deleted)
-        {
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
             let first = e
                 .data_file()
                 .partition()
@@ -198,16 +241,31 @@ pub async fn files_before(table: &Table, cutoff_ms: i64) -> anyhow::Result<HashS
                 .first()
                 .cloned()
                 .flatten();
-            let hour = match first {
-                Some(Literal::Primitive(PrimitiveLiteral::Int(h))) => i64::from(h),
-                _ => continue,
+            let Some(Literal::Primitive(PrimitiveLiteral::Int(hour))) = first else {
+                anyhow::bail!("data file {} has no hour", e.file_path());
             };
-            if (hour + 1) * 3_600_000 <= cutoff_ms {
-                out.insert(e.file_path().to_string());
-            }
+            out.push(LiveFile {
+                path: e.file_path().to_string(),
+                bytes: e.file_size_in_bytes(),
+                hour,
+            });
         }
     }
     Ok(out)
+}
+
+/// Whether `hour` ended before `ms`.
+pub fn hour_ended_before(hour: i32, ms: i64) -> bool {
+    (i64::from(hour) + 1) * 3_600_000 <= ms
+}
+
+/// The data files of the table's current snapshot whose hour (of the timestamp the
+/// table is partitioned by) ended before `cutoff_ms`: every row in them is older.
+pub async fn files_before(table: &Table, cutoff_ms: i64) -> anyhow::Result<HashSet<String>> {
+    Ok((live_files(table).await?.into_iter())
+        .filter(|f| hour_ended_before(f.hour, cutoff_ms))
+        .map(|f| f.path)
+        .collect())
 }
 
 /// A snapshot's manifest list.

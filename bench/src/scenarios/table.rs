@@ -1,4 +1,5 @@
-//! Topics as Iceberg tables (`iceberg.mode=key_value`), on the embedded default
+//! Topics as Iceberg tables (`iceberg.mode=key_value`, and `value_schema` for a
+//! backlog of JSON records), on the embedded default
 //! (SQLite catalog, `file://` bucket), against the same broker build with tables off,
 //! same run:
 //! - produce throughput and broker CPU with the table written as records arrive
@@ -7,7 +8,8 @@
 //!   then switched on:
 //!   MiB of log per second into the table, broker CPU seconds per GiB, Parquet bytes
 //!   per log byte, and produce → consume p99 of one-record sends meanwhile against the
-//!   same with the broker idle;
+//!   same with the broker idle; the same for a backlog of JSON records translated into
+//!   typed columns (`value_schema`);
 //! - the lag at steady state: records sent at a fixed rate, the table's lag (seconds,
 //!   as `describe` reports it) sampled each half second, at a 5 s commit interval.
 
@@ -38,7 +40,9 @@ pub(crate) async fn table(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
         ingest(ctx, bytes, true).await?,
     );
     super::running("table", "translation of a backlog");
-    let backlog = translate_backlog(ctx, bytes).await?;
+    let backlog = translate_backlog(ctx, bytes, false).await?;
+    super::running("table", "translation of a JSON backlog into columns");
+    let json = translate_backlog(ctx, bytes, true).await?;
     super::running("table", "lag at a steady rate");
     let steady = steady_lag(ctx).await?;
     let size = params(&[
@@ -71,23 +75,8 @@ pub(crate) async fn table(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
             )),
             broker: Default::default(),
         },
-        CaseResult {
-            scenario: "table".into(),
-            params: with(&size, &[("case", "translation of a backlog")]),
-            metrics: numbers(&[
-                ("translate_mib_per_sec", backlog.mib_per_sec),
-                ("cpu_secs_per_gib", backlog.cpu_secs_per_gib),
-                ("parquet_bytes_per_log_byte", backlog.parquet_per_log),
-                ("translating_p99_ms", backlog.busy_p99_ms),
-            ]),
-            baselines: numbers(&[("idle_p99_ms", backlog.idle_p99_ms)]),
-            ratio: Some(Ratio::new(
-                "idle p99 / p99 while translating",
-                backlog.idle_p99_ms / backlog.busy_p99_ms.max(1e-6),
-                None,
-            )),
-            broker: Default::default(),
-        },
+        backlog_case(&size, "translation of a backlog", &backlog),
+        backlog_case(&size, "translation of a JSON backlog, value_schema", &json),
         CaseResult {
             scenario: "table".into(),
             params: with(
@@ -108,6 +97,30 @@ pub(crate) async fn table(ctx: &Ctx) -> anyhow::Result<Vec<CaseResult>> {
     ])
 }
 
+fn backlog_case(
+    size: &std::collections::BTreeMap<String, String>,
+    case: &str,
+    backlog: &Backlog,
+) -> CaseResult {
+    CaseResult {
+        scenario: "table".into(),
+        params: with(size, &[("case", case)]),
+        metrics: numbers(&[
+            ("translate_mib_per_sec", backlog.mib_per_sec),
+            ("cpu_secs_per_gib", backlog.cpu_secs_per_gib),
+            ("parquet_bytes_per_log_byte", backlog.parquet_per_log),
+            ("translating_p99_ms", backlog.busy_p99_ms),
+        ]),
+        baselines: numbers(&[("idle_p99_ms", backlog.idle_p99_ms)]),
+        ratio: Some(Ratio::new(
+            "idle p99 / p99 while translating",
+            backlog.idle_p99_ms / backlog.busy_p99_ms.max(1e-6),
+            None,
+        )),
+        broker: Default::default(),
+    }
+}
+
 fn with(
     base: &std::collections::BTreeMap<String, String>,
     more: &[(&str, &str)],
@@ -123,8 +136,12 @@ struct Ingest {
 }
 
 fn table_configs(interval_ms: &str) -> std::collections::BTreeMap<String, String> {
+    mode_configs("key_value", interval_ms)
+}
+
+fn mode_configs(mode: &str, interval_ms: &str) -> std::collections::BTreeMap<String, String> {
     configs(&[
-        ("iceberg.mode", "key_value"),
+        ("iceberg.mode", mode),
         ("iceberg.commit.interval.ms", interval_ms),
         ("remote.storage.enable", "false"),
     ])
@@ -181,7 +198,9 @@ struct Backlog {
     idle_p99_ms: f64,
 }
 
-async fn translate_backlog(ctx: &Ctx, bytes: u64) -> anyhow::Result<Backlog> {
+/// A backlog of `bytes` (of `RECORD`-byte values: JSON objects when `json`) written
+/// without a table, then translated (`value_schema` when `json`).
+async fn translate_backlog(ctx: &Ctx, bytes: u64, json: bool) -> anyhow::Result<Backlog> {
     let target = single_broker(ctx, "").await?;
     let client = &target.client;
     let topic = "table-backlog";
@@ -198,7 +217,11 @@ async fn translate_backlog(ctx: &Ctx, bytes: u64) -> anyhow::Result<Backlog> {
     client
         .create_topic(e2e, 1, 1, configs(&[("remote.storage.enable", "false")]))
         .await?;
-    produce_bytes(client, topic, bytes, RECORD, Acks::Leader, Some(PARTITIONS)).await?;
+    if json {
+        produce_json(client, topic, bytes).await?;
+    } else {
+        produce_bytes(client, topic, bytes, RECORD, Acks::Leader, Some(PARTITIONS)).await?;
+    }
     tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await??;
     let log_bytes: i64 = (client.describe_topic(topic).await?.partitions.iter())
         .map(|p| p.size_bytes)
@@ -209,8 +232,9 @@ async fn translate_backlog(ctx: &Ctx, bytes: u64) -> anyhow::Result<Backlog> {
 
     let cpu = target.stats().cpu_seconds;
     let started = Instant::now();
+    let mode = if json { "value_schema" } else { "key_value" };
     client
-        .alter_configs(topic, table_configs("100"), Vec::new())
+        .alter_configs(topic, mode_configs(mode, "100"), Vec::new())
         .await?;
     let busy = {
         let client = client.clone();
@@ -301,6 +325,37 @@ async fn send_at(
             .collect();
         producer.send_all(records).await?;
         next += Duration::from_millis(100);
+    }
+    Ok(())
+}
+
+/// Produces about `bytes` of JSON log records of about `RECORD` bytes each (a level,
+/// a host, a counter, a latency and a message), at full speed.
+async fn produce_json(client: &Client, topic: &str, bytes: u64) -> anyhow::Result<()> {
+    let mut producer = Producer::new(client.clone(), topic, Acks::Leader).await?;
+    let mut sent = 0u64;
+    let mut i = 0u64;
+    while sent < bytes {
+        let records: Vec<ProducerRecord> = (0..2000)
+            .map(|_| {
+                i += 1;
+                let head = format!(
+                    r#"{{"level":"{}","host":"web-{}","n":{i},"ms":{:.3},"msg":""#,
+                    if i % 10 == 0 { "warn" } else { "info" },
+                    i % 16,
+                    (i % 997) as f64 / 7.0,
+                );
+                let pad = RECORD.saturating_sub(head.len() + 2);
+                let value = format!("{head}{}\"}}", "x".repeat(pad));
+                sent += value.len() as u64;
+                ProducerRecord {
+                    partition: Some((i % PARTITIONS as u64) as i32),
+                    value: Some(value.into_bytes().into()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        producer.send_all(records).await?;
     }
     Ok(())
 }

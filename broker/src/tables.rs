@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use iceberg::Catalog;
-use iceberg_catalog_sql::SqlCatalog;
 use shale_config::iceberg::IcebergMode;
 use shale_records::batch::BatchIter;
 use shale_records::record::{Record, decode_records};
@@ -54,7 +53,7 @@ type ChunkRead = (i32, i32, catalog::Progress, i64, i64, Vec<Record>);
 /// each partition it leads last committed.
 pub(crate) struct Tables {
     storage: BucketStorage,
-    catalog: OnceCell<SqlCatalog>,
+    catalog: OnceCell<catalog::TableCatalog>,
     /// Per (topic id, partition): when it was last attempted (ms), and the offset the
     /// last warning of records lost to retention was from.
     partitions: std::sync::Mutex<HashMap<(uuid::Uuid, i32), (i64, i64)>>,
@@ -102,7 +101,7 @@ fn other(e: impl std::fmt::Display) -> crate::error::Error {
 
 impl Broker {
     /// The tables' catalog, opened at first use.
-    async fn table_catalog(&self) -> crate::error::Result<&SqlCatalog> {
+    async fn table_catalog(&self) -> crate::error::Result<&catalog::TableCatalog> {
         (self.tables.catalog)
             .get_or_try_init(|| {
                 catalog::open(&self.config.metastore_url, self.tables.storage.clone())
@@ -197,7 +196,7 @@ impl Broker {
 
     async fn translate(
         &self,
-        catalog: &SqlCatalog,
+        catalog: &catalog::TableCatalog,
         topic: &str,
         partitions: &[Arc<Partition>],
     ) -> anyhow::Result<()> {
@@ -246,6 +245,8 @@ impl Broker {
                         next_offset: *next_offset,
                         records,
                         reasons: &[],
+                        values: None,
+                        classified_by: None,
                     },
                 )
                 .collect();
@@ -319,7 +320,7 @@ impl Broker {
     /// [`HOUSEKEEPING_INTERVAL_MS`].
     async fn housekeep(
         &self,
-        catalog: &SqlCatalog,
+        catalog: &catalog::TableCatalog,
         partitions: &[Arc<Partition>],
         ident: &iceberg::TableIdent,
     ) -> anyhow::Result<()> {
@@ -339,7 +340,6 @@ impl Broker {
         }
         let config = p.config();
         let rewrites = Some(Rewrites {
-            metastore_url: &self.config.metastore_url,
             retention_ms: config.table.retention_ms,
             target_file_bytes: config.table.target_file_size_bytes as u64,
         });

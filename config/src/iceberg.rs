@@ -132,26 +132,50 @@ const TYPES: [&str; 9] = [
     "timestamptz",
 ];
 
+/// The record's own columns of a `value_schema` table, and its partition field: no
+/// top-level value field may be named so.
+const OWN: [&str; 6] = [
+    "shale_partition",
+    "shale_offset",
+    "shale_timestamp",
+    "shale_key",
+    "shale_headers",
+    "shale_hour",
+];
+
 /// `iceberg.value.schema`: empty, or an Iceberg schema (JSON) of a struct whose
-/// fields each have an id, a name, `required` and a type among [`TYPES`], a struct
-/// or a list, and whose names are not the record's own columns.
+/// fields each have a distinct id, a name without `.`, `required` and a type among
+/// [`TYPES`], a struct or a list (with `element-id`, `element-required` and
+/// `element`), and whose top-level names are not in [`OWN`].
 fn check_schema(value: &str) -> Result<(), String> {
     use serde_json::Value;
     if value.trim().is_empty() {
         return Ok(());
     }
     let schema: Value = serde_json::from_str(value).map_err(|e| format!("not JSON: {e}"))?;
-    fn check_type(t: &Value, name: &str) -> Result<(), String> {
+    fn id(v: Option<&Value>, ids: &mut std::collections::HashSet<i64>) -> Result<(), String> {
+        match v.and_then(Value::as_i64) {
+            Some(id) if (1..=i64::from(i32::MAX)).contains(&id) && ids.insert(id) => Ok(()),
+            Some(id) => Err(format!("id {id} is used twice, or out of range")),
+            None => Err("an id must be a positive integer".into()),
+        }
+    }
+    fn check_type(
+        t: &Value,
+        name: &str,
+        ids: &mut std::collections::HashSet<i64>,
+    ) -> Result<(), String> {
         match t {
             Value::String(p) if TYPES.contains(&p.as_str()) => Ok(()),
             Value::Object(o) if o.get("type") == Some(&Value::from("struct")) => {
-                check_fields(o.get("fields"), &format!("{name}."))
+                check_fields(o.get("fields"), &format!("{name}."), ids)
             }
             Value::Object(o) if o.get("type") == Some(&Value::from("list")) => {
-                let Some(Value::Number(_)) = o.get("element-id") else {
-                    return Err(format!("list {name} has no element-id"));
+                id(o.get("element-id"), ids).map_err(|e| format!("list {name}: element-{e}"))?;
+                let Some(Value::Bool(_)) = o.get("element-required") else {
+                    return Err(format!("list {name} has no element-required"));
                 };
-                check_type(o.get("element").unwrap_or(&Value::Null), name)
+                check_type(o.get("element").unwrap_or(&Value::Null), name, ids)
             }
             _ => Err(format!(
                 "field {name}: type {t} is not one JSON fills ({}, struct, list)",
@@ -159,29 +183,35 @@ fn check_schema(value: &str) -> Result<(), String> {
             )),
         }
     }
-    fn check_fields(fields: Option<&Value>, path: &str) -> Result<(), String> {
+    fn check_fields(
+        fields: Option<&Value>,
+        path: &str,
+        ids: &mut std::collections::HashSet<i64>,
+    ) -> Result<(), String> {
         let Some(Value::Array(fields)) = fields else {
             return Err(format!("struct {path} has no fields array"));
         };
         for f in fields {
-            let (Some(Value::Number(_)), Some(Value::String(name)), Some(Value::Bool(_))) =
-                (f.get("id"), f.get("name"), f.get("required"))
+            let (Some(Value::String(name)), Some(Value::Bool(_))) =
+                (f.get("name"), f.get("required"))
             else {
                 return Err(format!("field {f} needs an id, a name and required"));
             };
-            let own = [
-                "shale_partition",
-                "shale_offset",
-                "shale_timestamp",
-                "shale_key",
-                "shale_headers",
-            ];
-            if path.is_empty() && own.contains(&name.as_str()) {
-                return Err(format!("field {name} is one of the record's own columns"));
+            id(f.get("id"), ids).map_err(|e| format!("field {path}{name}: {e}"))?;
+            if name.is_empty() || name.contains('.') {
+                return Err(format!(
+                    "field {path}{name}: a name must be non-empty, without '.'"
+                ));
+            }
+            if path.is_empty() && OWN.contains(&name.as_str()) {
+                return Err(format!(
+                    "field {name} is one of the record's own columns, or the table's partitioning"
+                ));
             }
             check_type(
                 f.get("type").unwrap_or(&Value::Null),
                 &format!("{path}{name}"),
+                ids,
             )?;
         }
         Ok(())
@@ -189,7 +219,7 @@ fn check_schema(value: &str) -> Result<(), String> {
     if schema.get("type") != Some(&Value::from("struct")) {
         return Err("must be an Iceberg schema: {\"type\": \"struct\", \"fields\": [...]}".into());
     }
-    check_fields(schema.get("fields"), "")
+    check_fields(schema.get("fields"), "", &mut Default::default())
 }
 
 #[cfg(test)]
@@ -224,6 +254,22 @@ mod tests {
             (
                 r#"{"type":"struct","fields":[{"name":"n","type":"long"}]}"#,
                 "needs an id",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"a","required":false,"type":"long"},{"id":1,"name":"b","required":false,"type":"long"}]}"#,
+                "used twice",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"a.b","required":false,"type":"long"}]}"#,
+                "without '.'",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"shale_hour","required":false,"type":"long"}]}"#,
+                "partitioning",
+            ),
+            (
+                r#"{"type":"struct","fields":[{"id":1,"name":"l","required":false,"type":{"type":"list","element-id":2,"element":"long"}}]}"#,
+                "element-required",
             ),
         ] {
             let err = c.set("iceberg.value.schema", bad).unwrap_err();

@@ -91,7 +91,7 @@ async fn rows(
     let storage = shale_table::storage::BucketStorage::new(bucket_url, store);
     let catalog = shale_table::catalog::open(db_url, storage).await.unwrap();
     let table =
-        match iceberg::Catalog::load_table(&catalog, &shale_table::catalog::ident(table)).await {
+        match iceberg::Catalog::load_table(&*catalog, &shale_table::catalog::ident(table)).await {
             Ok(t) => t,
             Err(_) => return HashMap::new(),
         };
@@ -169,7 +169,7 @@ async fn column_strings(
     let storage = shale_table::storage::BucketStorage::new(bucket_url, store);
     let catalog = shale_table::catalog::open(db_url, storage).await.unwrap();
     let ident = shale_table::catalog::ident(table);
-    let table = iceberg::Catalog::load_table(&catalog, &ident)
+    let table = iceberg::Catalog::load_table(&*catalog, &ident)
         .await
         .unwrap();
     let scan = table.scan().select([column]).build().unwrap();
@@ -401,7 +401,7 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
         .await
         .unwrap();
     let aside = shale_table::catalog::ident(&format!("{TOPIC}@{old_id}"));
-    let old = iceberg::Catalog::load_table(&catalog, &aside)
+    let old = iceberg::Catalog::load_table(&*catalog, &aside)
         .await
         .unwrap();
     let old_rows = old

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -20,12 +21,11 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use iceberg_catalog_sql::SqlCatalog;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use shale_records::record::Record;
 
-use crate::catalog::{self, Fenced, Progress};
+use crate::catalog::{self, Fenced, Progress, TableCatalog};
 use crate::schema::{Layout, hour_of, rows};
 
 /// What one commit covers of one partition.
@@ -44,6 +44,12 @@ pub struct Chunk<'a> {
     pub records: &'a [Record],
     /// Dead letters only: why each record did not fit its table.
     pub reasons: &'a [String],
+    /// `value_schema` only: the records' value columns, decoded (one row per record);
+    /// `None`: decoded when written.
+    pub values: Option<&'a RecordBatch>,
+    /// Dead letters only: the schema of the topic's table the records were found not
+    /// to fit (kept with the dead-letter table's progress, see `topic`).
+    pub classified_by: Option<i32>,
 }
 
 /// What a commit wrote.
@@ -66,7 +72,7 @@ fn file_prefix(partition: i32, epoch: i32, start: i64) -> String {
 /// Writes the chunks' files and commits them, all or none. An error leaves the table
 /// as it was and no file of this attempt behind (as far as deletes succeed).
 pub async fn append(
-    catalog: &SqlCatalog,
+    catalog: &TableCatalog,
     table: &Table,
     layout: Layout,
     chunks: &[Chunk<'_>],
@@ -167,7 +173,15 @@ async fn write_files(
             let reasons: Vec<&str> = (part.iter())
                 .filter_map(|&i| chunk.reasons.get(i).map(String::as_str))
                 .collect();
-            let batch = rows(layout, &arrow, chunk.partition, &records, &reasons)?;
+            let values = match chunk.values {
+                Some(v) => {
+                    let at =
+                        arrow_array::UInt32Array::from_iter_values(part.iter().map(|&i| i as u32));
+                    Some(arrow_select::take::take_record_batch(v, &at)?)
+                }
+                None => None,
+            };
+            let batch = rows(layout, &arrow, chunk.partition, &records, &reasons, values)?;
             writer.write(batch).await?;
         }
         match writer.close().await {
@@ -182,7 +196,7 @@ async fn write_files(
 }
 
 async fn commit(
-    catalog: &SqlCatalog,
+    catalog: &TableCatalog,
     table: &Table,
     chunks: &[Chunk<'_>],
     files: Vec<DataFile>,
@@ -208,6 +222,9 @@ async fn commit(
         for (k, v) in catalog::progress_properties(c.partition, c.next_offset, c.leader_epoch, now)
         {
             props = props.set(k, v);
+        }
+        if let Some(id) = c.classified_by {
+            props = props.set(catalog::classified_by_key(c.partition), id.to_string());
         }
     }
     let mut tx = props.apply(tx)?;
@@ -252,14 +269,15 @@ mod tests {
     #[tokio::test]
     async fn commits_continue_from_the_tables_progress_and_stale_ones_are_fenced() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, storage, _) = crate::testing::local_catalog(dir.path()).await;
+        let (catalog, storage) = crate::testing::local_catalog(dir.path()).await;
         let schema = key_value_schema().unwrap();
         let spec = hourly_spec(&schema, KV).unwrap();
         let topic_id = uuid::Uuid::from_u128(1);
         let location = catalog::table_location(&storage, "t", topic_id);
-        let table = catalog::load_or_create(&catalog, "t", topic_id, location, schema, spec)
-            .await
-            .unwrap();
+        let table =
+            catalog::load_or_create(&catalog, "t", topic_id, location, schema, spec, "key_value")
+                .await
+                .unwrap();
         let first = records(0, 100);
         let chunk = Chunk {
             partition: 0,
@@ -269,6 +287,8 @@ mod tests {
             next_offset: 100,
             records: &first,
             reasons: &[],
+            values: None,
+            classified_by: None,
         };
         let (table2, appended) = append(&catalog, &table, KV, &[chunk], MB).await.unwrap();
         assert_eq!(appended.rows, 100);
@@ -307,6 +327,8 @@ mod tests {
             records: &other,
             leader_epoch: 0,
             reasons: &[],
+            values: None,
+            classified_by: None,
         };
         assert!(
             append(&catalog, &table2, KV, &[p1, stale], MB)
@@ -360,7 +382,7 @@ mod tests {
         let tx = (tx.update_table_properties().set(age, "1".into()))
             .apply(tx)
             .unwrap();
-        tx.commit(&catalog).await.unwrap();
+        tx.commit(&*catalog).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         let zero = std::time::Duration::ZERO;
         let ident = table3.identifier().clone();
@@ -389,9 +411,10 @@ mod tests {
         let location = catalog::table_location(&storage, "t", new_id);
         let schema = key_value_schema().unwrap();
         let spec = hourly_spec(&schema, KV).unwrap();
-        let fresh = catalog::load_or_create(&catalog, "t", new_id, location, schema, spec)
-            .await
-            .unwrap();
+        let fresh =
+            catalog::load_or_create(&catalog, "t", new_id, location, schema, spec, "key_value")
+                .await
+                .unwrap();
         assert_eq!(catalog::progress(&fresh, 0).next_offset, None);
         assert_eq!(rows(&fresh).await, 0);
         assert!(

@@ -15,13 +15,14 @@
 //! on. So a retried, late or zombie commit never adds a row twice or skips one.
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, CatalogBuilder, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit,
-    TableCreation, TableIdent,
+    Catalog, CatalogBuilder, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result,
+    TableCommit, TableCreation, TableIdent,
 };
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
 
@@ -32,8 +33,79 @@ pub const NAMESPACE: &str = "shale";
 /// Where the tables live in the bucket.
 pub const TABLES_PREFIX: &str = "_shale/tables";
 
+/// The SQL catalog, and its database for the commits Shale makes itself (a fenced
+/// commit, a rewrite: see [`TableCatalog::swap_metadata_location`]). Derefs to the
+/// catalog.
+pub struct TableCatalog {
+    sql: SqlCatalog,
+    url: String,
+    pool: tokio::sync::OnceCell<sqlx::AnyPool>,
+}
+
+impl std::fmt::Debug for TableCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableCatalog").finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for TableCatalog {
+    type Target = SqlCatalog;
+    fn deref(&self) -> &SqlCatalog {
+        &self.sql
+    }
+}
+
+impl TableCatalog {
+    /// The SQL catalog's own commit: the table's row moves from metadata file `old` to
+    /// `new` only if it is still at `old` (else `CatalogCommitConflicts`, retryable).
+    pub async fn swap_metadata_location(
+        &self,
+        table: &TableIdent,
+        old: &str,
+        new: &str,
+    ) -> Result<()> {
+        let sql_error = |e: sqlx::Error| Error::new(ErrorKind::Unexpected, e.to_string());
+        let pool = (self.pool)
+            .get_or_try_init(|| async {
+                sqlx::any::AnyPoolOptions::new()
+                    .max_connections(2)
+                    .connect(&self.url)
+                    .await
+            })
+            .await
+            .map_err(sql_error)?;
+        let sql = if self.url.starts_with("postgres") {
+            "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
+             WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 \
+             AND metadata_location = $6"
+        } else {
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+             AND metadata_location = ?"
+        };
+        let done = sqlx::query(sql)
+            .bind(new)
+            .bind(old)
+            .bind(CATALOG_NAME)
+            .bind(table.namespace().join("."))
+            .bind(table.name())
+            .bind(old)
+            .execute(pool)
+            .await
+            .map_err(sql_error)?;
+        if done.rows_affected() == 0 {
+            return Err(Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!("table {table} was changed meanwhile"),
+            )
+            .with_retryable(true));
+        }
+        Ok(())
+    }
+}
+
 /// Opens the SQL catalog in the metastore's database (`postgres://…` or `sqlite:…`).
-pub async fn open(metastore_url: &str, storage: BucketStorage) -> Result<SqlCatalog> {
+pub async fn open(metastore_url: &str, storage: BucketStorage) -> Result<TableCatalog> {
     sqlx::any::install_default_drivers();
     let bind = if metastore_url.starts_with("postgres") {
         SqlBindStyle::DollarNumeric
@@ -59,7 +131,11 @@ pub async fn open(metastore_url: &str, storage: BucketStorage) -> Result<SqlCata
             Err(e) => return Err(e),
         }
     }
-    Ok(catalog)
+    Ok(TableCatalog {
+        sql: catalog,
+        url: metastore_url.to_string(),
+        pool: Default::default(),
+    })
 }
 
 pub fn ident(topic: &str) -> TableIdent {
@@ -77,11 +153,17 @@ pub fn table_location(storage: &BucketStorage, topic: &str, topic_id: uuid::Uuid
 }
 
 const TOPIC_ID: &str = "shale.topic-id";
+/// What the table's rows are (see [`load_or_create`]).
+const KIND: &str = "shale.table-kind";
 
 /// The table of `topic` (with id `topic_id`), created at `location` if missing (by
 /// whichever leader gets there first). A table of the same name that belongs to an
 /// earlier topic of that name (deleted since) is renamed aside first, to
 /// `<topic>@<its topic id>`, keeping its rows: the new topic's offsets start again.
+/// So is one of this topic whose `kind` (what its rows are: the table mode, and a
+/// `value_schema` table's given schema) is not the one asked for, to
+/// `<topic>@<topic id>.<ms>`: the new table starts from the log's start, at a location
+/// of its own.
 pub async fn load_or_create(
     catalog: &SqlCatalog,
     topic: &str,
@@ -89,22 +171,34 @@ pub async fn load_or_create(
     location: String,
     schema: Schema,
     spec: iceberg::spec::UnboundPartitionSpec,
+    kind: &str,
 ) -> Result<Table> {
     let id = ident(topic);
+    let mut location = location;
     match catalog.load_table(&id).await {
         Ok(t) => {
-            let owner = t.metadata().properties().get(TOPIC_ID).cloned();
-            if owner.as_deref() == Some(topic_id.to_string().as_str()) {
+            let props = t.metadata().properties();
+            let owner = props.get(TOPIC_ID).cloned();
+            let same_topic = owner.as_deref() == Some(topic_id.to_string().as_str());
+            // Tables from before kinds were recorded are `key_value` ones.
+            let same_kind = props.get(KIND).map_or("key_value", String::as_str) == kind;
+            if same_topic && same_kind {
                 return Ok(t);
             }
-            let aside = ident(&format!(
-                "{topic}@{}",
-                owner.as_deref().unwrap_or("unknown")
-            ));
-            tracing::info!(topic, %topic_id, renamed = %aside,
-                "the topic's table belongs to an earlier topic of this name: renaming it aside");
+            let aside = if same_topic {
+                let now = chrono::Utc::now().timestamp_millis();
+                location = format!("{location}.{now}");
+                ident(&format!("{topic}@{topic_id}.{now}"))
+            } else {
+                ident(&format!(
+                    "{topic}@{}",
+                    owner.as_deref().unwrap_or("unknown")
+                ))
+            };
+            tracing::info!(topic, %topic_id, renamed = %aside, same_topic,
+                "the table is an earlier topic's of this name, or of another kind: renaming it aside");
             if let Err(e) = catalog.rename_table(&id, &aside).await {
-                // Another leader of the new topic renamed it first.
+                // Another leader renamed it first.
                 if catalog.table_exists(&id).await? && !catalog.table_exists(&aside).await? {
                     return Err(e);
                 }
@@ -120,6 +214,7 @@ pub async fn load_or_create(
         .partition_spec(spec)
         .properties([
             (TOPIC_ID.to_string(), topic_id.to_string()),
+            (KIND.to_string(), kind.to_string()),
             (
                 "write.parquet.compression-codec".to_string(),
                 "zstd".to_string(),
@@ -178,6 +273,18 @@ pub fn progress(table: &Table, partition: i32) -> Progress {
             .and_then(|e| i32::try_from(e).ok())
             .unwrap_or(-1),
     }
+}
+
+/// Dead-letter tables: the schema (id) of the topic's table that the partition's
+/// records up to `next-offset` were classified by.
+pub(crate) fn classified_by_key(partition: i32) -> String {
+    format!("shale.partition.{partition}.classified-by-schema")
+}
+
+pub fn classified_by(table: &Table, partition: i32) -> Option<i32> {
+    (table.metadata().properties())
+        .get(&classified_by_key(partition))
+        .and_then(|v| v.parse().ok())
 }
 
 fn committed_key(partition: i32) -> String {
@@ -247,7 +354,7 @@ pub const FENCED: &str = "fenced";
 /// checked.
 #[derive(Debug)]
 pub struct Fenced<'a> {
-    pub inner: &'a SqlCatalog,
+    pub inner: &'a TableCatalog,
     /// (partition, expected `next-offset`, the commit's leader epoch).
     pub expected: Vec<(i32, Option<i64>, i32)>,
 }
@@ -348,7 +455,21 @@ impl Catalog for Fenced<'_> {
         self.inner.register_table(table, metadata_location).await
     }
 
+    /// The SQL catalog's commit, but checked against the fence on the very table it
+    /// swaps: the catalog's own `update_table` loads the table again and checks only
+    /// the commit's requirements, which a commit that changes no snapshot (progress
+    /// alone) does not have.
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
-        self.inner.update_table(commit).await
+        let ident = commit.identifier().clone();
+        let current = self.inner.load_table(&ident).await?;
+        self.check(&current)?;
+        let old = current.metadata_location_result()?.to_string();
+        let staged = commit.apply(current)?;
+        let new = MetadataLocation::from_str(staged.metadata_location_result()?)?;
+        staged.metadata().write_to(staged.file_io(), &new).await?;
+        (self.inner)
+            .swap_metadata_location(&ident, &old, &new.to_string())
+            .await?;
+        Ok(staged)
     }
 }

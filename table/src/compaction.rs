@@ -21,15 +21,19 @@ use iceberg::spec::{DataFile, DataFileFormat};
 use iceberg::table::Table;
 use iceberg::writer::IcebergWriter;
 use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
-use iceberg_catalog_sql::SqlCatalog;
 
 use crate::append::hour_writer;
+use crate::catalog::TableCatalog;
 use crate::rewrite::{self, Rewritten};
 
 /// A file below this share of the target size is small.
 const SMALL: f64 = 0.75;
 /// At most about this much is rewritten in one housekeeping.
 const MAX_BYTES_PER_RUN: u64 = 1 << 30;
+
+/// A compaction commits within this long of writing its first file, or gives up (half
+/// of housekeeping's clock margin).
+const COMMIT_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The prefix of files compaction writes.
 pub const PREFIX: &str = "compact-";
@@ -38,8 +42,7 @@ pub const PREFIX: &str = "compact-";
 /// of about `target_file_bytes`, and commits them in one snapshot. Returns the table as
 /// it is now.
 pub async fn compact(
-    catalog: &SqlCatalog,
-    metastore_url: &str,
+    catalog: &TableCatalog,
     table: &Table,
     target_file_bytes: u64,
     closed_before_ms: i64,
@@ -59,6 +62,7 @@ pub async fn compact(
         DataFileFormat::Parquet,
     );
     let mut added: Vec<DataFile> = Vec::new();
+    let written = std::time::Instant::now();
     let mut read_rows = 0u64;
     let result: anyhow::Result<()> = async {
         for (hour, files) in &groups {
@@ -92,7 +96,11 @@ pub async fn compact(
     }
     // A failed commit leaves its files to housekeeping: whether a commit whose
     // answer was lost landed is not known here.
-    let done = rewrite::replace_files(catalog, metastore_url, table, &remove, added).await?;
+    // Housekeeping deletes a compaction's files that are not in the table once the
+    // table changed more than its clock margin after they were written: commit well
+    // before that, or not at all.
+    let deadline = written + COMMIT_WITHIN;
+    let done = rewrite::replace_files(catalog, table, &remove, added, Some(deadline)).await?;
     Ok((catalog.load_table(table.identifier()).await?, done))
 }
 
@@ -190,7 +198,7 @@ mod tests {
     #[tokio::test]
     async fn an_hours_small_files_become_one_with_the_same_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, storage, db) = crate::testing::local_catalog(dir.path()).await;
+        let (catalog, storage) = crate::testing::local_catalog(dir.path()).await;
         let tables = TopicTables {
             catalog: &catalog,
             storage: &storage,
@@ -222,6 +230,8 @@ mod tests {
                 next_offset: c * 10 + 10,
                 records: &records,
                 reasons: &[],
+                values: None,
+                classified_by: None,
             };
             tables
                 .commit(&table, &mode, &[chunk], 1 << 20)
@@ -233,7 +243,6 @@ mod tests {
         assert_eq!(before.len(), 50);
         assert_eq!(catalog::status(&table, 1).data_files, 5);
         let rewrites = Rewrites {
-            metastore_url: &db,
             retention_ms: -1,
             target_file_bytes: 1 << 20,
         };

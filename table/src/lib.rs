@@ -31,15 +31,12 @@ pub mod values;
 pub(crate) mod testing {
     use std::sync::Arc;
 
-    use iceberg_catalog_sql::SqlCatalog;
-
     use crate::storage::BucketStorage;
 
-    /// A catalog in SQLite and a bucket in local files, both under `dir`; and the
-    /// catalog's database URL.
+    /// A catalog in SQLite and a bucket in local files, both under `dir`.
     pub(crate) async fn local_catalog(
         dir: &std::path::Path,
-    ) -> (SqlCatalog, BucketStorage, String) {
+    ) -> (crate::catalog::TableCatalog, BucketStorage) {
         std::fs::create_dir_all(dir.join("bucket")).unwrap();
         let store: shale_tiering::store::ObjectStoreRef = Arc::new(
             object_store::local::LocalFileSystem::new_with_prefix(dir.join("bucket")).unwrap(),
@@ -47,6 +44,6 @@ pub(crate) mod testing {
         let storage = BucketStorage::new("file:///bucket", store);
         let db = format!("sqlite:{}?mode=rwc", dir.join("meta.db").display());
         let catalog = crate::catalog::open(&db, storage.clone()).await.unwrap();
-        (catalog, storage, db)
+        (catalog, storage)
     }
 }

@@ -18,9 +18,8 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, MetadataLocation};
-use iceberg_catalog_sql::SqlCatalog;
 
-use crate::catalog::{CATALOG_NAME, NAMESPACE};
+use crate::catalog::TableCatalog;
 
 /// What a rewrite changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -39,16 +38,21 @@ const ATTEMPTS: usize = 5;
 /// in other files). When another commit lands first,
 /// the snapshot is built again on the table as it is then, as long as every file to
 /// remove is still in it (appends add files; only housekeeping removes any).
+///
+/// `deadline`: no attempt to commit after it (see `compaction`).
 pub async fn replace_files(
-    catalog: &SqlCatalog,
-    metastore_url: &str,
+    catalog: &TableCatalog,
     table: &Table,
     remove: &HashSet<String>,
     add: Vec<DataFile>,
+    deadline: Option<std::time::Instant>,
 ) -> anyhow::Result<Rewritten> {
     let mut table = table.clone();
     for attempt in 1.. {
-        match try_replace(metastore_url, &table, remove, add.clone()).await {
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            anyhow::bail!("the rewrite of table {} took too long", table.identifier());
+        }
+        match try_replace(catalog, &table, remove, add.clone()).await {
             Err(e) if attempt < ATTEMPTS && is_conflict(&e) => {
                 tracing::debug!(table = %table.identifier(), attempt, "rewrite conflicted; again");
                 table = catalog.load_table(table.identifier()).await?;
@@ -66,7 +70,7 @@ fn is_conflict(e: &anyhow::Error) -> bool {
 }
 
 async fn try_replace(
-    metastore_url: &str,
+    catalog: &TableCatalog,
     table: &Table,
     remove: &HashSet<String>,
     add: Vec<DataFile>,
@@ -210,7 +214,7 @@ async fn try_replace(
     let new_location = MetadataLocation::from_str(&old_location)?.with_next_version();
     new_metadata.write_to(io, &new_location).await?;
     let new_location = new_location.to_string();
-    swap_metadata_location(metastore_url, table, &old_location, &new_location).await?;
+    (catalog.swap_metadata_location(table.identifier(), &old_location, &new_location)).await?;
     Ok(done)
 }
 
@@ -283,46 +287,4 @@ pub(crate) async fn manifest_list(
 
 fn rand_id() -> i64 {
     (uuid::Uuid::new_v4().as_u64_pair().0 & (i64::MAX as u64)) as i64
-}
-
-/// The SQL catalog's commit: the table's row moves from `old` to `new` only if it is
-/// still at `old`.
-async fn swap_metadata_location(
-    metastore_url: &str,
-    table: &Table,
-    old: &str,
-    new: &str,
-) -> anyhow::Result<()> {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(metastore_url)
-        .await?;
-    let sql = if metastore_url.starts_with("postgres") {
-        "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
-         WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 \
-         AND metadata_location = $6"
-    } else {
-        "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-         WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
-         AND metadata_location = ?"
-    };
-    let done = sqlx::query(sql)
-        .bind(new)
-        .bind(old)
-        .bind(CATALOG_NAME)
-        .bind(NAMESPACE)
-        .bind(table.identifier().name())
-        .bind(old)
-        .execute(&pool)
-        .await;
-    pool.close().await;
-    if done?.rows_affected() == 0 {
-        return Err(Error::new(
-            ErrorKind::CatalogCommitConflicts,
-            format!("table {} was changed meanwhile", table.identifier()),
-        )
-        .into());
-    }
-    Ok(())
 }

@@ -43,7 +43,18 @@ pub const RESERVED: [&str; 5] = [
     "shale_headers",
 ];
 
+/// The name of a `value_schema` table's partition field (the hour of
+/// `shale_timestamp`): no value field may be named so.
+pub const PARTITION_FIELD: &str = "shale_hour";
+
 impl Layout {
+    fn partition_field(self) -> &'static str {
+        match self {
+            Layout::Values => PARTITION_FIELD,
+            _ => "hour",
+        }
+    }
+
     /// The column the table is partitioned by (hour).
     pub fn timestamp_column(self) -> &'static str {
         match self {
@@ -139,8 +150,9 @@ pub fn hourly_spec(schema: &Schema, layout: Layout) -> iceberg::Result<UnboundPa
     Ok(UnboundPartitionSpec::builder()
         .with_spec_id(0)
         // Named short: a data file's key holds it (`…/data/hour=493000/…`), and keys
-        // past about 150 bytes are too long for some S3 servers (`s3s-fs`).
-        .add_partition_field(source.id, "hour", Transform::Hour)?
+        // past about 150 bytes are too long for some S3 servers (`s3s-fs`). A
+        // `value_schema` table's name cannot be a value field's.
+        .add_partition_field(source.id, layout.partition_field(), Transform::Hour)?
         .build())
 }
 
@@ -152,17 +164,20 @@ pub fn hour_of(timestamp_ms: i64) -> i32 {
 
 /// The rows of `records` (all of one partition), as `schema` (the table's Arrow schema,
 /// with Iceberg's field ids) has them; `reasons` (dead letters only) go with them one
-/// by one. The records of a `value_schema` table must have passed `values::check`.
+/// by one. The records of a `value_schema` table must have passed `values::check`;
+/// their value columns are `values` (decoded here when `None`).
 pub fn rows(
     layout: Layout,
     schema: &SchemaRef,
     partition: i32,
     records: &[&Record],
     reasons: &[&str],
+    values: Option<RecordBatch>,
 ) -> anyhow::Result<RecordBatch> {
     let n = records.len();
-    let values = match layout {
-        Layout::Values => Some(crate::values::decode(schema, records)?),
+    let values = match (layout, values) {
+        (Layout::Values, Some(v)) => Some(v),
+        (Layout::Values, None) => Some(crate::values::decode(schema, records)?),
         _ => None,
     };
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
@@ -277,7 +292,7 @@ mod tests {
         ];
         let mut b = Record::new(None, None, 5);
         b.offset = 8;
-        let batch = rows(Layout::KeyValue, &arrow, 3, &[&a, &b], &[]).unwrap();
+        let batch = rows(Layout::KeyValue, &arrow, 3, &[&a, &b], &[], None).unwrap();
         assert_eq!(batch.num_rows(), 2);
         let offsets = batch
             .column(1)

@@ -10,14 +10,16 @@
 //! the same records again from the topic table's progress, and adds to the dead
 //! letters only those past the dead-letter table's own.
 
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
-use iceberg_catalog_sql::SqlCatalog;
 use shale_records::record::Record;
 
 use crate::append::{Appended, Chunk, append};
-use crate::catalog;
+use crate::catalog::{self, TableCatalog};
 use crate::schema::{Layout, dead_letter_schema, hourly_spec, key_value_schema, values_schema};
 use crate::storage::BucketStorage;
 use crate::values::{self, NewColumn};
@@ -31,10 +33,24 @@ pub enum Mode {
     Values(Option<Box<Schema>>),
 }
 
+impl Mode {
+    /// What the rows of a table of this mode are, as the table records it.
+    fn kind(&self) -> String {
+        match self {
+            Mode::KeyValue => "key_value".into(),
+            Mode::Values(None) => "value_schema".into(),
+            Mode::Values(Some(given)) => {
+                let json = serde_json::to_string(given.as_struct()).unwrap_or_default();
+                format!("value_schema:{json}")
+            }
+        }
+    }
+}
+
 /// Which topic, and where its tables go.
 #[derive(Debug, Clone, Copy)]
 pub struct TopicTables<'a> {
-    pub catalog: &'a SqlCatalog,
+    pub catalog: &'a TableCatalog,
     pub storage: &'a BucketStorage,
     pub topic: &'a str,
     pub topic_id: uuid::Uuid,
@@ -59,27 +75,22 @@ impl TopicTables<'_> {
         name: &str,
         schema: Schema,
         layout: Layout,
+        kind: &str,
     ) -> anyhow::Result<Table> {
         let spec = hourly_spec(&schema, layout)?;
         let location = catalog::table_location(self.storage, name, self.topic_id);
-        Ok(
-            catalog::load_or_create(self.catalog, name, self.topic_id, location, schema, spec)
-                .await?,
-        )
+        let (catalog, id) = (self.catalog, self.topic_id);
+        Ok(catalog::load_or_create(catalog, name, id, location, schema, spec, kind).await?)
     }
 
-    /// The topic's table, created if missing.
+    /// The topic's table, created if missing (or if the one there holds rows of
+    /// another kind: see `catalog::load_or_create`).
     pub async fn open(&self, mode: &Mode) -> anyhow::Result<Table> {
-        match mode {
-            Mode::KeyValue => {
-                (self.load_or_create(self.topic, key_value_schema()?, Layout::KeyValue)).await
-            }
-            Mode::Values(given) => {
-                let schema = values_schema(given.as_deref())?;
-                self.load_or_create(self.topic, schema, Layout::Values)
-                    .await
-            }
-        }
+        let (schema, layout) = match mode {
+            Mode::KeyValue => (key_value_schema()?, Layout::KeyValue),
+            Mode::Values(given) => (values_schema(given.as_deref())?, Layout::Values),
+        };
+        (self.load_or_create(self.topic, schema, layout, &mode.kind())).await
     }
 
     /// Commits `chunks` to `table` (the topic's, as [`TopicTables::open`] gave it),
@@ -108,57 +119,61 @@ impl TopicTables<'_> {
         let parsed: Vec<Vec<Result<serde_json::Value, String>>> = (chunks.iter())
             .map(|c| c.records.iter().map(values::parse).collect())
             .collect();
-        let mut table = table.clone();
-        let mut new_columns = 0;
-        if given.is_none() {
-            for attempt in 0..2 {
-                let new = columns_to_add(&table, &parsed);
-                if new.is_empty() {
-                    break;
-                }
-                match values::widen(self.catalog, &table, &new).await {
-                    Ok(t) => {
-                        new_columns = new.len();
-                        tracing::info!(topic = self.topic, columns = ?new.iter().map(|c| &c.name).collect::<Vec<_>>(),
-                            "new fields: columns added to the topic's table");
-                        table = t;
-                        break;
-                    }
-                    // Another partition's leader widened it meanwhile: look again.
-                    Err(e) if attempt == 0 => {
-                        tracing::debug!(error = %e, "could not widen the table; reloading it");
-                        table = self.catalog.load_table(table.identifier()).await?;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        let fields = values::value_fields(table.metadata().current_schema());
-        let mut good: Vec<Vec<Record>> = Vec::with_capacity(chunks.len());
-        let mut bad: Vec<(Vec<Record>, Vec<String>)> = Vec::with_capacity(chunks.len());
+        let (table, new_columns) = match given {
+            None => self.widen(table, &parsed).await?,
+            Some(_) => (table.clone(), 0),
+        };
+        // Records below the dead-letter table's progress were sorted before (their
+        // dead letters are in it): sorted again by the same schema, they go the same
+        // way, whatever columns were added since.
+        let dlq = match self
+            .catalog
+            .load_table(&dead_letter_ident(self.topic))
+            .await
+        {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let metadata = table.metadata();
+        let current = values::value_fields(metadata.current_schema());
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
+            metadata.current_schema(),
+        )?);
+        let mut sorted = Vec::with_capacity(chunks.len());
         for (chunk, parsed) in chunks.iter().zip(&parsed) {
-            let (mut g, mut b, mut reasons) = (Vec::new(), Vec::new(), Vec::new());
+            let earlier = dlq.as_ref().and_then(|d| {
+                let below = catalog::progress(d, chunk.partition).next_offset?;
+                let schema = metadata.schema_by_id(catalog::classified_by(d, chunk.partition)?)?;
+                Some((below, values::value_fields(schema)))
+            });
+            let mut s = Sorted::default();
             for (r, v) in chunk.records.iter().zip(parsed) {
+                let fields = match &earlier {
+                    Some((below, fields)) if r.offset < *below => fields,
+                    _ => &current,
+                };
                 match v
                     .as_ref()
                     .map_err(Clone::clone)
-                    .and_then(|v| values::check(v, &fields, None))
+                    .and_then(|v| values::check(v, fields, None))
                 {
-                    Ok(()) => g.push(r.clone()),
-                    Err(reason) => {
-                        b.push(r.clone());
-                        reasons.push(reason);
-                    }
+                    Ok(()) => s.good.push(r.clone()),
+                    Err(reason) => s.dead(r.clone(), reason),
                 }
             }
-            good.push(g);
-            bad.push((b, reasons));
+            s.decode(&arrow)?;
+            sorted.push(s);
         }
-        let dead_letters = self
-            .commit_dead_letters(chunks, &bad, target_file_bytes)
-            .await?;
-        let chunks: Vec<Chunk<'_>> = (chunks.iter().zip(&good))
-            .map(|(c, g)| Chunk { records: g, ..*c })
+        let schema_id = metadata.current_schema_id();
+        let dead_letters =
+            (self.commit_dead_letters(chunks, &sorted, schema_id, target_file_bytes)).await?;
+        let chunks: Vec<Chunk<'_>> = (chunks.iter().zip(&sorted))
+            .map(|(c, s)| Chunk {
+                records: &s.good,
+                values: s.values.as_ref(),
+                ..*c
+            })
             .collect();
         let (_, appended) = append(
             self.catalog,
@@ -175,23 +190,84 @@ impl TopicTables<'_> {
         })
     }
 
+    /// Adds the columns the records of `parsed` bring to `table`, in rounds (a new
+    /// struct's sub-fields that a later record brings come in the next), up to
+    /// [`MAX_COLUMN_ID`]; the table as it is then, and how many were added. Columns
+    /// that cannot be added leave their records to the dead letters.
+    async fn widen(
+        &self,
+        table: &Table,
+        parsed: &[Vec<Result<serde_json::Value, String>>],
+    ) -> anyhow::Result<(Table, usize)> {
+        let mut table = table.clone();
+        let (mut added, mut failed) = (0, 0);
+        for _ in 0..8 {
+            let new = columns_to_add(&table, parsed);
+            if new.is_empty() {
+                break;
+            }
+            if table.metadata().last_column_id() >= MAX_COLUMN_ID {
+                tracing::warn!(
+                    topic = self.topic,
+                    "the table has as many columns as it may \
+                    have: records with new fields are dead letters"
+                );
+                break;
+            }
+            match values::widen(self.catalog, &table, &new).await {
+                Ok(t) => {
+                    added += new.len();
+                    let names: Vec<_> = new.iter().map(|c| &c.name).collect();
+                    tracing::info!(topic = self.topic, columns = ?names,
+                        "new fields: columns added to the topic's table");
+                    table = t;
+                }
+                Err(e) => {
+                    failed += 1;
+                    if failed == 2 {
+                        tracing::warn!(topic = self.topic, error = %e,
+                            "cannot add columns: the records bringing them are dead letters");
+                        break;
+                    }
+                    // Another partition's leader widened it meanwhile: look again.
+                    table = self.catalog.load_table(table.identifier()).await?;
+                }
+            }
+        }
+        Ok((table, added))
+    }
+
     /// Adds the dead letters of `chunks` (`bad`, one entry per chunk) past the
     /// dead-letter table's progress to it; how many.
     async fn commit_dead_letters(
         &self,
         chunks: &[Chunk<'_>],
-        bad: &[(Vec<Record>, Vec<String>)],
+        sorted: &[Sorted],
+        schema_id: i32,
         target_file_bytes: usize,
     ) -> anyhow::Result<u64> {
-        if bad.iter().all(|(b, _)| b.is_empty()) {
+        if sorted.iter().all(|s| s.bad.is_empty()) {
             return Ok(0);
         }
         let name = dead_letter_table(self.topic);
         let dlq = self
-            .load_or_create(&name, dead_letter_schema()?, Layout::DeadLetters)
+            .load_or_create(
+                &name,
+                dead_letter_schema()?,
+                Layout::DeadLetters,
+                "dead_letters",
+            )
             .await?;
         let mut kept: Vec<(Chunk<'_>, Vec<Record>, Vec<String>)> = Vec::new();
-        for (c, (records, reasons)) in chunks.iter().zip(bad) {
+        for (
+            c,
+            Sorted {
+                bad: records,
+                reasons,
+                ..
+            },
+        ) in chunks.iter().zip(sorted)
+        {
             let after = catalog::progress(&dlq, c.partition);
             let from = after.next_offset.unwrap_or(i64::MIN);
             let (r, why): (Vec<Record>, Vec<String>) = (records.iter().zip(reasons))
@@ -203,6 +279,7 @@ impl TopicTables<'_> {
                     Chunk {
                         after,
                         start: c.start.max(from),
+                        classified_by: Some(schema_id),
                         ..*c
                     },
                     r,
@@ -229,6 +306,47 @@ impl TopicTables<'_> {
         )
         .await?;
         Ok(appended.rows)
+    }
+}
+
+/// Inferred columns stop being added once the table's field ids reach this (a value
+/// whose keys are data, such as ids, would add columns without end).
+const MAX_COLUMN_ID: i32 = 2000;
+
+/// A chunk's records, sorted: those that fit the table (and their value columns),
+/// and the dead letters with their reasons.
+#[derive(Default)]
+struct Sorted {
+    good: Vec<Record>,
+    values: Option<RecordBatch>,
+    bad: Vec<Record>,
+    reasons: Vec<String>,
+}
+
+impl Sorted {
+    fn dead(&mut self, r: Record, reason: String) {
+        self.bad.push(r);
+        self.reasons.push(reason);
+    }
+
+    /// Decodes the value columns of the records that fit. A record `arrow-json` cannot
+    /// decode after all is a dead letter, with its reason.
+    fn decode(&mut self, arrow: &arrow_schema::SchemaRef) -> anyhow::Result<()> {
+        let all: Vec<&Record> = self.good.iter().collect();
+        if let Ok(v) = values::decode(arrow, &all) {
+            self.values = Some(v);
+            return Ok(());
+        }
+        let good = std::mem::take(&mut self.good);
+        for r in good {
+            match values::decode(arrow, &[&r]) {
+                Ok(_) => self.good.push(r),
+                Err(e) => self.dead(r, format!("the value does not decode: {e:#}")),
+            }
+        }
+        let all: Vec<&Record> = self.good.iter().collect();
+        self.values = Some(values::decode(arrow, &all)?);
+        Ok(())
     }
 }
 
@@ -276,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn json_values_become_columns_and_misfits_dead_letters_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, storage, _) = crate::testing::local_catalog(dir.path()).await;
+        let (catalog, storage) = crate::testing::local_catalog(dir.path()).await;
         let tables = TopicTables {
             catalog: &catalog,
             storage: &storage,
@@ -300,6 +418,8 @@ mod tests {
             next_offset: 5,
             records: &first,
             reasons: &[],
+            values: None,
+            classified_by: None,
         };
         let done = tables
             .commit(&table, &mode, &[chunk], 1 << 20)
@@ -378,6 +498,8 @@ mod tests {
             next_offset,
             records: &more,
             reasons: &[],
+            values: None,
+            classified_by: None,
         };
         // The dead letter of offset 6 lands, the rows do not (a stale expected progress).
         let stale = Chunk {
@@ -432,5 +554,78 @@ mod tests {
         seen.sort();
         let want = [(1, "info"), (12, "info"), (30, "warn")];
         assert_eq!(seen, want.map(|(m, l)| (m, l.to_string())));
+    }
+
+    #[tokio::test]
+    async fn new_struct_fields_all_come_and_a_table_of_another_kind_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, storage) = crate::testing::local_catalog(dir.path()).await;
+        let id = uuid::Uuid::from_u128(8);
+        let tables = TopicTables {
+            catalog: &catalog,
+            storage: &storage,
+            topic: "m",
+            topic_id: id,
+        };
+        let mode = Mode::Values(None);
+        let table = tables.open(&mode).await.unwrap();
+        // Two records bring two sub-fields of one new struct: both become columns.
+        let records = vec![
+            record(0, Some(r#"{"a":{"x":1}}"#)),
+            record(1, Some(r#"{"a":{"y":"two"}}"#)),
+            record(2, Some(r#"{"b":[]}"#)),
+        ];
+        let chunk = Chunk {
+            partition: 0,
+            leader_epoch: 0,
+            after: catalog::progress(&table, 0),
+            start: 0,
+            next_offset: 3,
+            records: &records,
+            reasons: &[],
+            values: None,
+            classified_by: None,
+        };
+        let done = tables
+            .commit(&table, &mode, &[chunk], 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!((done.appended.rows, done.dead_letters), (3, 0));
+        let table = catalog.load_table(table.identifier()).await.unwrap();
+        let schema = table.metadata().current_schema();
+        assert!(schema.field_by_name("a.x").is_some() && schema.field_by_name("a.y").is_some());
+        assert!(
+            schema.field_by_name("b").is_none(),
+            "an empty array says no type"
+        );
+
+        // The topic switched to key_value: the table is set aside with its rows, a new
+        // one starts at a location of its own.
+        let kv = tables.open(&Mode::KeyValue).await.unwrap();
+        assert!(
+            kv.metadata()
+                .current_schema()
+                .field_by_name("value")
+                .is_some()
+        );
+        assert_eq!(catalog::progress(&kv, 0).next_offset, None);
+        assert_ne!(kv.metadata().location(), table.metadata().location());
+        let aside: Vec<_> = (catalog
+            .list_tables(table.identifier().namespace())
+            .await
+            .unwrap())
+        .into_iter()
+        .map(|t| t.name)
+        .filter(|n| n.starts_with(&format!("m@{id}.")))
+        .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        let old = catalog
+            .load_table(&catalog::ident(&aside[0]))
+            .await
+            .unwrap();
+        assert_eq!(catalog::status(&old, 1).rows, 3);
+        // Opened again in the same mode, it is the same table.
+        let again = tables.open(&Mode::KeyValue).await.unwrap();
+        assert_eq!(again.metadata().location(), kv.metadata().location());
     }
 }

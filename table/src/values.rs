@@ -26,7 +26,7 @@ use iceberg_catalog_sql::SqlCatalog;
 use serde_json::Value;
 use shale_records::record::Record;
 
-use crate::schema::RESERVED;
+use crate::schema::{PARTITION_FIELD, RESERVED};
 
 /// The types a value field may have (given or inferred).
 fn supported(p: &PrimitiveType) -> bool {
@@ -62,7 +62,8 @@ pub fn parse_value_schema(json: &str) -> Result<Schema, String> {
         }
     }
     let fields = schema.as_struct().fields();
-    if let Some(f) = fields.iter().find(|f| RESERVED.contains(&f.name.as_str())) {
+    let own = |n: &str| RESERVED.contains(&n) || n == PARTITION_FIELD;
+    if let Some(f) = fields.iter().find(|f| own(&f.name)) {
         return Err(format!(
             "field {} is one of the record's own columns",
             f.name
@@ -127,6 +128,9 @@ pub fn check(
     if let Some(k) = map.keys().find(|k| RESERVED.contains(&k.as_str())) {
         return Err(format!("field {k} is one of the record's own columns"));
     }
+    if let Some(k) = map.keys().find(|k| *k == PARTITION_FIELD) {
+        return Err(format!("field {k} is the name of the table's partitioning"));
+    }
     check_struct(value, fields, "", &mut new)
 }
 
@@ -153,22 +157,30 @@ fn check_struct(
         }
     }
     for (k, v) in map {
-        match fields.field_by_name(k) {
-            Some(f) => check_field(v, f, &format!("{prefix}{k}"), new)?,
-            None => match new.as_deref_mut() {
-                None => return Err(format!("field {prefix}{k} is not in the table's schema")),
-                Some(new) => {
-                    let parent = (!path.is_empty()).then(|| path.to_string());
-                    let known = new.iter().any(|c| c.parent == parent && c.name == *k);
-                    if let (false, Some(field_type)) = (known, infer(v)) {
-                        new.push(NewColumn {
-                            parent,
-                            name: k.clone(),
-                            field_type,
-                        });
-                    }
-                }
-            },
+        if let Some(f) = fields.field_by_name(k) {
+            check_field(v, f, &format!("{prefix}{k}"), new)?;
+            continue;
+        }
+        // A field the table lacks, of a value that says nothing of its type (null, an
+        // empty array or object), loses nothing when left out.
+        let Some(field_type) = infer(v) else {
+            continue;
+        };
+        let Some(new) = new.as_deref_mut() else {
+            return Err(format!("field {prefix}{k} is not in the table's schema"));
+        };
+        if let Some(why) = unfit_name(k, &field_type) {
+            return Err(format!("field {prefix}{k}: {why}"));
+        }
+        let parent = (!path.is_empty()).then(|| path.to_string());
+        // A second record bringing the same new column adds nothing now (its other
+        // new sub-fields come in the next round, see `topic`).
+        if !new.iter().any(|c| c.parent == parent && c.name == *k) {
+            new.push(NewColumn {
+                parent,
+                name: k.clone(),
+                field_type,
+            });
         }
     }
     Ok(())
@@ -209,15 +221,12 @@ fn fits(v: &Value, p: &PrimitiveType) -> bool {
         Float => v.as_f64().is_some_and(|n| n.abs() <= f32::MAX as f64),
         Double => v.is_number(),
         String => v.is_string(),
-        Date => {
-            (v.as_str()).is_some_and(|s| chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok())
-        }
-        Timestamptz => {
-            (v.as_str()).is_some_and(|s| chrono::DateTime::parse_from_rfc3339(s).is_ok())
-        }
-        Timestamp => (v.as_str()).is_some_and(|s| {
-            chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
+        // As `arrow-json` parses them (a value that passes here must decode).
+        Date => (v.as_str()).is_some_and(|s| {
+            <arrow_array::types::Date32Type as arrow_cast::parse::Parser>::parse(s).is_some()
         }),
+        Timestamp | Timestamptz => (v.as_str())
+            .is_some_and(|s| arrow_cast::parse::string_to_datetime(&chrono::Utc, s).is_ok()),
         _ => false,
     }
 }
@@ -228,6 +237,26 @@ fn shown(v: &Value) -> String {
     match s.char_indices().nth(60) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s,
+    }
+}
+
+/// Why a new field (or one of its sub-fields) cannot be a column: Iceberg resolves a
+/// column by its dotted path, so no name may hold a `.`, nor be empty.
+fn unfit_name(name: &str, t: &Type) -> Option<String> {
+    if name.is_empty() {
+        return Some("an empty name cannot be a column".into());
+    }
+    if name.contains('.') {
+        return Some(format!("a name with '.' ({name}) cannot be a column"));
+    }
+    unfit_type(t)
+}
+
+fn unfit_type(t: &Type) -> Option<String> {
+    match t {
+        Type::Struct(s) => (s.fields().iter()).find_map(|f| unfit_name(&f.name, &f.field_type)),
+        Type::List(l) => unfit_type(&l.element_field.field_type),
+        _ => None,
     }
 }
 
@@ -290,7 +319,8 @@ pub(crate) fn decode(schema: &SchemaRef, records: &[&Record]) -> anyhow::Result<
         .collect();
     let values = Arc::new(arrow_schema::Schema::new(fields));
     if values.fields().is_empty() {
-        return Ok(RecordBatch::new_empty(values));
+        let rows = arrow_array::RecordBatchOptions::new().with_row_count(Some(records.len()));
+        return Ok(RecordBatch::try_new_with_options(values, vec![], &rows)?);
     }
     let mut decoder = arrow_json::ReaderBuilder::new(values.clone())
         .with_batch_size(records.len().max(1))
@@ -409,6 +439,29 @@ mod tests {
                 (Some("user"), "name", "string".to_string()),
             ]
         );
+        // Fields that cannot be columns make the record a dead letter; fields whose
+        // value says nothing of a type are left out.
+        let mut more = Vec::new();
+        let bad = |v: Value, more: &mut Vec<NewColumn>| check(&v, &f, Some(more)).unwrap_err();
+        assert!(bad(json!({"http.status": 200}), &mut more).contains("a name with '.'"));
+        assert!(bad(json!({"x": {"a.b": 1}}), &mut more).contains("a name with '.'"));
+        assert!(bad(json!({"shale_hour": 1}), &mut more).contains("partitioning"));
+        check(&json!({"err": null, "tags": [], "ctx": {}}), &f, None).unwrap();
+        assert!(more.is_empty());
+        // Dates and timestamps as `arrow-json` reads them.
+        let d = fields(
+            r#"{"type":"struct","fields":[{"id":1,"name":"d","required":false,"type":"date"},
+            {"id":2,"name":"t","required":false,"type":"timestamp"}]}"#,
+        );
+        check(
+            &json!({"d": "2026-05-01", "t": "2026-05-01T10:00:00"}),
+            &d,
+            None,
+        )
+        .unwrap();
+        check(&json!({"t": "2026-05-01T10:00:00Z"}), &d, None).unwrap();
+        assert!(check(&json!({"d": "yesterday"}), &d, None).is_err());
+        assert!(check(&json!({"t": "10 o'clock"}), &d, None).is_err());
         // Seen twice, added once; a conflicting type is caught when the record is
         // checked against the widened schema.
         check(&json!({"ms": "slow"}), &f, Some(&mut new)).unwrap();

@@ -341,7 +341,7 @@ async fn produce_json(client: &Client, topic: &str, bytes: u64) -> anyhow::Resul
                 i += 1;
                 let head = format!(
                     r#"{{"level":"{}","host":"web-{}","n":{i},"ms":{:.3},"msg":""#,
-                    if i % 10 == 0 { "warn" } else { "info" },
+                    if i.is_multiple_of(10) { "warn" } else { "info" },
                     i % 16,
                     (i % 997) as f64 / 7.0,
                 );

@@ -37,6 +37,8 @@ use crate::partition::Partition;
 /// snapshots and rows and deletes the files nothing refers to
 /// (`shale_table::housekeeping`).
 const HOUSEKEEPING_INTERVAL_MS: i64 = 600_000;
+/// ...and at least this long apart.
+const MIN_HOUSEKEEPING_INTERVAL_MS: i64 = 10_000;
 /// How far apart the object store's clock and the brokers' may be, for housekeeping.
 const CLOCK_MARGIN: Duration = Duration::from_secs(600);
 /// At most about this much of the log goes into one commit (its records are held
@@ -316,8 +318,8 @@ impl Broker {
     }
 
     /// Housekeeping of a topic's table, by the leader of its partition 0 (when it is
-    /// among `partitions`) once per ten commit intervals, at most once per
-    /// [`HOUSEKEEPING_INTERVAL_MS`].
+    /// among `partitions`) once per ten commit intervals, between
+    /// [`MIN_HOUSEKEEPING_INTERVAL_MS`] and [`HOUSEKEEPING_INTERVAL_MS`].
     async fn housekeep(
         &self,
         catalog: &catalog::TableCatalog,
@@ -331,8 +333,10 @@ impl Broker {
         {
             let mut last = self.tables.housekept.lock().unwrap();
             let last = last.entry(p.topic_id).or_insert(0);
-            // Every ten commit intervals, at most every ten minutes.
-            let interval = (p.config().table.commit_interval_ms * 10).min(HOUSEKEEPING_INTERVAL_MS);
+            // Every ten commit intervals, but not more often than every ten seconds
+            // (it reads every manifest of the table) nor less than every ten minutes.
+            let interval = (p.config().table.commit_interval_ms * 10)
+                .clamp(MIN_HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
             if now - *last < interval {
                 return Ok(());
             }

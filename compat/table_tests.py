@@ -177,8 +177,12 @@ def rest_catalog_reads(cluster, table, topic="tbl-logs"):
     loaded = rest.load_table(("shale", topic))
     assert loaded.metadata_location == table.metadata_location or \
         loaded.metadata.last_sequence_number >= table.metadata.last_sequence_number
-    rows = loaded.scan(selected_fields=("shale_offset",)).to_arrow()
-    assert rows.num_rows == len(table.scan(selected_fields=("shale_offset",)).to_arrow()), rows.num_rows
+    rows = loaded.scan(selected_fields=("shale_partition", "shale_offset", "v")).to_arrow()
+    direct = table.scan(selected_fields=("shale_partition", "shale_offset", "v")).to_arrow()
+    assert rows.num_rows == direct.num_rows, (rows.num_rows, direct.num_rows)
+    assert sum(rows.column("v").to_pylist()) == sum(direct.column("v").to_pylist()), "sum of v"
+    pairs = set(zip(rows.column("shale_partition").to_pylist(), rows.column("shale_offset").to_pylist()))
+    assert len(pairs) == rows.num_rows, "a (partition, offset) twice through the REST catalog"
     try:
         rest.load_table(("shale", "no-such-topic"))
         raise AssertionError("an unknown table was loaded")

@@ -5,9 +5,10 @@
 //! through the SQL catalog in the cluster's database and the files in the bucket,
 //! holds every (partition, offset) of the topic exactly once, with its fields as typed
 //! columns (the new one added), the misfit is in the dead-letter table with its
-//! reason, and `shale topic describe` shows the table caught up. Deleted and created
-//! again (now `key_value`), the topic gets a table of its own; the old one stays,
-//! renamed aside.
+//! reason, and `shale topic describe` shows the table caught up. `iceberg.retention.ms`
+//! removes the rows of past hours; the topic's own retention removes none. Deleted and
+//! created again (now `key_value`), the topic gets a table of its own; the old one
+//! stays, renamed aside.
 
 mod common;
 
@@ -28,7 +29,7 @@ const PREFIX: &str = "tables";
 
 const TOML: &str = "[cluster]\nlease_ms = 3000\nheartbeat_interval_ms = 500\n\
     controller_interval_ms = 200\nreplica_lag_time_max_ms = 2000\nreplica_fetch_max_wait_ms = 200\n\
-    [log]\nmetadata_refresh_interval_ms = 500\n";
+    [log]\nmetadata_refresh_interval_ms = 500\nretention_check_interval_ms = 500\n";
 
 /// The value of record `i` of partition `p`: from record 3000 on, with a new field.
 fn value(p: i32, i: i64) -> String {
@@ -355,6 +356,52 @@ async fn a_topic_is_written_into_its_iceberg_table_exactly_once_across_a_leader_
             got.len()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // The topic's own retention deletes log segments, never table rows.
+    let kept = "kept";
+    let configs = [
+        ("iceberg.mode", "value_schema"),
+        ("iceberg.commit.interval.ms", "300"),
+        ("remote.storage.enable", "false"),
+        ("segment.bytes", "1024"),
+        ("retention.ms", "2000"),
+    ];
+    let configs = (configs.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
+    client
+        .create_topic(kept, 1, 3, configs.collect())
+        .await
+        .unwrap();
+    let records: Vec<ProducerRecord> = (0..200)
+        .map(|i| ProducerRecord {
+            partition: Some(0),
+            value: Some(value(0, i).into()),
+            ..Default::default()
+        })
+        .collect();
+    // Batches of 10 (about 1 KiB): segments of one batch each, which retention deletes
+    // but for the active one.
+    let mut producer = Producer::new(client.clone(), kept, Acks::All)
+        .await
+        .unwrap();
+    for batch in records.chunks(10) {
+        producer.send_all(batch.to_vec()).await.unwrap();
+    }
+    let want_kept: HashMap<(i32, i64), String> = (0..200).map(|i| ((0, i), shown(0, i))).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = rows(&db.url(), &objects, &bucket_url, kept, true).await;
+        let start = client.describe_topic(kept).await.unwrap().partitions[0].log_start_offset;
+        // Once the log has lost records to retention, the table still has them all.
+        if start > 0 && got == want_kept {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "log start {start}, {} rows in the table",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
     // The topic deleted and created again under its name: the old table is renamed

@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
@@ -22,7 +21,7 @@ use crate::append::{Appended, Chunk, append};
 use crate::catalog::{self, TableCatalog};
 use crate::schema::{Layout, dead_letter_schema, hourly_spec, key_value_schema, values_schema};
 use crate::storage::BucketStorage;
-use crate::values::{self, NewColumn};
+use crate::values;
 
 /// What a topic's table holds.
 #[derive(Debug, Clone)]
@@ -147,7 +146,7 @@ impl TopicTables<'_> {
                 let schema = metadata.schema_by_id(catalog::classified_by(d, chunk.partition)?)?;
                 Some((below, values::value_fields(schema)))
             });
-            let mut s = Sorted::default();
+            let mut s = values::Sorted::default();
             for (r, v) in chunk.records.iter().zip(parsed) {
                 let fields = match &earlier {
                     Some((below, fields)) if r.offset < *below => fields,
@@ -202,7 +201,7 @@ impl TopicTables<'_> {
         let mut table = table.clone();
         let (mut added, mut failed) = (0, 0);
         for _ in 0..8 {
-            let new = columns_to_add(&table, parsed);
+            let new = values::columns_to_add(&table, parsed);
             if new.is_empty() {
                 break;
             }
@@ -242,7 +241,7 @@ impl TopicTables<'_> {
     async fn commit_dead_letters(
         &self,
         chunks: &[Chunk<'_>],
-        sorted: &[Sorted],
+        sorted: &[values::Sorted],
         schema_id: i32,
         target_file_bytes: usize,
     ) -> anyhow::Result<u64> {
@@ -261,7 +260,7 @@ impl TopicTables<'_> {
         let mut kept: Vec<(Chunk<'_>, Vec<Record>, Vec<String>)> = Vec::new();
         for (
             c,
-            Sorted {
+            values::Sorted {
                 bad: records,
                 reasons,
                 ..
@@ -313,60 +312,6 @@ impl TopicTables<'_> {
 /// whose keys are data, such as ids, would add columns without end).
 const MAX_COLUMN_ID: i32 = 2000;
 
-/// A chunk's records, sorted: those that fit the table (and their value columns),
-/// and the dead letters with their reasons.
-#[derive(Default)]
-struct Sorted {
-    good: Vec<Record>,
-    values: Option<RecordBatch>,
-    bad: Vec<Record>,
-    reasons: Vec<String>,
-}
-
-impl Sorted {
-    fn dead(&mut self, r: Record, reason: String) {
-        self.bad.push(r);
-        self.reasons.push(reason);
-    }
-
-    /// Decodes the value columns of the records that fit. A record `arrow-json` cannot
-    /// decode after all is a dead letter, with its reason.
-    fn decode(&mut self, arrow: &arrow_schema::SchemaRef) -> anyhow::Result<()> {
-        let all: Vec<&Record> = self.good.iter().collect();
-        if let Ok(v) = values::decode(arrow, &all) {
-            self.values = Some(v);
-            return Ok(());
-        }
-        let good = std::mem::take(&mut self.good);
-        for r in good {
-            match values::decode(arrow, &[&r]) {
-                Ok(_) => self.good.push(r),
-                Err(e) => self.dead(r, format!("the value does not decode: {e:#}")),
-            }
-        }
-        let all: Vec<&Record> = self.good.iter().collect();
-        self.values = Some(values::decode(arrow, &all)?);
-        Ok(())
-    }
-}
-
-/// The columns the records of `parsed` bring that `table` lacks.
-fn columns_to_add(
-    table: &Table,
-    parsed: &[Vec<Result<serde_json::Value, String>>],
-) -> Vec<NewColumn> {
-    let fields = values::value_fields(table.metadata().current_schema());
-    let mut new = Vec::new();
-    for v in parsed.iter().flatten().flatten() {
-        // A record that does not fit brings no column: it is a dead letter.
-        let mut with = new.clone();
-        if values::check(v, &fields, Some(&mut with)).is_ok() {
-            new = with;
-        }
-    }
-    new
-}
-
 /// The identifier of a topic's dead-letter table.
 pub fn dead_letter_ident(topic: &str) -> TableIdent {
     catalog::ident(&dead_letter_table(topic))
@@ -383,6 +328,22 @@ mod tests {
     async fn scan(table: &Table) -> Vec<RecordBatch> {
         let scan = table.scan().select_all().build().unwrap();
         scan.to_arrow().await.unwrap().try_collect().await.unwrap()
+    }
+
+    /// A chunk of partition 0 from `start`, up to its last record, continuing the
+    /// table's progress.
+    fn partition_0<'a>(table: &Table, epoch: i32, start: i64, records: &'a [Record]) -> Chunk<'a> {
+        Chunk {
+            partition: 0,
+            leader_epoch: epoch,
+            after: catalog::progress(table, 0),
+            start,
+            next_offset: records.last().map_or(start, |r| r.offset + 1),
+            records,
+            reasons: &[],
+            values: None,
+            classified_by: None,
+        }
     }
 
     fn record(offset: i64, value: Option<&str>) -> Record {
@@ -410,17 +371,7 @@ mod tests {
             record(3, Some(r#"{"level":"info","ms":"slow"}"#)),
             record(4, Some("not json")),
         ];
-        let chunk = Chunk {
-            partition: 0,
-            leader_epoch: 1,
-            after: catalog::progress(&table, 0),
-            start: 0,
-            next_offset: 5,
-            records: &first,
-            reasons: &[],
-            values: None,
-            classified_by: None,
-        };
+        let chunk = partition_0(&table, 1, 0, &first);
         let done = tables
             .commit(&table, &mode, &[chunk], 1 << 20)
             .await
@@ -491,15 +442,8 @@ mod tests {
             record(6, Some(r#"{"ms":true}"#)),
         ];
         let at = |next_offset| Chunk {
-            partition: 0,
-            leader_epoch: 2,
-            after: catalog::progress(&table, 0),
-            start: 5,
             next_offset,
-            records: &more,
-            reasons: &[],
-            values: None,
-            classified_by: None,
+            ..partition_0(&table, 2, 5, &more)
         };
         // The dead letter of offset 6 lands, the rows do not (a stale expected progress).
         let stale = Chunk {
@@ -575,17 +519,7 @@ mod tests {
             record(1, Some(r#"{"a":{"y":"two"}}"#)),
             record(2, Some(r#"{"b":[]}"#)),
         ];
-        let chunk = Chunk {
-            partition: 0,
-            leader_epoch: 0,
-            after: catalog::progress(&table, 0),
-            start: 0,
-            next_offset: 3,
-            records: &records,
-            reasons: &[],
-            values: None,
-            classified_by: None,
-        };
+        let chunk = partition_0(&table, 0, 0, &records);
         let done = tables
             .commit(&table, &mode, &[chunk], 1 << 20)
             .await

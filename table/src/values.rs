@@ -345,6 +345,60 @@ pub(crate) fn decode(schema: &SchemaRef, records: &[&Record]) -> anyhow::Result<
     Ok(batch)
 }
 
+/// A chunk's records, sorted: those that fit the table (and their value columns),
+/// and the dead letters with their reasons.
+#[derive(Default)]
+pub(crate) struct Sorted {
+    pub good: Vec<Record>,
+    pub values: Option<RecordBatch>,
+    pub bad: Vec<Record>,
+    pub reasons: Vec<String>,
+}
+
+impl Sorted {
+    pub(crate) fn dead(&mut self, r: Record, reason: String) {
+        self.bad.push(r);
+        self.reasons.push(reason);
+    }
+
+    /// Decodes the value columns of the records that fit. A record `arrow-json` cannot
+    /// decode after all is a dead letter, with its reason.
+    pub(crate) fn decode(&mut self, arrow: &arrow_schema::SchemaRef) -> anyhow::Result<()> {
+        let all: Vec<&Record> = self.good.iter().collect();
+        if let Ok(v) = decode(arrow, &all) {
+            self.values = Some(v);
+            return Ok(());
+        }
+        let good = std::mem::take(&mut self.good);
+        for r in good {
+            match decode(arrow, &[&r]) {
+                Ok(_) => self.good.push(r),
+                Err(e) => self.dead(r, format!("the value does not decode: {e:#}")),
+            }
+        }
+        let all: Vec<&Record> = self.good.iter().collect();
+        self.values = Some(decode(arrow, &all)?);
+        Ok(())
+    }
+}
+
+/// The columns the records of `parsed` bring that `table` lacks.
+pub(crate) fn columns_to_add(
+    table: &Table,
+    parsed: &[Vec<Result<serde_json::Value, String>>],
+) -> Vec<NewColumn> {
+    let fields = value_fields(table.metadata().current_schema());
+    let mut new = Vec::new();
+    for v in parsed.iter().flatten().flatten() {
+        // A record that does not fit brings no column: it is a dead letter.
+        let mut with = new.clone();
+        if check(v, &fields, Some(&mut with)).is_ok() {
+            new = with;
+        }
+    }
+    new
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -205,6 +205,9 @@ impl Error {
             }
             Producer(ProducerError::InvalidEpoch { .. }) => ErrorCode::InvalidProducerEpoch,
             Producer(ProducerError::UnknownProducer { .. }) => ErrorCode::UnknownProducerId,
+            Producer(ProducerError::CoordinatorFenced { .. }) => {
+                ErrorCode::TransactionCoordinatorFenced
+            }
             Producer(ProducerError::DuplicateInRequest { .. }) => {
                 ErrorCode::DuplicateSequenceNumber
             }

@@ -1,11 +1,12 @@
 //! Shale's coordinators: the state a broker keeps for clients beyond their partitions.
 //! The group coordinator (`group`) runs Kafka's classic consumer-group protocol in
-//! memory; `producer_ids` hands out the ids of idempotent producers. The transaction
-//! coordinator will live here too. Neither does I/O of its own beyond the metastore:
+//! memory; `producer_ids` hands out the ids of idempotent producers; `txn` decides the
+//! transaction coordinator's moves. None does I/O of its own beyond the metastore:
 //! the broker drives them and persists what they decide.
 
 pub mod group;
 pub mod producer_ids;
+pub mod txn;
 
 pub use group::Coordinator;
 pub use producer_ids::ProducerIds;

@@ -8,10 +8,11 @@
 //! batch whose epoch the checkpoint lacks.
 
 use shale_records::batch::{self, BatchHeader};
+use shale_records::control;
 
 use crate::producers::SequenceCheck;
 use crate::segment::Segment;
-use crate::{AppendInfo, LogError, PartitionLog, sync_dir};
+use crate::{AbortedTxn, AppendInfo, CompletedTxn, LogError, PartitionLog, sync_dir};
 
 impl PartitionLog {
     /// Appends batches that the caller validated (`headers[i]` describes the i-th batch
@@ -61,7 +62,7 @@ impl PartitionLog {
             self.persist_epochs()?;
         }
         let info = self.write_batches(records, headers, now_ms);
-        self.record_landed_producers(headers);
+        self.record_landed_producers(records, headers);
         let info = self.forget_unwritten_epochs(info)?;
         Ok(match written {
             None => info,
@@ -108,7 +109,7 @@ impl PartitionLog {
             self.persist_epochs()?;
         }
         let info = self.write_batches(records, headers, now_ms);
-        self.record_landed_producers(headers);
+        self.record_landed_producers(records, headers);
         self.forget_unwritten_epochs(info)
     }
 
@@ -116,10 +117,13 @@ impl PartitionLog {
     /// write that is a prefix: batches written before a roll that failed (a full
     /// disk) stay in the log, so the producer state must know them, or a retry of one
     /// would be taken as new and stored twice.
-    fn record_landed_producers(&mut self, headers: &[BatchHeader]) {
+    fn record_landed_producers(&mut self, records: &[u8], headers: &[BatchHeader]) {
         let end = self.log_end_offset();
-        let landed = headers.iter().take_while(|h| h.last_offset() < end).count();
-        self.record_producers(&headers[..landed]);
+        let mut pos = 0;
+        for h in headers.iter().take_while(|h| h.last_offset() < end) {
+            self.record_batch(h, &records[pos..pos + h.total_size()]);
+            pos += h.total_size();
+        }
     }
 
     /// Writes the checkpoint; if that fails, forgets the epochs assigned past the log
@@ -143,11 +147,66 @@ impl PartitionLog {
         written
     }
 
-    pub(crate) fn record_producers(&mut self, headers: &[BatchHeader]) {
-        self.producers.record(headers);
-        if let Some(h) = headers.last() {
-            self.producers_through = h.last_offset() + 1;
+    /// Takes one written batch (`bytes`) into the producer state: a marker ends its
+    /// producer's transaction, and an abort enters the aborted index.
+    pub(crate) fn record_batch(&mut self, h: &BatchHeader, bytes: &[u8]) {
+        if h.is_control() {
+            match control::parse_marker(bytes) {
+                Ok((marker, coordinator_epoch)) => {
+                    if let Some(done) = self.producers.end_txn(h, marker, coordinator_epoch) {
+                        self.txn_ended(done);
+                    }
+                }
+                Err(e) => tracing::warn!(dir = %self.dir.display(), offset = h.base_offset,
+                    error = %e, "a control batch that is no transaction marker is ignored"),
+            }
+        } else {
+            self.producers.record(std::slice::from_ref(h));
         }
+        self.producers_through = h.last_offset() + 1;
+    }
+
+    fn txn_ended(&mut self, done: CompletedTxn) {
+        if done.aborted {
+            let stable = (self.producers.first_open_txn_offset()).unwrap_or(done.last_offset + 1);
+            self.aborted.push(AbortedTxn {
+                producer_id: done.producer_id,
+                first_offset: done.first_offset,
+                last_offset: done.last_offset,
+                last_stable_offset: stable,
+            });
+        }
+        self.unstable_ended
+            .insert((done.first_offset, done.last_offset));
+    }
+
+    /// Leader: writes a transaction marker for `producer_id` (the coordinator's
+    /// decision), after checking that neither the producer's epoch nor the
+    /// coordinator's is older than the last this partition saw. `None`: the marker
+    /// repeats the last one (see [`crate::producers::ProducerStates::check_marker`]), nothing written.
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: control::Marker,
+        coordinator_epoch: i32,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Option<AppendInfo>, LogError> {
+        if !(self.producers).check_marker(producer_id, producer_epoch, coordinator_epoch)? {
+            return Ok(None);
+        }
+        let mut bytes = control::build_marker(
+            producer_id,
+            producer_epoch,
+            marker,
+            coordinator_epoch,
+            now_ms,
+        )
+        .to_vec();
+        let mut headers = [BatchHeader::parse(&bytes).expect("a built marker parses")];
+        self.append(&mut bytes, &mut headers, leader_epoch, now_ms)
+            .map(Some)
     }
 
     /// Writes batches that carry their final offsets, rolling segments as needed.

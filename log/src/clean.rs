@@ -387,7 +387,8 @@ impl CleanJob {
             let done = for_each_batch(seg, &self.dir, |h, batch| {
                 stats.bytes_read += batch.len() as u64;
                 throttle(batch.len() as u64);
-                if h.last_offset() < self.first_dirty {
+                if h.last_offset() < self.first_dirty || h.is_control() {
+                    // Markers' keys are their types, never records' keys.
                     return Ok(true);
                 }
                 for_each_record(batch, |r| {

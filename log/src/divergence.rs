@@ -141,6 +141,8 @@ impl PartitionLog {
         self.epochs.persist()?;
         ProducerStates::delete_snapshots_above(&self.dir, i64::MIN)?;
         self.producers = ProducerStates::default();
+        self.aborted.truncate_from(i64::MIN)?;
+        self.unstable_ended.clear();
         self.producers_through = offset;
         tracing::info!(dir = %self.dir.display(), offset, "log reset");
         Ok(())

@@ -28,6 +28,7 @@ mod records;
 mod recovery;
 mod retention;
 mod segment;
+mod txn;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -56,6 +57,8 @@ pub use retention::{
     segment_log_path,
 };
 use segment::Segment;
+use txn::AbortedIndex;
+pub use txn::{ABORTED_INDEX, AbortedTxn, CompletedTxn};
 
 /// The subset of topic configuration the log itself obeys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +136,11 @@ pub struct PartitionLog {
     producers: ProducerStates,
     /// The producer state covers every batch below this offset.
     producers_through: i64,
+    /// The aborted transactions whose markers the local log holds.
+    aborted: AbortedIndex,
+    /// Transactions that ended at or above the high watermark last seen: (first
+    /// offset, marker offset). Their markers are not stable yet, so neither are they.
+    unstable_ended: std::collections::BTreeSet<(i64, i64)>,
     /// Records below this offset were deleted (Kafka's DeleteRecords): the log starts
     /// here even where a segment holding them remains. Kept by the caller (the
     /// metastore), and set again after every open.
@@ -236,6 +244,8 @@ impl PartitionLog {
             epochs,
             producers: ProducerStates::default(),
             producers_through: 0,
+            aborted: AbortedIndex::load(dir)?,
+            unstable_ended: Default::default(),
             deleted_below: 0,
             unflushed_messages: 0,
             last_flush_ms: now_ms,
@@ -254,6 +264,9 @@ impl PartitionLog {
 
     /// Saves the producer state (at segment seals and close), forgetting idle producers.
     fn snapshot_producers(&mut self, now_ms: i64) -> io::Result<()> {
+        // The aborted transactions below the snapshot must be durable first: opening
+        // rebuilds only those above it.
+        self.aborted.sync()?;
         self.producers.expire(now_ms);
         self.producers
             .write_snapshot(&self.dir, self.producers_through)
@@ -320,3 +333,5 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 mod locate_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

@@ -1,7 +1,10 @@
 //! Idempotent-producer state of one partition: per producer id, its epoch and the
 //! sequence numbers and offsets of its last few batches, so that the leader can refuse
 //! a gap (`OUT_OF_ORDER_SEQUENCE_NUMBER`), a fenced epoch (`INVALID_PRODUCER_EPOCH`),
-//! and answer a retried batch with the offsets it was first written at.
+//! and answer a retried batch with the offsets it was first written at; and, for
+//! transactional producers, the first offset of the transaction they have open here
+//! (what holds the last stable offset back) and the epoch of the coordinator that
+//! wrote their last marker.
 //!
 //! The state is a function of the log: it is rebuilt from the batch headers (producer
 //! id, epoch, base sequence) from a snapshot on. Snapshots (`{offset:020}.snapshot`, the
@@ -12,7 +15,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeSet;
+
 use shale_records::batch::BatchHeader;
+use shale_records::control::Marker;
+
+use crate::txn::CompletedTxn;
 
 /// Batches remembered per producer (Kafka keeps five: the most a producer has in
 /// flight per partition).
@@ -23,7 +31,9 @@ pub const CACHED_BATCHES: usize = 5;
 pub const PRODUCER_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
 
 use crate::layout::SNAPSHOT_SUFFIX;
-const SNAPSHOT_MAGIC: &[u8; 4] = b"SHPS";
+/// Snapshots before transactions (no open transaction, no coordinator epoch).
+const SNAPSHOT_MAGIC_V1: &[u8; 4] = b"SHPS";
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SHP2";
 const SNAPSHOTS_KEPT: usize = 3;
 
 /// One batch a producer wrote: sequence range and offsets (inclusive).
@@ -41,6 +51,22 @@ struct ProducerEntry {
     /// Oldest first.
     batches: VecDeque<ProducerBatch>,
     last_timestamp: i64,
+    /// The first offset of the transaction it has open in this partition.
+    txn_first_offset: Option<i64>,
+    /// The epoch of the coordinator that wrote its last marker (-1: none).
+    coordinator_epoch: i32,
+}
+
+impl ProducerEntry {
+    fn new(epoch: i16) -> Self {
+        Self {
+            epoch,
+            batches: VecDeque::new(),
+            last_timestamp: -1,
+            txn_first_offset: None,
+            coordinator_epoch: -1,
+        }
+    }
 }
 
 /// Why a producer's batch is refused.
@@ -65,6 +91,14 @@ pub enum ProducerError {
         "producer {producer_id} is unknown to this partition and its first sequence is {found}, not 0"
     )]
     UnknownProducer { producer_id: i64, found: i32 },
+    #[error(
+        "marker of producer {producer_id} from coordinator epoch {sent}: coordinator epoch {current} wrote one since"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        sent: i32,
+        current: i32,
+    },
     #[error(
         "producer {producer_id}: batch with sequences {first_seq}..={last_seq} repeats an earlier one inside a request of several batches"
     )]
@@ -108,6 +142,8 @@ fn is_idempotent(h: &BatchHeader) -> bool {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// The open transactions: (first offset, producer id).
+    ongoing: BTreeSet<(i64, i64)>,
 }
 
 impl ProducerStates {
@@ -200,11 +236,9 @@ impl ProducerStates {
                     }
                 }
             }
-            let mut next = entry.cloned().unwrap_or(ProducerEntry {
-                epoch: h.producer_epoch,
-                batches: VecDeque::new(),
-                last_timestamp: -1,
-            });
+            let mut next = entry
+                .cloned()
+                .unwrap_or_else(|| ProducerEntry::new(h.producer_epoch));
             Self::apply(&mut next, h);
             pending.insert(h.producer_id, next);
         }
@@ -219,18 +253,101 @@ impl ProducerStates {
     }
 
     /// Takes written batches (with their final offsets) into the state.
+    /// A transactional batch starts its producer's transaction here unless one is
+    /// open. Markers are taken by [`ProducerStates::end_txn`], not here.
     pub fn record(&mut self, headers: &[BatchHeader]) {
         for h in headers.iter().filter(|h| is_idempotent(h)) {
             let entry = self
                 .producers
                 .entry(h.producer_id)
-                .or_insert_with(|| ProducerEntry {
-                    epoch: h.producer_epoch,
-                    batches: VecDeque::new(),
-                    last_timestamp: -1,
-                });
+                .or_insert_with(|| ProducerEntry::new(h.producer_epoch));
             Self::apply(entry, h);
+            if h.is_transactional() && entry.txn_first_offset.is_none() {
+                entry.txn_first_offset = Some(h.base_offset);
+                self.ongoing.insert((h.base_offset, h.producer_id));
+            }
         }
+    }
+
+    /// Checks a marker the coordinator wants written: its producer epoch must not be
+    /// older than the producer's, nor its coordinator epoch (which the coordinator
+    /// raises for every transaction it ends) older than the last marker's. A marker of
+    /// the last marker's coordinator epoch repeats it (a retry, or one delayed past
+    /// the producer's next transaction): `Ok(false)`, it is not written again.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<bool, ProducerError> {
+        let Some(e) = self.producers.get(&producer_id) else {
+            return Ok(true);
+        };
+        if producer_epoch < e.epoch {
+            return Err(ProducerError::InvalidEpoch {
+                producer_id,
+                sent: producer_epoch,
+                current: e.epoch,
+            });
+        }
+        if coordinator_epoch < e.coordinator_epoch {
+            return Err(ProducerError::CoordinatorFenced {
+                producer_id,
+                sent: coordinator_epoch,
+                current: e.coordinator_epoch,
+            });
+        }
+        Ok(coordinator_epoch > e.coordinator_epoch)
+    }
+
+    /// Takes a written marker (control batch `h`): its producer's open transaction,
+    /// if any, ends. A marker of a newer producer epoch (the coordinator fenced the
+    /// producer) moves the producer to it.
+    pub fn end_txn(
+        &mut self,
+        h: &BatchHeader,
+        marker: Marker,
+        coordinator_epoch: i32,
+    ) -> Option<CompletedTxn> {
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry::new(h.producer_epoch));
+        if h.producer_epoch > entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        entry.last_timestamp = entry.last_timestamp.max(h.max_timestamp);
+        let first_offset = entry.txn_first_offset.take()?;
+        self.ongoing.remove(&(first_offset, h.producer_id));
+        Some(CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset,
+            last_offset: h.base_offset,
+            aborted: marker == Marker::Abort,
+        })
+    }
+
+    /// The first offset of the oldest open transaction.
+    pub fn first_open_txn_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(o, _)| *o)
+    }
+
+    /// The producer's open transaction here, by its first offset.
+    pub fn open_txn(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id)?.txn_first_offset
+    }
+
+    /// The open transactions: (producer id, epoch, first offset, last timestamp).
+    pub fn open_txns(&self) -> Vec<(i64, i16, i64, i64)> {
+        self.ongoing
+            .iter()
+            .filter_map(|(first, pid)| {
+                let e = self.producers.get(pid)?;
+                Some((*pid, e.epoch, *first, e.last_timestamp))
+            })
+            .collect()
     }
 
     fn apply(entry: &mut ProducerEntry, h: &BatchHeader) {
@@ -250,10 +367,13 @@ impl ProducerStates {
         entry.last_timestamp = entry.last_timestamp.max(h.max_timestamp);
     }
 
-    /// Forgets producers whose last batch is older than the expiration.
+    /// Forgets producers whose last batch is older than the expiration, unless they
+    /// have a transaction open.
     pub fn expire(&mut self, now_ms: i64) {
         self.producers.retain(|_, e| {
-            e.last_timestamp < 0 || e.last_timestamp >= now_ms - PRODUCER_EXPIRATION_MS
+            e.last_timestamp < 0
+                || e.last_timestamp >= now_ms - PRODUCER_EXPIRATION_MS
+                || e.txn_first_offset.is_some()
         });
     }
 
@@ -266,6 +386,8 @@ impl ProducerStates {
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&e.txn_first_offset.unwrap_or(-1).to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -281,7 +403,9 @@ impl ProducerStates {
 
     fn decode(buf: &[u8]) -> Option<Self> {
         let (body, crc) = buf.split_at_checked(buf.len().checked_sub(4)?)?;
-        if crc32c::crc32c(body).to_be_bytes() != crc || !body.starts_with(SNAPSHOT_MAGIC) {
+        let v2 = body.starts_with(SNAPSHOT_MAGIC);
+        if crc32c::crc32c(body).to_be_bytes() != crc || !(v2 || body.starts_with(SNAPSHOT_MAGIC_V1))
+        {
             return None;
         }
         let mut r = Reader(&body[4..]);
@@ -291,6 +415,12 @@ impl ProducerStates {
             let id = i64::from_be_bytes(r.take()?);
             let epoch = i16::from_be_bytes(r.take()?);
             let last_timestamp = i64::from_be_bytes(r.take()?);
+            let (txn_first_offset, coordinator_epoch) = if v2 {
+                let first = i64::from_be_bytes(r.take()?);
+                ((first >= 0).then_some(first), i32::from_be_bytes(r.take()?))
+            } else {
+                (None, -1)
+            };
             let [n] = r.take::<1>()?;
             let mut batches = VecDeque::new();
             for _ in 0..n {
@@ -307,10 +437,16 @@ impl ProducerStates {
                     epoch,
                     batches,
                     last_timestamp,
+                    txn_first_offset,
+                    coordinator_epoch,
                 },
             );
         }
-        r.0.is_empty().then_some(Self { producers })
+        let ongoing = producers
+            .iter()
+            .filter_map(|(id, e)| Some((e.txn_first_offset?, *id)))
+            .collect();
+        r.0.is_empty().then_some(Self { producers, ongoing })
     }
 
     /// Writes the state as of `offset` (every batch below it) atomically, then keeps

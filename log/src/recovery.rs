@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::chunk_reader::{ChunkReader, SCAN_CHUNK, SEEK_CHUNK};
@@ -14,34 +15,48 @@ use crate::{EpochEntry, PartitionLog};
 
 impl PartitionLog {
     /// Loads the newest producer snapshot at or below the log end and reads the batch
-    /// headers after it.
+    /// headers after it (and the markers among them, which end transactions and enter
+    /// the aborted index again from the snapshot on).
     pub(crate) fn rebuild_producers(&mut self) -> io::Result<()> {
         let end = self.log_end_offset();
-        let (from, mut states) = ProducerStates::load_snapshot(&self.dir, end)?
+        let (from, states) = ProducerStates::load_snapshot(&self.dir, end)?
             .unwrap_or((self.log_start_offset(), ProducerStates::default()));
+        self.producers = states;
+        self.aborted.truncate_from(from)?;
+        self.unstable_ended.clear();
         let first_segment = self
             .segments
             .range(..=from)
             .next_back()
             .map_or(i64::MIN, |(b, _)| *b);
-        for seg in self.segments.range(first_segment..).map(|(_, s)| s) {
-            let file = seg.file()?;
+        let bases: Vec<i64> = self
+            .segments
+            .range(first_segment..)
+            .map(|(b, _)| *b)
+            .collect();
+        for base in bases {
+            let seg = &self.segments[&base];
+            let (file, size) = (seg.file()?, seg.size());
             // In the segment holding `from`, start at its batch (found through the
             // index), so a clean restart (snapshot at the log end) reads nothing.
-            let mut pos = if seg.base_offset <= from {
-                ChunkReader::new(&file, seg.size(), SEEK_CHUNK)
+            let mut pos = if base <= from {
+                ChunkReader::new(&file, size, SEEK_CHUNK)
                     .seek_offset(seg.lookup_position(from), from)?
-                    .map_or(seg.size(), |b| b.position)
+                    .map_or(size, |b| b.position)
             } else {
                 0
             };
-            let mut reader = ChunkReader::new(&file, seg.size(), SCAN_CHUNK);
+            let mut reader = ChunkReader::new(&file, size, SCAN_CHUNK);
+            let mut marker = Vec::new();
             while let Some(Ok(h)) = reader.next_batch(pos, false) {
-                states.record(std::slice::from_ref(&h));
+                if h.is_control() {
+                    marker.resize(h.total_size(), 0);
+                    file.read_exact_at(&mut marker, pos)?;
+                }
+                self.record_batch(&h, &marker);
                 pos += h.total_size() as u64;
             }
         }
-        self.producers = states;
         self.producers_through = end;
         Ok(())
     }

@@ -145,6 +145,7 @@ impl PartitionLog {
         }
         if out.segments > 0 {
             sync_dir(&self.dir)?;
+            self.forget_aborted_below_start()?;
             tracing::info!(dir = %self.dir.display(), segments = out.segments, bytes = out.bytes,
                 log_start_offset = self.log_start_offset(), "retention deleted segments");
         }
@@ -174,6 +175,7 @@ impl PartitionLog {
         }
         if out.segments > 0 {
             sync_dir(&self.dir)?;
+            self.forget_aborted_below_start()?;
         }
         tracing::info!(dir = %self.dir.display(), deleted_below = self.deleted_below,
             segments = out.segments, log_start_offset = self.log_start_offset(),

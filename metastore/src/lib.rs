@@ -7,6 +7,7 @@ mod cluster;
 mod groups;
 mod remote;
 mod sql;
+mod txns;
 mod users;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ pub use cluster::{BrokerLease, ControllerLease, PartitionState, Recovering, Stat
 pub use groups::CommittedOffset;
 pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
+pub use txns::{TxnOffsets, TxnRecord, TxnState};
 pub use users::{AclBinding, ScramCredential};
 
 /// A topic as the metastore records it.
@@ -134,6 +136,11 @@ pub enum Error {
     UnknownTopicId(Uuid),
     #[error("metastore row is corrupt: {0}")]
     CorruptRow(String),
+    #[error("transactional id '{transactional_id}' changed since version {expected}")]
+    TxnConflict {
+        transactional_id: String,
+        expected: i64,
+    },
     #[error("metastore URL '{0}' is not supported: use postgres://… or sqlite://…")]
     UnsupportedUrl(String),
     #[error("cannot reach PostgreSQL at {host}: {reason}")]
@@ -343,6 +350,32 @@ pub trait Metastore: Send + Sync + 'static {
     /// in one transaction.
     async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)])
     -> Result<()>;
+
+    /// A transactional id's record.
+    async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>>;
+    /// Every transactional id's record, by id.
+    async fn transactions(&self) -> Result<Vec<TxnRecord>>;
+    /// Writes a transactional id's record if the stored one is still at
+    /// `record.version` (0: none stored), doing `offsets` to the offsets its
+    /// transaction committed, in one transaction; returns the new version, or
+    /// `TxnConflict`.
+    async fn write_transaction(&self, record: &TxnRecord, offsets: TxnOffsets) -> Result<i64>;
+    /// Stores offsets a transaction commits for `group` (replacing its earlier ones of
+    /// the same partitions), if the transactional id's record is still at `version`;
+    /// else `TxnConflict`.
+    async fn put_txn_offsets(
+        &self,
+        transactional_id: &str,
+        version: i64,
+        group: &str,
+        offsets: &[CommittedOffset],
+    ) -> Result<()>;
+    /// The partitions (topic id, partition) of `group` with offsets pending in a
+    /// transaction.
+    async fn pending_txn_offsets(&self, group: &str) -> Result<Vec<(Uuid, i32)>>;
+    /// Removes a transactional id's record (and its pending offsets) if it is still
+    /// at `version`; whether it was.
+    async fn delete_transaction(&self, transactional_id: &str, version: i64) -> Result<bool>;
 
     /// Every user's SCRAM credentials, by user and mechanism.
     async fn list_scram_credentials(&self) -> Result<Vec<ScramCredential>>;

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::{
     AclBinding, BrokerLease, CommittedOffset, ControllerLease, Error, Metastore, NewTopic,
     PartitionState, RemoteLog, RemoteSegment, RemoteSegmentState, RestoredTopic, Result,
-    ScramCredential, StateGuard, Topic,
+    ScramCredential, StateGuard, Topic, TxnOffsets, TxnRecord,
 };
 
 /// Invokes `$m!` once per backend with its type, its database, the locking suffix of a
@@ -55,6 +55,7 @@ mod cluster;
 mod groups;
 mod remote;
 mod topics;
+mod txns;
 mod users;
 
 pub struct PostgresMetastore {
@@ -368,6 +369,45 @@ macro_rules! sql_metastore {
                 partitions: &[(Uuid, i32)],
             ) -> Result<()> {
                 self.delete_committed_offsets(group, partitions).await
+            }
+
+            async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>> {
+                self.transaction(transactional_id).await
+            }
+
+            async fn transactions(&self) -> Result<Vec<TxnRecord>> {
+                self.transactions().await
+            }
+
+            async fn write_transaction(
+                &self,
+                record: &TxnRecord,
+                offsets: TxnOffsets,
+            ) -> Result<i64> {
+                self.write_transaction(record, offsets).await
+            }
+
+            async fn put_txn_offsets(
+                &self,
+                transactional_id: &str,
+                version: i64,
+                group: &str,
+                offsets: &[CommittedOffset],
+            ) -> Result<()> {
+                self.put_txn_offsets(transactional_id, version, group, offsets)
+                    .await
+            }
+
+            async fn pending_txn_offsets(&self, group: &str) -> Result<Vec<(Uuid, i32)>> {
+                self.pending_txn_offsets(group).await
+            }
+
+            async fn delete_transaction(
+                &self,
+                transactional_id: &str,
+                version: i64,
+            ) -> Result<bool> {
+                self.delete_transaction(transactional_id, version).await
             }
 
             async fn list_scram_credentials(&self) -> Result<Vec<ScramCredential>> {

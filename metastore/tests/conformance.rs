@@ -1379,6 +1379,91 @@ async fn a_detached_topic_leaves_no_remote_rows_and_comes_back(m: &dyn Metastore
     assert_eq!(m.remote_logs(id).await.unwrap()[&0].copied_end, 99);
 }
 
+async fn transactions_move_offsets_only_on_commit(m: &dyn Metastore) {
+    use shale_metastore::{TxnOffsets, TxnRecord, TxnState};
+    let t = m.create_topic(new_topic("txn-out", 2)).await.unwrap();
+    let mut r = TxnRecord {
+        transactional_id: "app-1".into(),
+        producer_id: 4000,
+        producer_epoch: 0,
+        state: TxnState::Empty,
+        timeout_ms: 60_000,
+        partitions: Vec::new(),
+        groups: Vec::new(),
+        start_ms: -1,
+        update_ms: 1,
+        marker_epoch: 0,
+        version: 0,
+    };
+    r.version = m.write_transaction(&r, TxnOffsets::Keep).await.unwrap();
+    assert_eq!(r.version, 1);
+    // A second creation of the same id loses.
+    let mut twin = r.clone();
+    twin.version = 0;
+    assert!(matches!(
+        m.write_transaction(&twin, TxnOffsets::Keep).await,
+        Err(Error::TxnConflict { .. })
+    ));
+    r.state = TxnState::Ongoing;
+    r.partitions = vec![(t.id, 0), (t.id, 1)];
+    r.groups = vec!["g".into()];
+    r.start_ms = 5;
+    r.version = m.write_transaction(&r, TxnOffsets::Keep).await.unwrap();
+    assert_eq!(m.transaction("app-1").await.unwrap().as_ref(), Some(&r));
+    let offset = |partition, offset| shale_metastore::CommittedOffset {
+        topic_id: t.id,
+        partition,
+        offset,
+        metadata: String::new(),
+        commit_ms: 9,
+    };
+    m.put_txn_offsets("app-1", r.version, "g", &[offset(0, 10), offset(1, 3)])
+        .await
+        .unwrap();
+    assert!(matches!(
+        m.put_txn_offsets("app-1", r.version - 1, "g", &[offset(0, 11)])
+            .await,
+        Err(Error::TxnConflict { .. })
+    ));
+    assert_eq!(
+        m.pending_txn_offsets("g").await.unwrap(),
+        [(t.id, 0), (t.id, 1)]
+    );
+    assert!(m.committed_offsets("g").await.unwrap().is_empty());
+    // A stale write changes nothing.
+    let mut stale = r.clone();
+    stale.version -= 1;
+    stale.state = TxnState::PrepareAbort;
+    assert!(
+        m.write_transaction(&stale, TxnOffsets::Discard)
+            .await
+            .is_err()
+    );
+    assert_eq!(m.pending_txn_offsets("g").await.unwrap().len(), 2);
+    // Commit: the offsets become the group's.
+    r.state = TxnState::PrepareCommit;
+    r.version = m.write_transaction(&r, TxnOffsets::Commit).await.unwrap();
+    assert!(m.pending_txn_offsets("g").await.unwrap().is_empty());
+    let g: Vec<_> = (m.committed_offsets("g").await.unwrap().into_iter())
+        .map(|o| (o.partition, o.offset))
+        .collect();
+    assert_eq!(g, [(0, 10), (1, 3)]);
+    // Abort: they are dropped.
+    r.state = TxnState::Ongoing;
+    r.version = m.write_transaction(&r, TxnOffsets::Keep).await.unwrap();
+    m.put_txn_offsets("app-1", r.version, "g", &[offset(0, 99)])
+        .await
+        .unwrap();
+    r.state = TxnState::PrepareAbort;
+    r.version = m.write_transaction(&r, TxnOffsets::Discard).await.unwrap();
+    assert!(m.pending_txn_offsets("g").await.unwrap().is_empty());
+    assert_eq!(m.committed_offsets("g").await.unwrap()[0].offset, 10);
+    assert_eq!(m.transactions().await.unwrap(), [r.clone()]);
+    assert!(!m.delete_transaction("app-1", r.version - 1).await.unwrap());
+    assert!(m.delete_transaction("app-1", r.version).await.unwrap());
+    assert!(m.transaction("app-1").await.unwrap().is_none());
+}
+
 macro_rules! metastore_suite {
     ($backend:ident) => {
         mod $backend {
@@ -1412,6 +1497,7 @@ macro_rules! metastore_suite {
             case!(decommissioning_is_kept_per_broker);
             case!(a_restored_topic_keeps_its_id_epochs_and_remote_log);
             case!(a_detached_topic_leaves_no_remote_rows_and_comes_back);
+            case!(transactions_move_offsets_only_on_commit);
         }
     };
 }

@@ -27,7 +27,10 @@ const MAX_TIMESTAMP_OFFSET: usize = 35;
 /// Attribute bit for LogAppendTime timestamps.
 pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 1 << 3;
 pub(crate) const COMPRESSION_MASK: i16 = 0x07;
-const CONTROL_BIT: i16 = 1 << 5;
+/// Attribute bit of a batch written inside a transaction.
+pub const TRANSACTIONAL_BIT: i16 = 1 << 4;
+/// Attribute bit of a control batch (a transaction marker).
+pub const CONTROL_BIT: i16 = 1 << 5;
 /// Attribute bit of a batch the log cleaner has rewritten keeping tombstones: its base
 /// timestamp is then the delete horizon (the time after which the cleaner may drop
 /// them), and its records' timestamp deltas are relative to that.
@@ -190,6 +193,11 @@ impl BatchHeader {
         self.attributes & CONTROL_BIT != 0
     }
 
+    /// Written inside a transaction (data or marker).
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+
     /// The delete horizon a cleaning wrote into the batch (see [`DELETE_HORIZON_BIT`]).
     pub fn delete_horizon(&self) -> Option<i64> {
         (self.attributes & DELETE_HORIZON_BIT != 0).then_some(self.base_timestamp)
@@ -276,6 +284,13 @@ pub fn stamp_log_append_time(buf: &mut [u8], now_ms: i64) {
 pub fn set_max_timestamp(buf: &mut [u8], max_timestamp: i64) {
     buf[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
         .copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..]);
+    buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Sets the attribute bits of the batch at the start of `buf`, recomputing its CRC.
+pub fn set_attributes(buf: &mut [u8], attributes: i16) {
+    buf[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
     let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..]);
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }

@@ -180,7 +180,15 @@ pub fn clean_against_map(
     how: CleanBatch,
     map: &std::collections::HashMap<u128, i64>,
 ) -> Result<MapCleaned, BatchError> {
-    let total = whole_batch(batch)?.record_count.max(0) as u64;
+    let h = whole_batch(batch)?;
+    if h.is_control() {
+        // A transaction marker's key is its type, not a record's key: it stays.
+        return Ok(MapCleaned {
+            cleaned: Cleaned::Unchanged,
+            removed: 0,
+        });
+    }
+    let total = h.record_count.max(0) as u64;
     let mut kept = 0u64;
     let cleaned = clean_batch(batch, how, |r| {
         let keep = r

@@ -234,6 +234,34 @@ impl Metastore for FaultyMetastore {
     async fn delete_committed_offsets(&self, group: &str, partitions: &[(Uuid, i32)]) -> R<()> {
         self.inner.delete_committed_offsets(group, partitions).await
     }
+    async fn transaction(&self, id: &str) -> R<Option<shale_metastore::TxnRecord>> {
+        self.inner.transaction(id).await
+    }
+    async fn transactions(&self) -> R<Vec<shale_metastore::TxnRecord>> {
+        self.inner.transactions().await
+    }
+    async fn write_transaction(
+        &self,
+        record: &shale_metastore::TxnRecord,
+        offsets: shale_metastore::TxnOffsets,
+    ) -> R<i64> {
+        self.inner.write_transaction(record, offsets).await
+    }
+    async fn put_txn_offsets(
+        &self,
+        id: &str,
+        version: i64,
+        group: &str,
+        offsets: &[CommittedOffset],
+    ) -> R<()> {
+        self.inner.put_txn_offsets(id, version, group, offsets).await
+    }
+    async fn pending_txn_offsets(&self, group: &str) -> R<Vec<(Uuid, i32)>> {
+        self.inner.pending_txn_offsets(group).await
+    }
+    async fn delete_transaction(&self, id: &str, version: i64) -> R<bool> {
+        self.inner.delete_transaction(id, version).await
+    }
     async fn list_scram_credentials(&self) -> R<Vec<shale_metastore::ScramCredential>> {
         self.inner.list_scram_credentials().await
     }

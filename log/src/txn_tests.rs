@@ -1,0 +1,144 @@
+//! Transactions in the log: open transactions hold the last stable offset, markers end
+//! them, aborts enter the aborted index, and all of it survives reopening, a crash
+//! and truncation.
+
+use shale_records::batch::{self, BatchIter, TRANSACTIONAL_BIT};
+use shale_records::control::Marker;
+
+use super::tests::{append, batch, open_log, small_config};
+use super::*;
+
+fn transactional(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    let mut b = batch(0, n, 1_000, 10);
+    batch::set_attributes(&mut b, TRANSACTIONAL_BIT);
+    batch::set_producer(&mut b, pid, epoch, seq);
+    b
+}
+
+fn abort_at(first: i64, last: i64, stable: i64, pid: i64) -> AbortedTxn {
+    AbortedTxn {
+        producer_id: pid,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: stable,
+    }
+}
+
+#[test]
+fn markers_end_transactions_and_aborts_are_indexed_across_reopen_crash_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    assert_eq!(
+        append(&mut log, transactional(7, 0, 0, 3), 0).first_offset,
+        0
+    );
+    append(&mut log, batch(0, 2, 1_000, 10), 0); // 3..=4, outside any transaction
+    assert_eq!(log.last_stable_offset(5), 0);
+    assert_eq!(
+        append(&mut log, transactional(8, 2, 0, 2), 0).first_offset,
+        5
+    );
+    let m = log.append_marker(7, 0, Marker::Abort, 1, 0, 0).unwrap();
+    assert_eq!(m.unwrap().first_offset, 7);
+    // The same marker again (a retry) is not written twice.
+    assert_eq!(
+        log.append_marker(7, 0, Marker::Abort, 1, 0, 0).unwrap(),
+        None
+    );
+    // Producer 8's transaction (from 5) still holds the stable offset.
+    assert_eq!(log.last_stable_offset(8), 5);
+    let aborted = abort_at(0, 7, 5, 7);
+    assert_eq!(log.aborted_between(0, 8), [aborted]);
+    let m = log.append_marker(8, 2, Marker::Commit, 1, 0, 0).unwrap();
+    assert_eq!(m.unwrap().first_offset, 8);
+    // Its marker is not under the high watermark yet: not stable.
+    assert_eq!(log.last_stable_offset(8), 5);
+    assert_eq!(log.last_stable_offset(9), 9);
+    assert!(log.aborted_between(8, 9).is_empty());
+    assert!(log.open_transactions().is_empty());
+
+    // Zombies: an older producer epoch, an older coordinator epoch.
+    assert!(matches!(
+        log.append_marker(8, 1, Marker::Abort, 1, 0, 0),
+        Err(LogError::Producer(ProducerError::InvalidEpoch { .. }))
+    ));
+    assert!(matches!(
+        log.append_marker(8, 2, Marker::Abort, 0, 0, 0),
+        Err(LogError::Producer(ProducerError::CoordinatorFenced { .. }))
+    ));
+
+    // A crash (no snapshot past the start): everything is rebuilt from the batches.
+    drop(log);
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    assert_eq!(log.aborted_between(0, 9), [aborted]);
+    assert_eq!(log.last_stable_offset(9), 9);
+    log.close(0).unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    assert_eq!(log.aborted_between(0, 9), [aborted]);
+    assert!(matches!(
+        log.append_marker(8, 2, Marker::Abort, 0, 0, 0),
+        Err(LogError::Producer(ProducerError::CoordinatorFenced { .. }))
+    ));
+
+    // A truncation below the abort marker reopens both transactions.
+    log.truncate_to(7).unwrap();
+    assert!(log.aborted_between(0, 9).is_empty());
+    assert_eq!(log.last_stable_offset(7), 0);
+    assert_eq!(
+        log.open_transactions()
+            .iter()
+            .map(|t| (t.0, t.2))
+            .collect::<Vec<_>>(),
+        [(7, 0), (8, 5)]
+    );
+    drop(log);
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    assert!(log.aborted_between(0, 9).is_empty());
+    assert_eq!(log.last_stable_offset(7), 0);
+    // A replicated abort marker is taken as the leader's was.
+    let marker = shale_records::control::build_marker(7, 0, Marker::Abort, 3, 1_000);
+    let mut bytes = marker.to_vec();
+    batch::set_base_offset(&mut bytes, 7);
+    batch::set_partition_leader_epoch(&mut bytes, 0);
+    let headers: Vec<_> = BatchIter::new(&bytes).map(|r| r.unwrap().0).collect();
+    log.append_replicated(&bytes, &headers, 0).unwrap();
+    assert_eq!(log.aborted_between(0, 8), [aborted]);
+    assert_eq!(log.last_stable_offset(8), 5);
+}
+
+#[test]
+fn compaction_keeps_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    for seq in 0..3 {
+        append(&mut log, transactional(3, 0, seq, 1), 0);
+        let epoch = log.log_end_offset() as i32;
+        log.append_marker(3, 0, Marker::Commit, epoch, 0, 0)
+            .unwrap();
+    }
+    // The markers share one key (their type): none may supersede another.
+    let mut records = Vec::new();
+    for item in BatchIter::new(&std::fs::read(dir.path().join(format!("{:020}.log", 0))).unwrap()) {
+        records.push(item.unwrap().0.is_control());
+    }
+    assert_eq!(records, [false, true, false, true, false, true]);
+    assert!(matches!(
+        shale_records::compact::clean_against_map(
+            &shale_records::control::build_marker(3, 0, Marker::Commit, 0, 0),
+            shale_records::compact::CleanBatch {
+                now_ms: 0,
+                delete_retention_ms: 0,
+                drop_tombstones: true,
+                keep_empty: false,
+                protect_from: i64::MAX,
+            },
+            &std::collections::HashMap::from([(
+                shale_records::compact::key_hash(&[0, 0, 0, 1]),
+                i64::MAX
+            )]),
+        )
+        .unwrap()
+        .cleaned,
+        shale_records::compact::Cleaned::Unchanged
+    ));
+}

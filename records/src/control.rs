@@ -1,0 +1,108 @@
+//! Transaction markers: the control batches a transaction coordinator has written to
+//! every partition of a transaction when it ends. A marker batch holds one record whose
+//! key is `version i16 (0) | type i16 (0 abort, 1 commit)` and whose value is
+//! `version i16 (0) | coordinator epoch i32`; its header carries the transaction's
+//! producer id and epoch, no sequence, and the control and transactional attribute bits.
+//! Markers are never compressed.
+
+use bytes::Bytes;
+
+use crate::batch::{self, BatchError, BatchHeader, HEADER_LEN};
+use crate::record::{BatchBuilder, Reader, Record};
+
+/// How a transaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    Abort,
+    Commit,
+}
+
+impl Marker {
+    fn code(self) -> i16 {
+        match self {
+            Marker::Abort => 0,
+            Marker::Commit => 1,
+        }
+    }
+}
+
+/// A marker batch of `producer_id`'s transaction at `producer_epoch`, with base offset
+/// 0 (the log assigns it).
+pub fn build_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    marker: Marker,
+    coordinator_epoch: i32,
+    timestamp: i64,
+) -> Bytes {
+    let key = [0i16.to_be_bytes(), marker.code().to_be_bytes()].concat();
+    let mut value = 0i16.to_be_bytes().to_vec();
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut b = BatchBuilder::new(timestamp);
+    b.push(Record::new(Some(&key), Some(&value), timestamp));
+    let mut out = b.build().to_vec();
+    batch::set_attributes(&mut out, batch::CONTROL_BIT | batch::TRANSACTIONAL_BIT);
+    batch::set_producer(&mut out, producer_id, producer_epoch, -1);
+    Bytes::from(out)
+}
+
+/// The marker a control batch holds and the epoch of the coordinator that wrote it.
+/// A control batch of another type (Kafka has others, none of them written here) is
+/// an error.
+pub fn parse_marker(batch: &[u8]) -> Result<(Marker, i32), BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    if !h.is_control() || h.compression()? != batch::Compression::None {
+        return Err(BatchError::Invalid("not an uncompressed control batch"));
+    }
+    let body = batch
+        .get(HEADER_LEN..h.total_size())
+        .ok_or(BatchError::Invalid("control batch is truncated"))?;
+    let mut r = Reader { buf: body, pos: 0 };
+    let _length = r.varlong()?;
+    let _attributes = r.i8()?;
+    let _timestamp_delta = r.varlong()?;
+    let _offset_delta = r.varlong()?;
+    let key = r
+        .bytes()?
+        .ok_or(BatchError::Invalid("control record without key"))?;
+    let value = r.bytes()?;
+    let key = &body[key];
+    if key.len() < 4 || key[..2] != [0, 0] {
+        return Err(BatchError::Invalid(
+            "control record key of an unknown version",
+        ));
+    }
+    let marker = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => Marker::Abort,
+        1 => Marker::Commit,
+        _ => return Err(BatchError::Invalid("control record of an unknown type")),
+    };
+    let coordinator_epoch = value
+        .map(|v| &body[v])
+        .filter(|v| v.len() >= 6)
+        .map_or(0, |v| i32::from_be_bytes([v[2], v[3], v[4], v[5]]));
+    Ok((marker, coordinator_epoch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_round_trip() {
+        for (m, e) in [(Marker::Commit, 7), (Marker::Abort, 0)] {
+            let b = build_marker(42, 3, m, e, 1_000);
+            let h = BatchHeader::parse(&b).unwrap();
+            h.validate(&b).unwrap();
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!(
+                (h.producer_id, h.producer_epoch, h.base_sequence),
+                (42, 3, -1)
+            );
+            assert_eq!((h.record_count, h.last_offset_delta), (1, 0));
+            assert_eq!(parse_marker(&b).unwrap(), (m, e));
+        }
+        let data = BatchBuilder::new(0).build();
+        assert!(parse_marker(&data).is_err());
+    }
+}

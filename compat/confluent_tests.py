@@ -340,16 +340,6 @@ def idempotent(cluster):
     assert len(got) == len(values), "duplicates"
 
 
-def transactional_refused(cluster):
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx"})
-    try:
-        p.init_transactions(15)
-    except KafkaException as e:
-        assert "authorization" in str(e).lower() or "transaction" in str(e).lower(), e
-        return
-    raise AssertionError("a transactional producer started")
-
-
 def remote_replay(cluster):
     """Most of a topic in the object store: a consumer from offset 0 reads all of it."""
     topic = "ck-remote"

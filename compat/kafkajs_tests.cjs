@@ -204,6 +204,40 @@ const tests = {
     assert(got.length === values.length, `${got.length} of ${values.length}`);
     assert(new Set(got.map(m => m.value)).size === values.length, 'duplicates');
   },
+
+  // producer.transaction(): a commit, an abort, and offsets sent in a transaction.
+  async transactions() {
+    const [src, dst, groupId] = ['kjs-txn-in', 'kjs-txn-out', 'kjs-txn-group'];
+    await create(src, 1);
+    await create(dst, 2);
+    const producer = kafka.producer({ transactionalId: 'kjs-txn', idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const send = async (tag, n, commit, offsets) => {
+      const txn = await producer.transaction();
+      try {
+        await txn.send({ topic: dst, messages: Array.from({ length: n }, (_, i) => ({ key: `${i}`, value: `${tag}-${i}` })) });
+        if (offsets) {
+          await txn.sendOffsets({ consumerGroupId: groupId, topics: [{ topic: src, partitions: [{ partition: 0, offset: offsets }] }] });
+        }
+        await (commit ? txn.commit() : txn.abort());
+      } catch (e) {
+        await txn.abort();
+        throw e;
+      }
+    };
+    await send('first', 100, true);
+    await send('aborted', 50, false, '7');
+    await send('last', 10, true, '42');
+    await producer.disconnect();
+    const got = await consume(dst, 110);
+    assert(got.length === 110, `${got.length} of 110 committed records`);
+    assert(!got.some(m => m.value.startsWith('aborted')), 'an aborted record was read');
+    const admin = kafka.admin();
+    await admin.connect();
+    const [offsets] = await admin.fetchOffsets({ groupId, topics: [src] });
+    await admin.disconnect();
+    assert(offsets.partitions[0].offset === '42', `committed offset ${JSON.stringify(offsets)}`);
+  },
 };
 
 const started = Date.now();

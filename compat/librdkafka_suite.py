@@ -55,12 +55,34 @@ def print_tail(log):
         print(f"  | {line}", flush=True)
 
 
+# Test 0098 runs Apache Kafka's Java transactional producer (tests/java/
+# TransactionProducerCli) through $KAFKA_PATH/bin/kafka-run-class.sh; the Java client is
+# not installable here, so a KAFKA_PATH whose only class is a stand-in on confluent-kafka
+# (compat/txn_producer_cli.py) is given to that test alone (with KAFKA_PATH set, others
+# would create topics with kafka-topics.sh). Its tests/java/*.class are left empty and
+# fresh, so the test's `make java` compiles nothing.
+JAVA_STAND_IN = {"0098"}
+KAFKA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kafka-path")
+
+
+def stand_in_classes(tests_dir):
+    java = os.path.join(tests_dir, "java")
+    for src in os.listdir(java):
+        if src.endswith(".java"):
+            open(os.path.join(java, src[:-5] + ".class"), "a").close()
+            os.utime(os.path.join(java, src[:-5] + ".class"))
+
+
 def run_one(tests_dir, conf, num, log_dir, suffix=""):
     # The libraries built beside the tests, not whichever the system has installed.
+    tests_dir = os.path.abspath(tests_dir)
     built = [os.path.join(tests_dir, "..", d) for d in ("src", "src-cpp")]
     library_path = os.pathsep.join(built + [os.environ.get("LD_LIBRARY_PATH", "")])
     env = {**os.environ, "TESTS": num, "TEST_KAFKA_VERSION": KAFKA_VERSION,
            "RDKAFKA_TEST_CONF": conf, "LD_LIBRARY_PATH": library_path}
+    if num in JAVA_STAND_IN:
+        stand_in_classes(tests_dir)
+        env["KAFKA_PATH"] = KAFKA_PATH
     started = time.time()
     log = os.path.join(log_dir, f"{num}{suffix}.log")
     with open(log, "w") as f:
@@ -71,7 +93,11 @@ def run_one(tests_dir, conf, num, log_dir, suffix=""):
         except subprocess.TimeoutExpired:
             rc = "timeout"
     took = time.time() - started
-    passed = rc == 0 and "ALL TESTS PASSED" in open(log, errors="replace").read()
+    text = open(log, errors="replace").read()
+    passed = rc == 0 and "ALL TESTS PASSED" in text
+    if num in JAVA_STAND_IN and re.search(r"Test \w+ SKIPPED", text):
+        # Skipped whole (built without RapidJSON, or no Java stand-in): not a pass.
+        passed, rc = False, "skipped"
     return passed, rc, took, log
 
 

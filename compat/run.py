@@ -19,6 +19,7 @@ import harness  # noqa: E402
 import kcat_tests as kc  # noqa: E402
 import security_tests as sec  # noqa: E402
 import table_tests as tt  # noqa: E402
+import txn_tests as tx  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,7 +69,12 @@ def main():
         r.check("confluent-kafka", "DeleteRecords moves the low watermark", ck.delete_records, one)
         r.check("kafka-python 3", "DeleteRecords moves the low watermark",
                 script([sys.executable, kp_script, b, "delete_records"]))
-        r.check("confluent-kafka", "transactions refused with a clear error", ck.transactional_refused, one)
+        r.check("confluent-kafka", "transactions: commits seen by read_committed, aborts only by "
+                "read_uncommitted", tx.commit_and_abort, one)
+        r.check("confluent-kafka", "transactions: a new instance aborts the open transaction and "
+                "fences the old producer", tx.zombie_fenced, one)
+        r.check("confluent-kafka", "transactions: one left open past transaction.timeout.ms is "
+                "aborted by the coordinator", tx.timeout_aborts, one)
         r.check("confluent-kafka", "mostly-remote topic read from offset 0", ck.remote_replay, one)
         for name, python in pythons:
             for test, what in [("codecs", "produce/consume every codec"),
@@ -81,7 +87,9 @@ def main():
         for test, what in [("codecs", "produce/consume none and gzip"),
                            ("group_rebalance", "2-member group rebalances when one leaves"),
                            ("admin_ops", "admin: create, configs, partitions, offsets by time, groups, delete"),
-                           ("idempotent", "idempotent producer")]:
+                           ("idempotent", "idempotent producer"),
+                           ("transactions", "producer.transaction(): commit, abort, sendOffsets "
+                            "committed only with its transaction")]:
             r.check("kafkajs", what, script(["node", kjs_script, b, test], env=node))
 
         def kafkajs_keyed():
@@ -135,6 +143,10 @@ def main():
             r.check("confluent-kafka", "3 brokers: every codec, acks=all, RF 3", ck.codecs, three, 3)
             r.check("confluent-kafka", "3 brokers: group rebalance", ck.group_rebalance, three)
             r.check("confluent-kafka", "3 brokers: idempotent producer", ck.idempotent, three)
+            r.check("confluent-kafka", "3 brokers: consume-transform-produce with "
+                    "send_offsets_to_transaction across a SIGKILL of the input's leader and of the "
+                    "coordinator's broker: every input record once in the committed output",
+                    tx.consume_transform_produce, three)
             b = three.bootstrap
             for name, python in pythons:
                 r.check(name, "3 brokers: keyed records", script([python, kp_script, b, "keyed"]))

@@ -158,6 +158,12 @@ impl Broker {
             b.groups_tick();
             Ok(())
         });
+        // Decided transactions left unfinished (a coordinator that crashed or moved)
+        // and transactions past their timeout.
+        self.spawn_every(1_000, "transaction coordinator", |b| async move {
+            b.txns_tick().await;
+            Ok(())
+        });
         // Fetchers start on every metadata refresh; this restarts ones that ended.
         self.spawn_every(1_000, "replica fetchers", |b| async move {
             b.ensure_fetchers();

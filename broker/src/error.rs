@@ -16,8 +16,14 @@ pub enum Error {
     UnknownTopic(String),
     #[error("no topic has id {0}")]
     UnknownTopicId(uuid::Uuid),
-    #[error("transactions are not supported by Shale")]
-    TransactionsUnsupported,
+    #[error("{0}")]
+    InvalidTxnState(String),
+    #[error("transactional id '{0}' is unknown")]
+    TransactionalIdNotFound(String),
+    #[error("not attempted: another partition of the request is invalid")]
+    OperationNotAttempted,
+    #[error(transparent)]
+    Txn(#[from] shale_coordinator::txn::TxnError),
     #[error("partition {partition} of topic '{topic}' does not exist")]
     UnknownPartition { topic: String, partition: i32 },
     #[error("invalid topic name '{name}': {reason}")]
@@ -141,6 +147,8 @@ pub enum Error {
     GroupAuthorizationFailed(String),
     #[error("not authorized to {0} the cluster")]
     ClusterAuthorizationFailed(String),
+    #[error("not authorized to {0}")]
+    TransactionalIdAuthorizationFailed(String),
     #[error("{0}")]
     UnsupportedSaslMechanism(String),
     #[error("{0}")]
@@ -161,8 +169,10 @@ impl Error {
         match self {
             UnknownTopic(_) | UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
             UnknownTopicId(_) => ErrorCode::UnknownTopicId,
-            // Fatal for a transactional client, which reports it at once.
-            TransactionsUnsupported => ErrorCode::TransactionalIdAuthorizationFailed,
+            InvalidTxnState(_) => ErrorCode::InvalidTxnState,
+            TransactionalIdNotFound(_) => ErrorCode::TransactionalIdNotFound,
+            OperationNotAttempted => ErrorCode::OperationNotAttempted,
+            Txn(e) => e.code(),
             InvalidTopic { .. } => ErrorCode::InvalidTopicException,
             TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             InvalidPartitions(_) => ErrorCode::InvalidPartitions,
@@ -214,6 +224,7 @@ impl Error {
             TopicAuthorizationFailed(_) => ErrorCode::TopicAuthorizationFailed,
             GroupAuthorizationFailed(_) => ErrorCode::GroupAuthorizationFailed,
             ClusterAuthorizationFailed(_) => ErrorCode::ClusterAuthorizationFailed,
+            TransactionalIdAuthorizationFailed(_) => ErrorCode::TransactionalIdAuthorizationFailed,
             UnsupportedSaslMechanism(_) => ErrorCode::UnsupportedSaslMechanism,
             UnacceptableCredential(_) => ErrorCode::UnacceptableCredential,
             ResourceNotFound(_) => ErrorCode::ResourceNotFound,

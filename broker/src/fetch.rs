@@ -40,9 +40,23 @@ pub struct Fetched {
     /// A slice of a segment file only where the fetch asked for one (`zero_copy`).
     pub records: Records,
     pub offsets: PartitionOffsets,
+    /// For a `read_committed` fetch: the aborted transactions with records in the
+    /// range read, whose records the client drops.
+    pub aborted: Vec<shale_log::AbortedTxn>,
     /// The replica the consumer should fetch this partition from instead (no
     /// records then).
     pub preferred_read_replica: Option<i32>,
+}
+
+/// How a fetch reads each partition.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadHow {
+    /// A follower may answer (see [`ReadFrom::Nearest`]).
+    pub any_replica: bool,
+    /// Records may be answered as slices of segment files.
+    pub zero_copy: bool,
+    /// Only records below the last stable offset, with the aborted transactions.
+    pub read_committed: bool,
 }
 
 /// Which replicas may answer a fetch.
@@ -62,7 +76,9 @@ impl Broker {
     /// With `zero_copy`, records of the newest segments are answered as slices of
     /// their files ([`shale_log::ReadPlan::locate`]), for a connection that sends
     /// them with `sendfile(2)`; otherwise, and for older segments and the object
-    /// store, as CRC-checked bytes.
+    /// store, as CRC-checked bytes. With `read_committed`, reads stop at the last
+    /// stable offset and answer the aborted transactions of the range.
+    #[allow(clippy::too_many_arguments)]
     pub async fn fetch(
         &self,
         specs: Vec<FetchSpec>,
@@ -71,9 +87,15 @@ impl Broker {
         max_bytes: i32,
         read_from: &ReadFrom,
         zero_copy: bool,
+        read_committed: bool,
     ) -> Vec<Result<Fetched>> {
+        let how = ReadHow {
+            any_replica: matches!(read_from, ReadFrom::Nearest { .. }),
+            zero_copy,
+            read_committed,
+        };
         let deadline = tokio::time::Instant::now() + max_wait.min(MAX_WAIT_CAP);
-        let any_replica = matches!(read_from, ReadFrom::Nearest { .. });
+        let any_replica = how.any_replica;
         let lookups: Vec<Result<Arc<Partition>>> = specs
             .iter()
             .map(|s| match any_replica {
@@ -97,6 +119,7 @@ impl Broker {
                     (Ok(p), Some(id)) => answers.push(Some(Ok(Fetched {
                         records: Records::default(),
                         offsets: p.offsets(),
+                        aborted: Vec::new(),
                         preferred_read_replica: Some(*id),
                     }))),
                     (p, _) => {
@@ -112,9 +135,7 @@ impl Broker {
                 .iter()
                 .map(|r| r.as_ref().ok().map(|(p, ..)| p.clone()))
                 .collect();
-            let read = self
-                .read_all(reads, max_bytes, any_replica, zero_copy)
-                .await;
+            let read = self.read_all(reads, max_bytes, how).await;
             self.count_fetch(read_from.iter().map(Option::as_ref), &read);
             let mut read = read.into_iter();
             return answers
@@ -131,9 +152,7 @@ impl Broker {
                 .zip(&specs)
                 .map(|(p, s)| Ok((p.clone(), s.offset, s.max_bytes)))
                 .collect();
-            let results = self
-                .read_all(reads, max_bytes, any_replica, zero_copy)
-                .await;
+            let results = self.read_all(reads, max_bytes, how).await;
             let total: usize = results
                 .iter()
                 .filter_map(|r| r.as_ref().ok())
@@ -234,6 +253,19 @@ impl Broker {
         partition: i32,
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>> {
+        self.list_offset_as(topic, partition, timestamp, false)
+            .await
+    }
+
+    /// [`Broker::list_offset`] for a `read_committed` consumer: latest is the last
+    /// stable offset, and lookups by time stop there.
+    pub async fn list_offset_as(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> Result<Option<(i64, i64)>> {
         let p = self.leader_partition(topic, partition)?;
         // A read replica's history is all remote: until it is known, any answer
         // (earliest, latest, by time) could send a consumer past it.
@@ -250,7 +282,7 @@ impl Broker {
             Some(found) => Some(found),
             None => {
                 let p = p.clone();
-                tokio::task::spawn_blocking(move || p.list_offset(timestamp))
+                tokio::task::spawn_blocking(move || p.list_offset_as(timestamp, read_committed))
                     .await
                     .map_err(Error::from)??
             }
@@ -270,8 +302,7 @@ impl Broker {
         &self,
         reads: Vec<Result<(Arc<Partition>, i64, i32)>>,
         max_bytes: i32,
-        any_replica: bool,
-        zero_copy: bool,
+        how: ReadHow,
     ) -> Vec<Result<Fetched>> {
         let wanted: u64 = reads
             .iter()
@@ -282,8 +313,7 @@ impl Broker {
             return futures::future::join_all(reads.into_iter().map(|read| async move {
                 let (p, offset, limit) = read?;
                 let limit = limit.max(0) as usize;
-                self.read_one(&p, offset, limit, true, any_replica, zero_copy)
-                    .await
+                self.read_one(&p, offset, limit, true, how).await
             }))
             .await;
         }
@@ -295,8 +325,7 @@ impl Broker {
             let result = match read {
                 Ok((p, offset, partition_max)) => {
                     let limit = remaining.min(partition_max.max(0) as usize);
-                    self.read_one(&p, offset, limit, whole_first, any_replica, zero_copy)
-                        .await
+                    self.read_one(&p, offset, limit, whole_first, how).await
                 }
                 Err(e) => Err(e),
             };
@@ -315,10 +344,14 @@ impl Broker {
         offset: i64,
         limit: usize,
         whole_first: bool,
-        any_replica: bool,
-        zero_copy: bool,
+        how: ReadHow,
     ) -> Result<Fetched> {
-        let (plan, offsets) = p.plan_fetch(offset, any_replica, zero_copy.then_some(limit))?;
+        let slice = how.zero_copy.then_some(limit);
+        let (plan, offsets) = p.plan_fetch(offset, how.any_replica, slice, how.read_committed)?;
+        let aborted = || match how.read_committed {
+            true => p.aborted_between(offset, offsets.last_stable_offset),
+            false => Vec::new(),
+        };
         let Some(plan) = plan else {
             // Below the local log: the object store, or out of range. A tiered
             // partition whose remote log is not known yet cannot tell which: retriable,
@@ -333,6 +366,7 @@ impl Broker {
                 Some(records) => Ok(Fetched {
                     records: records?.into(),
                     offsets,
+                    aborted: aborted(),
                     preferred_read_replica: None,
                 }),
                 None => {
@@ -355,6 +389,7 @@ impl Broker {
         Ok(Fetched {
             records,
             offsets,
+            aborted: aborted(),
             preferred_read_replica: None,
         })
     }

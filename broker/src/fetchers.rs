@@ -22,6 +22,11 @@ impl std::fmt::Debug for Followers {
 }
 
 impl Followers {
+    /// How this broker reaches other brokers.
+    pub(crate) fn connector(&self) -> &Arc<dyn ReplicaConnector> {
+        &self.connector
+    }
+
     pub(crate) fn new(connector: Arc<dyn ReplicaConnector>) -> Self {
         Self {
             fetchers: std::sync::Mutex::new(HashMap::new()),

@@ -227,7 +227,7 @@ impl Broker {
         let mut offset = piece.from;
         while offset <= piece.to {
             let fetched = match self
-                .read_one(p, offset, READ_BYTES, true, false, false)
+                .read_one(p, offset, READ_BYTES, true, Default::default())
                 .await
             {
                 Ok(f) => f,

@@ -152,9 +152,40 @@ impl Broker {
         self.coordinators
             .groups()
             .authorize_commit(group, generation, member)?;
-        let now = now_ms();
+        let (rows, results) = self.offset_rows(offsets, now_ms());
+        if !rows.is_empty() {
+            // Fenced by the live brokers: a broker whose view of them is stale (one came
+            // back that it still counts as gone) may no longer coordinate the group.
+            match self
+                .metastore
+                .commit_offsets(group, &rows, live.as_deref())
+                .await
+            {
+                Err(shale_metastore::Error::LiveBrokersChanged { now, .. }) => {
+                    // A failed re-read leaves it to the next metadata refresh.
+                    if let Ok(brokers) = self.metastore.list_brokers().await {
+                        self.set_brokers(brokers);
+                    }
+                    return Err(GroupError::NotCoordinator {
+                        group: group.to_string(),
+                        coordinator: coordinator_of(group, &now).unwrap_or(-1),
+                    }
+                    .into());
+                }
+                r => r?,
+            }
+        }
+        Ok(results)
+    }
+
+    /// The rows of an offset commit's valid partitions, and each partition's answer.
+    pub(crate) fn offset_rows(
+        &self,
+        offsets: Vec<OffsetCommit>,
+        now: i64,
+    ) -> (Vec<shale_metastore::CommittedOffset>, Vec<Result<()>>) {
         let mut rows = Vec::new();
-        let results: Vec<Result<()>> = offsets
+        let results = offsets
             .into_iter()
             .map(|o| {
                 let t = self.topic(&o.topic)?;
@@ -183,29 +214,7 @@ impl Broker {
                 Ok(())
             })
             .collect();
-        if !rows.is_empty() {
-            // Fenced by the live brokers: a broker whose view of them is stale (one came
-            // back that it still counts as gone) may no longer coordinate the group.
-            match self
-                .metastore
-                .commit_offsets(group, &rows, live.as_deref())
-                .await
-            {
-                Err(shale_metastore::Error::LiveBrokersChanged { now, .. }) => {
-                    // A failed re-read leaves it to the next metadata refresh.
-                    if let Ok(brokers) = self.metastore.list_brokers().await {
-                        self.set_brokers(brokers);
-                    }
-                    return Err(GroupError::NotCoordinator {
-                        group: group.to_string(),
-                        coordinator: coordinator_of(group, &now).unwrap_or(-1),
-                    }
-                    .into());
-                }
-                r => r?,
-            }
-        }
-        Ok(results)
+        (rows, results)
     }
 
     /// Per group this broker coordinates: the lag of each partition it holds a replica

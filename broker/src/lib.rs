@@ -40,5 +40,6 @@ mod tier;
 pub mod tiering;
 pub mod topics;
 mod transport;
+pub mod txns;
 
 pub use partition::{Appended, PartitionOffsets};

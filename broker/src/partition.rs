@@ -39,12 +39,14 @@ mod leader;
 mod read;
 mod remote;
 mod segments;
+mod txn;
 
 pub(crate) use follower::FollowerPosition;
 use leader::FollowerProgress;
 pub(crate) use leader::{FollowerFetch, LeaderRead};
 pub use read::PartitionOffsets;
 pub(crate) use remote::RemoteState;
+pub(crate) use txn::transactional_producer;
 
 use shale_log::layout::PARTITION_METADATA as METADATA_FILE;
 pub(crate) use shale_log::layout::partition_dir;
@@ -366,6 +368,18 @@ impl Partition {
     /// partition (and, with `min_isr`, the ISR has that many members). Nothing is
     /// written unless every batch is valid.
     pub fn append(&self, records: &[u8], min_isr: Option<usize>, now_ms: i64) -> Result<Appended> {
+        self.append_verified(records, min_isr, None, now_ms)
+    }
+
+    /// [`Partition::append`] of a transactional producer's batches whose transaction
+    /// the coordinator's record confirmed (`verified`: see `txn::check_transactional`).
+    pub fn append_verified(
+        &self,
+        records: &[u8],
+        min_isr: Option<usize>,
+        verified: Option<i32>,
+        now_ms: i64,
+    ) -> Result<Appended> {
         let config = self.config();
         let mut headers = validate_batches(records, config.max_message_bytes)?;
         if config.cleanup_policy.compacts() {
@@ -429,6 +443,7 @@ impl Partition {
                 min,
             });
         }
+        txn::check_transactional(&r.log, &headers, verified)?;
         let epoch = r.role.leader_epoch;
         let info = r.log.append(&mut buf, &mut headers, epoch, now_ms)?;
         let log_start_offset = r.log.log_start_offset();
@@ -524,3 +539,5 @@ fn write_metadata(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

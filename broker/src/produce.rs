@@ -29,10 +29,12 @@ impl Broker {
     /// Appends each partition's batches; one result per partition, in order (a
     /// request-level refusal — bad acks, shutting down, no lease, a full disk — is
     /// every partition's answer).
+    /// `transactional_id`: the producer's, when it writes in a transaction.
     pub async fn produce(
         &self,
         acks: i32,
         timeout: std::time::Duration,
+        transactional_id: Option<&str>,
         data: Vec<ProduceData>,
     ) -> Vec<Result<Appended>> {
         let limit = self.config.log.local_disk_limit_bytes;
@@ -62,15 +64,23 @@ impl Broker {
         crate::stats::RequestStats::add(&stats.produce_requests, 1);
         crate::stats::RequestStats::add(&stats.produced_bytes, bytes);
         let count = data.len();
-        let targets: Vec<(Result<Arc<Partition>>, Bytes)> = data
-            .into_iter()
-            .map(|d| (self.partition(&d.topic, d.partition), d.records))
-            .collect();
+        let mut targets: Vec<(Result<Arc<Partition>>, Bytes, Option<i32>)> = Vec::new();
+        for d in data {
+            let p = self.partition(&d.topic, d.partition);
+            let verified = match &p {
+                Ok(p) => self.verify_txn(transactional_id, p, &d.records).await,
+                Err(_) => Ok(None),
+            };
+            match verified {
+                Ok(v) => targets.push((p, d.records, v)),
+                Err(e) => targets.push((Err(e), d.records, None)),
+            }
+        }
         let appended = tokio::task::spawn_blocking(move || {
             let now = now_ms();
             targets
                 .into_iter()
-                .map(|(p, records)| match p {
+                .map(|(p, records, verified)| match p {
                     Err(e) => (Err(e), None),
                     Ok(p) if !p.config().read_replica_of.is_empty() => {
                         let of = p.config().read_replica_of.clone();
@@ -82,7 +92,8 @@ impl Broker {
                     }
                     Ok(p) => {
                         let min_isr = p.config().min_insync_replicas.max(1) as usize;
-                        let r = p.append(&records, (acks == -1).then_some(min_isr), now);
+                        let min = (acks == -1).then_some(min_isr);
+                        let r = p.append_verified(&records, min, verified, now);
                         (r, Some((p, min_isr)))
                     }
                 })

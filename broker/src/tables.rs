@@ -21,6 +21,7 @@ use std::time::Duration;
 use iceberg::Catalog;
 use shale_config::iceberg::IcebergMode;
 use shale_records::batch::BatchIter;
+use shale_records::control::AbortedFilter;
 use shale_records::record::{Record, decode_records};
 use shale_table::append::Chunk;
 use shale_table::catalog;
@@ -366,8 +367,9 @@ impl Broker {
         Ok(())
     }
 
-    /// The records of `p` from `start` up to the high watermark `hw` (at most about
-    /// `budget` bytes of log), and the offset after the last batch read.
+    /// The committed records of `p` from `start` up to the high watermark `hw` (at
+    /// most about `budget` bytes of log; no further than the last stable offset), and
+    /// the offset after the last batch read.
     async fn read_committed(
         &self,
         p: &Partition,
@@ -378,10 +380,19 @@ impl Broker {
         let mut records = Vec::new();
         let mut offset = start;
         let mut read = 0usize;
+        // Committed records only: up to the last stable offset, without the
+        // records of aborted transactions.
+        let how = crate::fetch::ReadHow {
+            read_committed: true,
+            ..Default::default()
+        };
         while offset < hw && read < budget {
-            let fetched = self
-                .read_one(p, offset, 4 << 20, true, false, false)
-                .await?;
+            let fetched = self.read_one(p, offset, 4 << 20, true, how).await?;
+            let mut aborted = AbortedFilter::new(
+                (fetched.aborted.iter())
+                    .map(|a| (a.producer_id, a.first_offset))
+                    .collect(),
+            );
             let bytes = fetched.records.into_bytes()?;
             if bytes.is_empty() {
                 break;
@@ -392,7 +403,7 @@ impl Broker {
                 if h.last_offset() >= hw {
                     return Ok((records, offset));
                 }
-                if !h.is_control() {
+                if aborted.keep(&h, &bytes[range.clone()]) {
                     let rows = decode_records(&bytes.slice(range))?;
                     records.extend(rows.into_iter().filter(|r| r.offset >= start));
                 }

@@ -60,6 +60,27 @@ pub struct ReplicaPartitionData {
     pub records: Bytes,
 }
 
+/// Markers a transaction coordinator has a leader write: one producer's transaction
+/// ends in each of these partitions.
+#[derive(Debug, Clone)]
+pub struct TxnMarkers {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    /// The coordinator epoch the markers carry (raised for every ended transaction).
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<(Uuid, i32)>,
+}
+
+/// A leader's answer for one partition's marker.
+#[derive(Debug, Clone)]
+pub struct MarkerResult {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub error_code: ErrorCode,
+    pub error_message: String,
+}
+
 /// A transport's failure, with its source.
 pub type TransportError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -70,6 +91,17 @@ pub trait ReplicaConnector: Send + Sync + 'static {
         &'a self,
         address: &'a str,
     ) -> BoxFuture<'a, Result<Box<dyn ReplicaLink>, TransportError>>;
+
+    /// Has the leader at `address` write transaction markers (and wait for their
+    /// replication): one answer per partition.
+    fn write_markers<'a>(
+        &'a self,
+        address: &'a str,
+        markers: TxnMarkers,
+    ) -> BoxFuture<'a, Result<Vec<MarkerResult>, TransportError>> {
+        let _ = markers;
+        Box::pin(async move { Err(format!("no transport: cannot reach {address}").into()) })
+    }
 }
 
 /// One open link to a leader: one request in flight at a time.

@@ -15,6 +15,7 @@ pub use producer_ids::ProducerIds;
 pub struct Coordinators {
     groups: Coordinator,
     producer_ids: ProducerIds,
+    txn_locks: txn::TxnLocks,
 }
 
 impl Coordinators {
@@ -22,6 +23,7 @@ impl Coordinators {
         Self {
             groups,
             producer_ids,
+            txn_locks: Default::default(),
         }
     }
 
@@ -33,5 +35,10 @@ impl Coordinators {
     /// Ids for idempotent producers.
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The transaction coordinator's lock per transactional id.
+    pub fn txn_locks(&self) -> &txn::TxnLocks {
+        &self.txn_locks
     }
 }

@@ -13,6 +13,9 @@
 //! A timeout, or a new producer's InitProducerId, aborts with the producer epoch raised,
 //! so the partitions fence the old producer when they take the markers.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use shale_metastore::{TxnRecord, TxnState};
 use shale_records::ErrorCode;
 use uuid::Uuid;
@@ -326,6 +329,26 @@ pub fn complete(r: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
 pub fn expire(r: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
     (r.state == TxnState::Ongoing && now_ms - r.start_ms > i64::from(r.timeout_ms))
         .then(|| prepare(r, false, true, now_ms))
+}
+
+/// One lock per transactional id: its coordinator handles one request of an id at a
+/// time (the metastore's compare-and-set keeps two coordinators apart; this keeps one
+/// coordinator's own requests from racing each other into conflicts).
+#[derive(Debug, Default)]
+pub struct TxnLocks(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl TxnLocks {
+    pub async fn lock(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if locks.len() > 1024 {
+                // Ids nobody holds or waits for.
+                locks.retain(|_, l| Arc::strong_count(l) > 1);
+            }
+            locks.entry(id.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ impl Data for Front {
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
         let ctx = self.context(&request)?;
-        let r = self.service.init_producer_id(&ctx, None).await;
+        let r = self.service.init_producer_id(&ctx, None, 0, (-1, -1)).await;
         let (producer_id, producer_epoch) = r.as_ref().map_or((-1, -1), |(id, e)| (*id, *e));
         Ok(Response::new(InitProducerIdResponse {
             error: error_result(&r),
@@ -128,6 +128,7 @@ impl Data for Front {
             max_bytes: req.max_bytes,
             read_from: ReadFrom::Leader,
             zero_copy: false,
+            read_committed: false,
         };
         let answer = self.service.fetch(&ctx, req).await;
         let partitions = answer
@@ -174,6 +175,7 @@ impl Data for Front {
                 topic: p.topic,
                 partition: p.partition,
                 timestamp: p.timestamp,
+                read_committed: false,
             })
             .collect();
         let partitions = self

@@ -10,6 +10,7 @@ mod admin;
 mod data;
 mod groups;
 mod limits;
+mod markers;
 mod replication;
 mod restore;
 mod security;

@@ -40,11 +40,21 @@ impl Replication for Front {
             .map(|a| Ok(encode_response(a)));
         Ok(Response::new(Box::pin(answers)))
     }
+
+    async fn write_txn_markers(
+        &self,
+        request: Request<WriteTxnMarkersRequest>,
+    ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
+        let ctx = self.context(&request)?;
+        let markers = super::markers::decode_request(request.into_inner());
+        let results = self.service.write_txn_markers(&ctx, markers).await;
+        Ok(Response::new(super::markers::encode_response(results)))
+    }
 }
 
 /// A topic id that does not parse becomes the nil id: no topic has it, so the
 /// partition is answered `UNKNOWN_TOPIC_OR_PARTITION`.
-fn topic_id(s: &str) -> uuid::Uuid {
+pub(crate) fn topic_id(s: &str) -> uuid::Uuid {
     s.parse().unwrap_or_default()
 }
 
@@ -141,11 +151,31 @@ fn decode_response(a: ReplicaFetchResponse) -> domain::ReplicaFetchResponse {
 #[derive(Default)]
 pub struct GrpcReplicaConnector {
     settings: InterBrokerClient,
+    /// Channels for unary calls (markers), by address: one connection per broker.
+    channels: std::sync::Mutex<std::collections::HashMap<String, tonic::transport::Channel>>,
 }
 
 impl GrpcReplicaConnector {
     pub fn new(settings: InterBrokerClient) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            channels: Default::default(),
+        }
+    }
+
+    /// The call with the broker's credentials, if it has any.
+    fn authorized<T>(&self, message: T) -> Result<Request<T>, TransportError> {
+        let mut call = Request::new(message);
+        if let Some((user, password)) = &self.settings.credentials {
+            let value = basic_credentials(user, password.expose());
+            call.metadata_mut().insert(
+                AUTHORIZATION,
+                value.parse().map_err(
+                    |_| "the inter-broker user or password is not valid in gRPC metadata",
+                )?,
+            );
+        }
+        Ok(call)
     }
 
     fn endpoint(&self, address: &str) -> Result<Endpoint, TransportError> {
@@ -185,18 +215,46 @@ impl ReplicaConnector for GrpcReplicaConnector {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
             let (requests, rx) = mpsc::channel(1);
-            let mut call = Request::new(ReceiverStream::new(rx));
-            if let Some((user, password)) = &self.settings.credentials {
-                let value = basic_credentials(user, password.expose());
-                call.metadata_mut().insert(
-                    AUTHORIZATION,
-                    value.parse().map_err(
-                        |_| "the inter-broker user or password is not valid in gRPC metadata",
-                    )?,
-                );
-            }
+            let call = self.authorized(ReceiverStream::new(rx))?;
             let answers = client.replica_fetch(call).await?.into_inner();
             Ok(Box::new(GrpcLink { requests, answers }) as Box<dyn ReplicaLink>)
+        })
+    }
+
+    fn write_markers<'a>(
+        &'a self,
+        address: &'a str,
+        markers: domain::TxnMarkers,
+    ) -> BoxFuture<'a, Result<Vec<domain::MarkerResult>, TransportError>> {
+        Box::pin(async move {
+            let cached = self
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(address)
+                .cloned();
+            let channel = match cached {
+                Some(c) => c,
+                None => {
+                    let c = self.endpoint(address)?.connect().await?;
+                    (self.channels.lock().unwrap_or_else(|e| e.into_inner()))
+                        .insert(address.to_string(), c.clone());
+                    c
+                }
+            };
+            let mut client = ReplicationClient::new(channel);
+            let call = self.authorized(super::markers::encode_request(markers))?;
+            match client.write_txn_markers(call).await {
+                Ok(r) => Ok(super::markers::decode_response(r.into_inner())),
+                Err(e) => {
+                    // A broken connection is made again at the next call.
+                    self.channels
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(address);
+                    Err(e.into())
+                }
+            }
         })
     }
 }

@@ -17,6 +17,9 @@ pub struct PartitionAnswer {
     pub log_start_offset: i64,
     /// The replica to fetch from instead (v11+, KIP-392); -1: none.
     pub preferred_read_replica: i32,
+    /// Aborted transactions with records in the answer (read_committed): (producer
+    /// id, first offset).
+    pub aborted: Vec<(i64, i64)>,
     pub records: Records,
 }
 
@@ -78,8 +81,14 @@ pub fn encode(version: i16, correlation_id: i32, answer: &FetchAnswer) -> Vec<Re
             if version >= 5 {
                 buf.put_i64(p.log_start_offset);
             }
-            // aborted_transactions: none (no transactions), as an empty array.
-            array_len(&mut buf, flexible, 0);
+            array_len(&mut buf, flexible, p.aborted.len());
+            for (producer_id, first_offset) in &p.aborted {
+                buf.put_i64(*producer_id);
+                buf.put_i64(*first_offset);
+                if flexible {
+                    buf.put_u8(0); // aborted transaction: no tagged fields
+                }
+            }
             if version >= 11 {
                 buf.put_i32(p.preferred_read_replica);
             }
@@ -143,7 +152,9 @@ fn string(buf: &mut BytesMut, flexible: bool, s: &str) {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::fetch_response::{
+        AbortedTransaction, FetchableTopicResponse, PartitionData,
+    };
     use kafka_protocol::messages::{ApiKey, FetchResponse};
     use kafka_protocol::protocol::StrBytes;
     use proptest::prelude::*;
@@ -176,7 +187,16 @@ mod tests {
                     // Older versions have no such field (the codec refuses a value).
                     d.preferred_read_replica = p.preferred_read_replica.into();
                 }
-                d.aborted_transactions = Some(Vec::new());
+                d.aborted_transactions = Some(
+                    (p.aborted.iter())
+                        .map(|&(producer_id, first_offset)| {
+                            let mut a = AbortedTransaction::default();
+                            a.producer_id = producer_id.into();
+                            a.first_offset = first_offset;
+                            a
+                        })
+                        .collect(),
+                );
                 d.records = Some(p.records.clone().into_bytes().unwrap());
                 topic.partitions.push(d);
             }
@@ -193,17 +213,21 @@ mod tests {
             any::<i64>(),
             any::<i64>(),
             any::<i32>(),
+            proptest::collection::vec((any::<i64>(), any::<i64>()), 0..3),
             proptest::collection::vec(any::<u8>(), 0..300),
         )
             .prop_map(
-                |(index, error_code, hw, lso, lstart, preferred, records)| PartitionAnswer {
-                    index,
-                    error_code,
-                    high_watermark: hw,
-                    last_stable_offset: lso,
-                    log_start_offset: lstart,
-                    preferred_read_replica: preferred,
-                    records: Bytes::from(records).into(),
+                |(index, error_code, hw, lso, lstart, preferred, aborted, records)| {
+                    PartitionAnswer {
+                        index,
+                        error_code,
+                        high_watermark: hw,
+                        last_stable_offset: lso,
+                        log_start_offset: lstart,
+                        preferred_read_replica: preferred,
+                        aborted,
+                        records: Bytes::from(records).into(),
+                    }
                 },
             );
         let topic = (

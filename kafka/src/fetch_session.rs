@@ -38,6 +38,7 @@ pub struct Wanted {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Told {
     high_watermark: i64,
+    last_stable_offset: i64,
     log_start_offset: i64,
 }
 
@@ -84,6 +85,7 @@ pub struct Outcome {
     pub error_code: i16,
     pub has_records: bool,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub preferred_read_replica: i32,
 }
@@ -187,6 +189,7 @@ impl FetchSessions {
         };
         let now = Told {
             high_watermark: outcome.high_watermark,
+            last_stable_offset: outcome.last_stable_offset,
             log_start_offset: outcome.log_start_offset,
         };
         let news = outcome.has_records
@@ -225,6 +228,7 @@ mod tests {
             error_code: 0,
             has_records: records,
             high_watermark: hw,
+            last_stable_offset: hw,
             log_start_offset: 0,
             preferred_read_replica: -1,
         }

@@ -249,8 +249,70 @@ fn filled(api: ApiKey) -> RequestKind {
                     .with_partition_indexes(vec![0, 1]),
             ])),
         ),
+        ApiKey::AddPartitionsToTxn => RequestKind::AddPartitionsToTxn(
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(s("tx").into())
+                .with_v3_and_below_producer_id(5.into())
+                .with_v3_and_below_producer_epoch(1)
+                .with_v3_and_below_topics(vec![txn_topic()])
+                .with_transactions(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                        .with_transactional_id(s("tx").into())
+                        .with_producer_id(5.into())
+                        .with_verify_only(true)
+                        .with_topics(vec![txn_topic()]),
+                ]),
+        ),
+        ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(
+            AddOffsetsToTxnRequest::default()
+                .with_transactional_id(s("tx").into())
+                .with_producer_id(5.into())
+                .with_group_id(s("g").into()),
+        ),
+        ApiKey::EndTxn => RequestKind::EndTxn(
+            EndTxnRequest::default()
+                .with_transactional_id(s("tx").into())
+                .with_producer_id(5.into())
+                .with_committed(true),
+        ),
+        ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(
+            TxnOffsetCommitRequest::default()
+                .with_transactional_id(s("tx").into())
+                .with_group_id(s("g").into())
+                .with_topics(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                .with_partition_index(1)
+                                .with_committed_offset(42)
+                                .with_committed_metadata(Some(s("m"))),
+                        ]),
+                ]),
+        ),
+        ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+            DescribeTransactionsRequest::default().with_transactional_ids(vec![s("tx").into()]),
+        ),
+        ApiKey::ListTransactions => RequestKind::ListTransactions(
+            ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing")])
+                .with_producer_id_filters(vec![5.into()]),
+        ),
+        ApiKey::DescribeProducers => {
+            RequestKind::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic())
+                    .with_partition_indexes(vec![0]),
+            ]))
+        }
         other => empty(other),
     }
+}
+
+fn txn_topic() -> add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+        .with_name(topic())
+        .with_partitions(vec![0, 1])
 }
 
 /// A request of `api` with every field at its default.
@@ -301,6 +363,13 @@ fn empty(api: ApiKey) -> RequestKind {
         }
         ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(Default::default()),
         ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
+        ApiKey::AddPartitionsToTxn => RequestKind::AddPartitionsToTxn(Default::default()),
+        ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(Default::default()),
+        ApiKey::EndTxn => RequestKind::EndTxn(Default::default()),
+        ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(Default::default()),
+        ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(Default::default()),
+        ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
+        ApiKey::DescribeProducers => RequestKind::DescribeProducers(Default::default()),
         other => panic!("{other:?} is not served; add it here"),
     }
 }

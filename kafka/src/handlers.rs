@@ -9,6 +9,7 @@ mod fetch;
 mod groups;
 mod legacy;
 mod metadata;
+mod txns;
 mod users;
 
 use std::future::Future;
@@ -101,6 +102,21 @@ pub fn handle(
             }
             RequestKind::FindCoordinator(r) => {
                 enc(api, v, id, groups::find_coordinator(s, ctx, r, v).await)
+            }
+            RequestKind::AddPartitionsToTxn(r) => {
+                enc(api, v, id, txns::add_partitions(s, ctx, r, v).await)
+            }
+            RequestKind::AddOffsetsToTxn(r) => enc(api, v, id, txns::add_offsets(s, ctx, r).await),
+            RequestKind::EndTxn(r) => enc(api, v, id, txns::end(s, ctx, r).await),
+            RequestKind::TxnOffsetCommit(r) => {
+                enc(api, v, id, txns::offset_commit(s, ctx, r).await)
+            }
+            RequestKind::DescribeTransactions(r) => {
+                enc(api, v, id, txns::describe(s, ctx, r).await)
+            }
+            RequestKind::ListTransactions(r) => enc(api, v, id, txns::list(s, ctx, r).await),
+            RequestKind::DescribeProducers(r) => {
+                enc(api, v, id, txns::describe_producers(s, ctx, r).await)
             }
             RequestKind::JoinGroup(r) => enc(api, v, id, groups::join(s, ctx, r, v).await),
             RequestKind::SyncGroup(r) => enc(api, v, id, groups::sync(s, ctx, r).await),

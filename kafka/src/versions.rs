@@ -49,6 +49,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transactions (KIP-98). v5 of EndTxn, AddPartitionsToTxn and TxnOffsetCommit
+    // is KIP-890's second part (an epoch per transaction), which Shale does not do.
+    (ApiKey::AddPartitionsToTxn, 0, 4),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The advertised range of `key`, if it is served.

@@ -218,15 +218,24 @@ impl crate::PartitionLog {
     /// The last stable offset under `high_watermark`: below the first open
     /// transaction and below every transaction whose marker is not under the high
     /// watermark yet.
-    pub fn last_stable_offset(&mut self, high_watermark: i64) -> i64 {
-        self.unstable_ended
-            .retain(|(_, marker)| *marker >= high_watermark);
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
         let open = self.producers.first_open_txn_offset();
-        let ended = self.unstable_ended.first().map(|(first, _)| *first);
+        let ended = (self.unstable_ended.iter())
+            .find(|(_, marker)| *marker >= high_watermark)
+            .map(|(first, _)| *first);
         [open, ended]
             .into_iter()
             .flatten()
             .fold(high_watermark, i64::min)
+    }
+
+    /// Forgets the ended transactions whose markers are under `high_watermark` (they
+    /// are stable now).
+    pub fn settle_transactions(&mut self, high_watermark: i64) {
+        if !self.unstable_ended.is_empty() {
+            self.unstable_ended
+                .retain(|(_, marker)| *marker >= high_watermark);
+        }
     }
 
     /// The aborted transactions with records in `[from, upper)` (see
@@ -239,6 +248,21 @@ impl crate::PartitionLog {
     /// that segment to the object store carries.
     pub fn aborted_markers_in(&self, base: i64, last: i64) -> Vec<AbortedTxn> {
         self.aborted.markers_in(base, last)
+    }
+
+    /// The first offset of the producer's open transaction here.
+    pub fn open_txn(&self, producer_id: i64) -> Option<i64> {
+        self.producers.open_txn(producer_id)
+    }
+
+    /// The coordinator epoch of the producer's last marker here (-1: none).
+    pub fn last_marker_epoch(&self, producer_id: i64) -> i32 {
+        self.producers.last_marker_epoch(producer_id)
+    }
+
+    /// The producers this partition knows (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<crate::producers::ActiveProducer> {
+        self.producers.active()
     }
 
     /// The transactions open in this partition: (producer id, epoch, first offset,

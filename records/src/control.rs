@@ -84,9 +84,83 @@ pub fn parse_marker(batch: &[u8]) -> Result<(Marker, i32), BatchError> {
     Ok((marker, coordinator_epoch))
 }
 
+/// Drops the batches of aborted transactions from a `read_committed` read, as Kafka's
+/// consumers do: a producer's transactional batches are dropped from the first offset
+/// of each of its aborted transactions (as the fetch named them) up to its abort
+/// marker. Batches go through [`AbortedFilter::keep`] in offset order.
+#[derive(Debug, Default)]
+pub struct AbortedFilter {
+    /// (producer id, first offset), latest first (the next one is popped).
+    pending: Vec<(i64, i64)>,
+    aborting: std::collections::HashSet<i64>,
+}
+
+impl AbortedFilter {
+    /// `aborted`: (producer id, first offset) of the aborted transactions of the read.
+    pub fn new(mut aborted: Vec<(i64, i64)>) -> Self {
+        aborted.sort_by_key(|&(_, first)| std::cmp::Reverse(first));
+        Self {
+            pending: aborted,
+            aborting: Default::default(),
+        }
+    }
+
+    /// Whether the records of this batch (`batch`: its bytes) are committed data to
+    /// keep. Control batches are never kept.
+    pub fn keep(&mut self, h: &BatchHeader, batch: &[u8]) -> bool {
+        while let Some(&(producer_id, first)) = self.pending.last() {
+            if first > h.last_offset() {
+                break;
+            }
+            self.aborting.insert(producer_id);
+            self.pending.pop();
+        }
+        if h.is_control() {
+            if matches!(parse_marker(batch), Ok((Marker::Abort, _))) {
+                self.aborting.remove(&h.producer_id);
+            }
+            return false;
+        }
+        !(h.is_transactional() && self.aborting.contains(&h.producer_id))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aborted_batches_are_dropped_up_to_their_marker() {
+        let data = |pid: i64, base: i64| {
+            let mut b = BatchBuilder::new(0);
+            b.push(Record::new(None, Some(b"v"), 0));
+            let mut v = b.build().to_vec();
+            batch::set_attributes(&mut v, batch::TRANSACTIONAL_BIT);
+            batch::set_producer(&mut v, pid, 0, 0);
+            batch::set_base_offset(&mut v, base);
+            v
+        };
+        let marker = |pid: i64, m: Marker, base: i64| {
+            let mut v = build_marker(pid, 0, m, 1, 0).to_vec();
+            batch::set_base_offset(&mut v, base);
+            v
+        };
+        // Producer 1 aborts [0, 3], producer 2 commits [1, 4], producer 1 then
+        // commits [5, 6].
+        let log = [
+            data(1, 0),
+            data(2, 1),
+            marker(1, Marker::Abort, 3),
+            marker(2, Marker::Commit, 4),
+            data(1, 5),
+            marker(1, Marker::Commit, 6),
+        ];
+        let mut f = AbortedFilter::new(vec![(1, 0)]);
+        let kept: Vec<bool> = (log.iter())
+            .map(|b| f.keep(&BatchHeader::parse(b).unwrap(), b))
+            .collect();
+        assert_eq!(kept, [false, true, false, false, true, false]);
+    }
 
     #[test]
     fn markers_round_trip() {

@@ -75,6 +75,7 @@ kafka_enum!(
         Topic = 2, "TOPIC";
         Group = 3, "GROUP";
         Cluster = 4, "CLUSTER";
+        TransactionalId = 5, "TRANSACTIONAL_ID";
     }
 );
 

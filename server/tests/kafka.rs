@@ -134,12 +134,14 @@ async fn api_versions_advertise_what_old_clients_need() {
         ] {
             assert_eq!(range(key).0, 0, "librdkafka < 2.11.1 needs {key:?} 0");
         }
-        assert!(
-            !r.api_keys
-                .iter()
-                .any(|v| v.api_key == ApiKey::AddPartitionsToTxn as i16),
-            "transactions are not advertised"
-        );
+        // Transactions up to the versions before KIP-890's second part (v5).
+        for key in [
+            ApiKey::AddPartitionsToTxn,
+            ApiKey::EndTxn,
+            ApiKey::TxnOffsetCommit,
+        ] {
+            assert_eq!(range(key), (0, 4), "{key:?}");
+        }
     }
     // v3's body ends with an empty tagged-field section: no finalized-features epoch.
     c.send(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
@@ -399,11 +401,23 @@ async fn metadata_rules_transactions_and_member_id_required() {
     let mut txn = InitProducerIdRequest::default();
     txn.transactional_id = Some(StrBytes::from_static_str("tx-1").into());
     txn.transaction_timeout_ms = 60_000;
-    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &txn).await;
+    let first: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &txn).await;
+    assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+    // A second instance of the id gets the same producer id at the next epoch.
+    let second: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &txn).await;
     assert_eq!(
-        r.error_code,
-        ErrorCode::TransactionalIdAuthorizationFailed as i16
+        (second.error_code, second.producer_id, second.producer_epoch),
+        (0, first.producer_id, 1)
     );
+    // A zombie naming the epoch before is fenced (KIP-360).
+    let mut zombie = txn.clone();
+    zombie.producer_id = first.producer_id;
+    zombie.producer_epoch = 0;
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &zombie).await;
+    assert_eq!(r.error_code, ErrorCode::ProducerFenced as i16);
+    txn.transaction_timeout_ms = 0;
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &txn).await;
+    assert_eq!(r.error_code, ErrorCode::InvalidTransactionTimeout as i16);
     let mut plain = InitProducerIdRequest::default();
     plain.transactional_id = None;
     let idempotent: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &plain).await;

@@ -68,6 +68,7 @@ impl Service {
             ResourceType::Topic => Error::TopicAuthorizationFailed(what),
             ResourceType::Group => Error::GroupAuthorizationFailed(what),
             ResourceType::Cluster => Error::ClusterAuthorizationFailed(op.name().to_string()),
+            ResourceType::TransactionalId => Error::TransactionalIdAuthorizationFailed(what),
         })
     }
 

@@ -19,7 +19,8 @@ pub struct ProduceRequest {
     pub acks: i32,
     /// How long acks=all may wait for the ISR (`None`: 30 s).
     pub timeout: Option<Duration>,
-    /// A transactional producer's id: refused, transactions are not supported.
+    /// A transactional producer's id (its batches are checked against its open
+    /// transaction).
     pub transactional_id: Option<String>,
     pub partitions: Vec<ProduceData>,
 }
@@ -44,6 +45,9 @@ pub struct FetchRequest {
     /// Records of the newest local segments may be answered as slices of their files,
     /// for a connection that sends them with `sendfile(2)` (see `Broker::fetch`).
     pub zero_copy: bool,
+    /// Only committed records (Kafka's `isolation.level=read_committed`): reads stop
+    /// at the last stable offset, and the answer names the aborted transactions.
+    pub read_committed: bool,
 }
 
 /// One partition of a ListOffsets request: the first offset whose timestamp is at
@@ -52,6 +56,8 @@ pub struct OffsetQuery {
     pub topic: String,
     pub partition: i32,
     pub timestamp: i64,
+    /// Answer as for a `read_committed` consumer (bounded by the last stable offset).
+    pub read_committed: bool,
 }
 
 /// One partition of an OffsetForLeaderEpoch request.
@@ -91,8 +97,12 @@ impl Service {
                 .map(|p| (p.topic.clone(), p.partition))
                 .collect();
             let timeout = req.timeout.unwrap_or(DEFAULT_PRODUCE_TIMEOUT);
-            let results = if req.transactional_id.is_some() {
-                let e = Arc::new(Error::TransactionsUnsupported);
+            let txn = req.transactional_id.as_deref();
+            let refused = txn.map_or(Ok(()), |id| {
+                self.authorize(ctx, Operation::Write, ResourceType::TransactionalId, id)
+            });
+            let results = if let Err(e) = refused {
+                let e = Arc::new(e);
                 keys.iter().map(|_| Err(Error::Shared(e.clone()))).collect()
             } else {
                 let acks = req.acks;
@@ -101,7 +111,7 @@ impl Service {
                     Operation::Write,
                     req.partitions,
                     |p| &p.topic,
-                    |parts| self.broker.produce(acks, timeout, parts),
+                    |parts| self.broker.produce(acks, timeout, txn, parts),
                 )
                 .await
             };
@@ -122,6 +132,7 @@ impl Service {
                 .collect();
             let (max_wait, min_bytes, max_bytes) = (req.max_wait, req.min_bytes, req.max_bytes);
             let (read_from, zero_copy) = (&req.read_from, req.zero_copy);
+            let committed = req.read_committed;
             let results = self
                 .on_allowed_topics(
                     ctx,
@@ -129,8 +140,9 @@ impl Service {
                     req.partitions,
                     |s| &s.topic,
                     |parts| {
-                        self.broker
-                            .fetch(parts, max_wait, min_bytes, max_bytes, read_from, zero_copy)
+                        self.broker.fetch(
+                            parts, max_wait, min_bytes, max_bytes, read_from, zero_copy, committed,
+                        )
                     },
                 )
                 .await;
@@ -175,7 +187,12 @@ impl Service {
                         futures::future::join_all(qs.into_iter().map(|q| async move {
                             let found = self
                                 .broker
-                                .list_offset(&q.topic, q.partition, q.timestamp)
+                                .list_offset_as(
+                                    &q.topic,
+                                    q.partition,
+                                    q.timestamp,
+                                    q.read_committed,
+                                )
                                 .await?;
                             Ok(found.map(|(offset, timestamp)| OffsetAndTimestamp {
                                 offset,
@@ -190,16 +207,23 @@ impl Service {
         .await
     }
 
-    /// A new idempotent producer's id (unique in the cluster) and epoch. A
-    /// transactional producer is refused.
+    /// A new idempotent producer's id (unique in the cluster) and epoch; for a
+    /// transactional producer (`transactional_id`), its id and next epoch, with its
+    /// transaction timeout and, when it restarts its transactions, the id and epoch it
+    /// had (`expected`; -1, -1 otherwise).
     pub async fn init_producer_id(
         &self,
         ctx: &RequestContext,
         transactional_id: Option<String>,
+        timeout_ms: i32,
+        expected: (i64, i16),
     ) -> Result<(i64, i16)> {
         self.call(ctx, "InitProducerId", async {
             let r = match transactional_id {
-                Some(_) => Err(Error::TransactionsUnsupported),
+                Some(id) => {
+                    self.init_transactional_producer(ctx, &id, timeout_ms, expected)
+                        .await
+                }
                 None => match self.may_write_idempotently(ctx) {
                     Ok(()) => (self.broker.coordinators().producer_ids())
                         .init_producer_id()

@@ -42,7 +42,7 @@ impl<'a> MemberRef<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CoordinatorType {
     Group,
-    /// A transaction coordinator: refused, transactions are not supported.
+    /// A transactional id's coordinator.
     Transaction,
 }
 
@@ -60,11 +60,19 @@ impl Service {
         kind: CoordinatorType,
     ) -> Result<BrokerEndpoint> {
         self.call(ctx, "FindCoordinator", async {
-            if kind == CoordinatorType::Transaction {
-                return self.counted(Err(Error::TransactionsUnsupported));
-            }
-            self.counted(self.authorize(ctx, Operation::Describe, ResourceType::Group, group))?;
-            let r = self.broker.coordinator_for(group).and_then(|(id, _)| {
+            let found = match kind {
+                CoordinatorType::Transaction => {
+                    let t = ResourceType::TransactionalId;
+                    self.counted(self.authorize(ctx, Operation::Describe, t, group))?;
+                    self.broker.txn_coordinator_for(group)
+                }
+                CoordinatorType::Group => {
+                    let g = ResourceType::Group;
+                    self.counted(self.authorize(ctx, Operation::Describe, g, group))?;
+                    self.broker.coordinator_for(group)
+                }
+            };
+            let r = found.and_then(|(id, _)| {
                 let lease = self
                     .live_brokers()
                     .into_iter()

@@ -19,6 +19,7 @@ mod offsets;
 mod quota;
 mod records;
 mod tables;
+mod txns;
 mod users;
 
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub use shale_broker::read_limits::{MAX_BYTES_PER_READ, MAX_RECORDS_PER_READ};
 pub use shale_broker::reassignments::{PlannedMove, ReassignRequest, Reassignment};
 pub use shale_broker::restore::{MountReport, MountRequest, RestoreReport, RestoreRequest};
 pub use tables::{TablePartitionLag, TableReport};
+pub use txns::TxnProducer;
 pub use users::{ScramDeletion, ScramUpsertion, UserCredentials};
 
 use shale_broker::error::Result;

@@ -200,6 +200,7 @@ impl Service {
                 topic: topic.clone(),
                 partition,
                 timestamp,
+                read_committed: false,
             };
             let mut queries = vec![at(-2), at(-1)];
             if let ResetTo::Time(ts) = to {

@@ -78,7 +78,7 @@ impl Service {
         {
             let fetched = self
                 .broker
-                .read_one(&p, offset, 1 << 20, true, false, false)
+                .read_one(&p, offset, 1 << 20, true, Default::default())
                 .await?;
             if fetched.records.is_empty() {
                 break;

@@ -254,7 +254,9 @@ impl Metastore for FaultyMetastore {
         group: &str,
         offsets: &[CommittedOffset],
     ) -> R<()> {
-        self.inner.put_txn_offsets(id, version, group, offsets).await
+        self.inner
+            .put_txn_offsets(id, version, group, offsets)
+            .await
     }
     async fn pending_txn_offsets(&self, group: &str) -> R<Vec<(Uuid, i32)>> {
         self.inner.pending_txn_offsets(group).await

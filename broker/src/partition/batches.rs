@@ -81,7 +81,9 @@ fn check_batches(
                 "a produced batch must not carry the delete-horizon attribute (bit 6)".into(),
             ));
         }
-        if h.is_control() {
+        if produced && h.is_control() {
+            // Only a transaction coordinator writes markers; a leader's copies of
+            // them replicate like any batch.
             return Err(Error::InvalidRecord(
                 "control batches cannot be produced".into(),
             ));

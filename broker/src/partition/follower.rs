@@ -69,6 +69,7 @@ impl Partition {
             r.log.append_replicated(records, &headers, now_ms)?;
         }
         let hw = leader_hw.min(r.log.log_end_offset());
+        r.log.settle_transactions(hw);
         self.high_watermark.send_if_modified(|cur| {
             let changed = *cur != hw;
             *cur = hw;

@@ -89,6 +89,7 @@ impl Partition {
                 .map(|b| r.followers.get(b).map_or(-1, |f| f.leo)),
         );
         if hw > current {
+            r.log.settle_transactions(hw);
             self.high_watermark.send_replace(hw);
         }
         // Held by the strict min-ISR rule: records above the HW are neither readable

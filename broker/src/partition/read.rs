@@ -15,6 +15,8 @@ pub struct PartitionOffsets {
     /// First offset in the local log.
     pub local_log_start_offset: i64,
     pub high_watermark: i64,
+    /// The high watermark, or the first offset of an undecided transaction below it.
+    pub last_stable_offset: i64,
     pub log_end_offset: i64,
     pub size_bytes: u64,
     pub segments: usize,
@@ -26,6 +28,7 @@ impl Partition {
     }
 
     pub(super) fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
+        let hw = self.high_watermark();
         let local = log.log_start_offset();
         let remote = self.remote_state().start_offset();
         let start = if remote >= 0 {
@@ -37,7 +40,8 @@ impl Partition {
             // Records deleted below an offset (DeleteRecords) are gone from both tiers.
             log_start_offset: start.max(log.deleted_below()).min(local),
             local_log_start_offset: local,
-            high_watermark: self.high_watermark(),
+            high_watermark: hw,
+            last_stable_offset: log.last_stable_offset(hw),
             log_end_offset: log.log_end_offset(),
             size_bytes: log.size_bytes(),
             segments: log.segment_count(),
@@ -51,12 +55,14 @@ impl Partition {
     /// the decision and the plan. A follower answers too when `any_replica` (a
     /// consumer sent here by [`shale_cluster::placement::preferred_read_replica`]),
     /// up to the high watermark it knows. With `slice_bytes`, the plan may be answered
-    /// as a slice of the segment file ([`ReadPlan::locate`]).
+    /// as a slice of the segment file ([`ReadPlan::locate`]). With `read_committed`
+    /// the read stops at the last stable offset instead.
     pub fn plan_fetch(
         &self,
         offset: i64,
         any_replica: bool,
         slice_bytes: Option<usize>,
+        read_committed: bool,
     ) -> Result<(Option<ReadPlan>, PartitionOffsets)> {
         let r = self.replica();
         if !any_replica || r.closed || !r.role.replicas.contains(&self.broker_id) {
@@ -73,10 +79,13 @@ impl Partition {
         if offset < r.log.log_start_offset() {
             return Ok((None, offsets));
         }
-        let hw = self.high_watermark();
+        let bound = match read_committed {
+            true => offsets.last_stable_offset,
+            false => offsets.high_watermark,
+        };
         let plan = match slice_bytes {
-            Some(max_bytes) => r.log.plan_slice(offset, hw, max_bytes)?,
-            None => r.log.plan_read(offset, hw)?,
+            Some(max_bytes) => r.log.plan_slice(offset, bound, max_bytes)?,
+            None => r.log.plan_read(offset, bound)?,
         };
         Ok((Some(plan), offsets))
     }
@@ -131,13 +140,26 @@ impl Partition {
     /// the first local offset with timestamp >=
     /// `timestamp` (`None` when there is none). Remote timestamps: `Broker::list_offset`.
     pub fn list_offset(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        self.list_offset_as(timestamp, false)
+    }
+
+    /// [`Partition::list_offset`], bounded by the last stable offset instead of the
+    /// high watermark when `read_committed` (Kafka's isolation level).
+    pub fn list_offset_as(
+        &self,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> Result<Option<(i64, i64)>> {
         let r = self.replica();
         self.ensure_leader(&r.role)?;
         let log = &r.log;
         // A new leader's high watermark can lag what its predecessor acknowledged
         // until the followers fetch again: an offset bounded by it is not answered
         // until it reaches the start of this leader's epoch.
-        let hw = self.high_watermark();
+        let hw = match read_committed {
+            true => log.last_stable_offset(self.high_watermark()),
+            false => self.high_watermark(),
+        };
         let unavailable = || -> Result<Option<(i64, i64)>> {
             match log.epoch_start_offset(r.role.leader_epoch) {
                 Some(epoch_start) if epoch_start > hw => Err(Error::OffsetNotAvailable {

@@ -1,7 +1,7 @@
 use super::*;
 use shale_records::record::{BatchBuilder, Record};
 
-fn batch(n: usize, value_len: usize) -> Vec<u8> {
+pub(super) fn batch(n: usize, value_len: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(1_000);
     for _ in 0..n {
         b.push(Record::new(None, Some(&vec![b'a'; value_len]), 1_000));
@@ -44,7 +44,7 @@ fn fetch(replica_id: i32, epoch: i32, at: (i64, i32)) -> FollowerFetch {
 }
 
 /// One round of the follower's fetch loop against `leader`.
-fn replicate_once(leader: &Partition, follower: &Partition, follower_id: i32) {
+pub(super) fn replicate_once(leader: &Partition, follower: &Partition, follower_id: i32) {
     let pos = follower.follower_position().unwrap();
     let at = (pos.log_end_offset, pos.last_epoch);
     let read = leader
@@ -76,7 +76,7 @@ fn state(id: Uuid, leader: i32, epoch: i32, isr: Vec<i32>, version: i64) -> Part
 }
 
 /// Replicas on brokers 1 (leading, epoch 0) and 2, both in the ISR.
-fn two_replicas(d1: &Path, d2: &Path, id: Uuid) -> (Partition, Partition) {
+pub(super) fn two_replicas(d1: &Path, d2: &Path, id: Uuid) -> (Partition, Partition) {
     let a = open_replica(d1, id, TopicConfig::default(), 1);
     let b = open_replica(d2, id, TopicConfig::default(), 2);
     let s0 = state(id, 1, 0, vec![1, 2], 0);
@@ -533,7 +533,7 @@ fn a_follower_serves_consumers_up_to_the_high_watermark_it_knows() {
     a.append(&batch(5, 10), Some(2), 0).unwrap();
     replicate_once(&a, &b, 2);
     let read = |p: &Partition, offset: i64, any_replica: bool| {
-        let (plan, offsets) = p.plan_fetch(offset, any_replica, None)?;
+        let (plan, offsets) = p.plan_fetch(offset, any_replica, None, false)?;
         let bytes = plan.expect("local").read(1 << 20, true)?;
         Ok::<_, Error>((bytes.len(), offsets.high_watermark))
     };

@@ -38,7 +38,10 @@ async fn tiered(
             partition: 0,
             records: batch(2, 60),
         }];
-        let r = t.broker.produce(1, Duration::from_secs(5), data).await;
+        let r = t
+            .broker
+            .produce(1, Duration::from_secs(5), None, data)
+            .await;
         r.into_iter().next().unwrap().unwrap();
     }
     let p = t.broker.partition(TOPIC, 0).unwrap();
@@ -72,6 +75,7 @@ async fn fetch_code(t: &TestBroker, offset: i64) -> ErrorCode {
             0,
             1 << 20,
             &ReadFrom::Leader,
+            false,
             false,
         )
         .await

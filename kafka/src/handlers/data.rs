@@ -105,6 +105,8 @@ pub async fn list_offsets(
                 topic: t.name.0.to_string(),
                 partition: p.partition_index,
                 timestamp: p.timestamp,
+                // isolation_level 1 (v2+): read_committed.
+                read_committed: r.isolation_level == 1,
             })
         })
         .collect();
@@ -208,7 +210,9 @@ pub async fn init_producer_id(
         .transactional_id
         .map(|t| t.0.to_string())
         .filter(|t| !t.is_empty());
-    let result = s.init_producer_id(ctx, transactional_id).await;
+    let expected = (r.producer_id.0, r.producer_epoch);
+    let result =
+        (s.init_producer_id(ctx, transactional_id, r.transaction_timeout_ms, expected)).await;
     resp.error_code = code(&result);
     let (id, epoch) = result.unwrap_or((-1, -1));
     resp.producer_id = id.into();

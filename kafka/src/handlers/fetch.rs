@@ -119,6 +119,8 @@ pub async fn fetch(
             _ => ReadFrom::Leader,
         },
         zero_copy,
+        // isolation_level 1 (v4+): read_committed.
+        read_committed: r.isolation_level == 1,
     };
     let answer = s.fetch(ctx, req).await;
     let mut read = answer.partitions.into_iter();
@@ -142,6 +144,7 @@ pub async fn fetch(
             error_code: p.error_code,
             has_records: !p.records.is_empty(),
             high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
             log_start_offset: p.log_start_offset,
             preferred_read_replica: p.preferred_read_replica,
         };
@@ -172,10 +175,12 @@ fn answer_of(
             index: partition,
             error_code,
             high_watermark: f.offsets.high_watermark,
-            // No transactions: everything below the high watermark is stable.
-            last_stable_offset: f.offsets.high_watermark,
+            last_stable_offset: f.offsets.last_stable_offset,
             log_start_offset: f.offsets.log_start_offset,
             preferred_read_replica: f.preferred_read_replica.unwrap_or(-1),
+            aborted: (f.aborted.iter())
+                .map(|a| (a.producer_id, a.first_offset))
+                .collect(),
             records: f.records,
         },
         Err(_) => PartitionAnswer {
@@ -194,6 +199,7 @@ fn unanswered(partition: i32, error: ErrorCode) -> PartitionAnswer {
         last_stable_offset: -1,
         log_start_offset: -1,
         preferred_read_replica: -1,
+        aborted: Vec::new(),
         records: Default::default(),
     }
 }

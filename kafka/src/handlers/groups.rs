@@ -22,6 +22,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use shale_broker::error::Error;
 use shale_broker::groups::{GroupError, JoinRequest, OffsetCommit};
+use shale_records::ErrorCode;
 use shale_service::{CoordinatorType, Keyed, MemberRef, RequestContext, Service, SyncRequest};
 
 use super::{code, message, str};
@@ -344,6 +345,7 @@ pub async fn offset_fetch(
                     .collect()
             });
             let found = group_offsets(s, ctx, &g.group_id.0, wanted).await;
+            let unstable = unstable(s, ctx, &g.group_id.0, r.require_stable).await;
             let mut out = OffsetFetchResponseGroup::default();
             out.group_id = g.group_id;
             out.error_code = code(&found);
@@ -356,6 +358,10 @@ pub async fn offset_fetch(
                     p.committed_offset = offset;
                     p.committed_leader_epoch = -1;
                     p.metadata = Some(str(&metadata));
+                    if unstable.contains(&(topic.clone(), partition)) {
+                        p.error_code = ErrorCode::UnstableOffsetCommit as i16;
+                        p.committed_offset = -1;
+                    }
                     t.partitions.push(p);
                 }
                 out.topics.push(t);
@@ -370,6 +376,8 @@ pub async fn offset_fetch(
             .collect()
     });
     let found = group_offsets(s, ctx, &r.group_id.0, wanted).await;
+    // require_stable: v7+.
+    let unstable = unstable(s, ctx, &r.group_id.0, r.require_stable).await;
     resp.error_code = code(&found);
     for (topic, parts) in found.unwrap_or_default() {
         let mut t = OffsetFetchResponseTopic::default();
@@ -380,11 +388,29 @@ pub async fn offset_fetch(
             p.committed_offset = offset;
             p.committed_leader_epoch = -1;
             p.metadata = Some(str(&metadata));
+            if unstable.contains(&(topic.clone(), partition)) {
+                p.error_code = ErrorCode::UnstableOffsetCommit as i16;
+                p.committed_offset = -1;
+            }
             t.partitions.push(p);
         }
         resp.topics.push(t);
     }
     resp
+}
+
+/// The partitions whose offsets a transaction has pending, when the client asks for
+/// stable offsets only (KIP-447); a failed lookup holds nothing back.
+async fn unstable(
+    s: &Service,
+    ctx: &RequestContext,
+    group: &str,
+    require_stable: bool,
+) -> Vec<(String, i32)> {
+    if !require_stable {
+        return Vec::new();
+    }
+    s.pending_txn_offsets(ctx, group).await.unwrap_or_default()
 }
 
 pub async fn offset_delete(

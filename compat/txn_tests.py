@@ -1,0 +1,211 @@
+"""Kafka transactions with confluent-kafka (its bundled librdkafka): commits and aborts
+seen through read_committed and read_uncommitted consumers, a zombie producer fenced by
+a new instance of its transactional id, a transaction left open past its timeout
+aborted by the coordinator, and a consume-transform-produce loop that commits its
+input offsets inside its transactions across a SIGKILL of the input's leader and of
+the transaction coordinator's broker, whose output holds every input record once."""
+
+import signal
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from confluent_tests import consume_all, create, produce
+
+
+def coordinator_of(key, broker_ids):
+    """The broker Shale's rendezvous hashing picks for a group or transactional id
+    (FNV-1a over the id and the broker id, then a final mix; the highest wins)."""
+    def score(broker):
+        h = 0xcbf29ce484222325
+        for b in key.encode() + broker.to_bytes(4, "big", signed=True):
+            h ^= b
+            h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 33
+        h = (h * 0xff51afd7ed558ccd) & 0xFFFFFFFFFFFFFFFF
+        return h ^ (h >> 33)
+    return max(broker_ids, key=score)
+
+
+def txn_producer(bootstrap, txn_id, **conf):
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                  "linger.ms": 5, **conf})
+    p.init_transactions(60)
+    return p
+
+
+def read(bootstrap, topic, partitions, committed, timeout=20):
+    """Every record of the topic (by assignment from offset 0) until `timeout` passes
+    with nothing new."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4()}",
+                  "isolation.level": "read_committed" if committed else "read_uncommitted",
+                  "enable.auto.commit": False, "enable.partition.eof": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, idle_since = [], time.time()
+    while time.time() - idle_since < 3 and time.time() < idle_since + timeout:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            raise KafkaException(m.error())
+        got.append(m.value().decode())
+        idle_since = time.time()
+    c.close()
+    return got
+
+
+def commit_and_abort(cluster):
+    topic = "tx-basic"
+    create(cluster, topic, 2)
+    p = txn_producer(cluster.bootstrap, "tx-basic-app")
+    for tag, commit in [("c1", True), ("a1", False), ("c2", True), ("a2", False)]:
+        p.begin_transaction()
+        for i in range(50):
+            p.produce(topic, key=str(i), value=f"{tag}-{i}")
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.flush(30)
+            p.abort_transaction(30)
+    committed = read(cluster.bootstrap, topic, 2, True)
+    everything = read(cluster.bootstrap, topic, 2, False)
+    assert sorted(committed) == sorted(f"{t}-{i}" for t in ("c1", "c2") for i in range(50)), \
+        committed[:10]
+    assert len(everything) == 200, len(everything)
+
+
+def zombie_fenced(cluster):
+    topic = "tx-zombie"
+    create(cluster, topic, 1)
+    old = txn_producer(cluster.bootstrap, "tx-zombie-app")
+    old.begin_transaction()
+    for i in range(5):
+        old.produce(topic, value=f"zombie-{i}")
+    old.flush(30)
+    # A new instance of the id aborts the open transaction and fences the old one.
+    new = txn_producer(cluster.bootstrap, "tx-zombie-app")
+    try:
+        old.commit_transaction(30)
+    except KafkaException as e:
+        err = e.args[0]
+        assert err.fatal() or "fenced" in str(err).lower(), err
+    else:
+        raise AssertionError("the fenced producer committed")
+    new.begin_transaction()
+    for i in range(3):
+        new.produce(topic, value=f"new-{i}")
+    new.commit_transaction(30)
+    assert sorted(read(cluster.bootstrap, topic, 1, True)) == [f"new-{i}" for i in range(3)]
+
+
+def timeout_aborts(cluster):
+    topic = "tx-timeout"
+    create(cluster, topic, 1)
+    p = txn_producer(cluster.bootstrap, "tx-timeout-app", **{"transaction.timeout.ms": 3000})
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"late-{i}")
+    p.flush(30)
+    time.sleep(7)
+    # The coordinator aborted it: read_committed consumers are not held, and see none.
+    assert read(cluster.bootstrap, topic, 1, True, timeout=10) == []
+    try:
+        p.commit_transaction(30)
+    except KafkaException:
+        pass
+    else:
+        raise AssertionError("a transaction past its timeout committed")
+    plain = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"w-{uuid.uuid4()}",
+                      "isolation.level": "read_committed"})
+    low, high = plain.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    plain.close()
+    assert high >= 6, (low, high)  # five records and the coordinator's abort marker
+
+
+def consume_transform_produce(cluster, records=3000):
+    """Input offsets committed inside the output's transactions; SIGKILL of the input
+    partition's leader and of the coordinator's broker halfway; the output read with
+    read_committed holds every input record exactly once."""
+    src, dst, group, txn_id = "ctp-in", "ctp-out", "ctp-group", "ctp-app"
+    create(cluster, src, 2, 3)
+    create(cluster, dst, 2, 3)
+    produce(cluster.bootstrap, src, [f"{i}".encode() for i in range(records)],
+            **{"enable.idempotence": True})
+    ids = [b.id for b in cluster.brokers]
+    victims = {coordinator_of(txn_id, ids)}
+    meta = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "meta"})
+    victims.add(meta.list_topics(src, timeout=10).topics[src].partitions[0].leader)
+    meta.close()
+    done, killed = [0], threading.Event()
+    deadline = time.time() + 240
+
+    def chaos():
+        while done[0] < records // 3 and time.time() < deadline:
+            time.sleep(0.2)
+        for b in cluster.brokers:
+            if b.id in victims:
+                b.stop(signal.SIGKILL)
+        killed.set()
+        time.sleep(3)
+        for b in cluster.brokers:
+            if b.id in victims:
+                b.start()
+
+    t = threading.Thread(target=chaos)
+    t.start()
+    parts = [TopicPartition(src, 0), TopicPartition(src, 1)]
+    finished = [False]
+    try:
+        while not finished[0] and time.time() < deadline:
+            c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                          "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                          "enable.auto.commit": False})
+            c.subscribe([src])
+            p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                          "linger.ms": 5})
+            try:
+                p.init_transactions(60)
+                while time.time() < deadline:
+                    batch = [m for m in c.consume(100, 1.0) if not m.error()]
+                    if not batch:
+                        # Done once the group's committed offsets reach the end (a
+                        # commit whose answer was lost may have counted nowhere).
+                        committed = c.committed(parts, timeout=10)
+                        if sum(max(tp.offset, 0) for tp in committed) == records:
+                            finished[0] = True
+                            break
+                        continue
+                    p.begin_transaction()
+                    for m in batch:
+                        p.produce(dst, key=m.key(), value=b"out-" + m.value(),
+                                  partition=m.partition())
+                    p.send_offsets_to_transaction(c.position(c.assignment()),
+                                                  c.consumer_group_metadata(), 30)
+                    p.commit_transaction(30)
+                    done[0] += len(batch)
+            except KafkaException as e:
+                # Abort what may be open, then start over from the committed offsets
+                # with a new producer (which fences this one).
+                print(f"  transaction failed ({e.args[0]}); starting over", flush=True)
+                try:
+                    p.abort_transaction(10)
+                except KafkaException:
+                    pass
+            finally:
+                c.close()
+    finally:
+        t.join()
+    assert finished[0], f"the loop did not finish: {done[0]} of {records} copied"
+    assert killed.is_set(), "the brokers were never killed"
+    out = read(cluster.bootstrap, dst, 2, True, timeout=60)
+    want = sorted(f"out-{i}" for i in range(records))
+    dupes = len(out) - len(set(out))
+    assert sorted(set(out)) == want, f"{len(set(out))} distinct of {records}"
+    assert dupes == 0, f"{dupes} duplicates"
+    # The group's committed offsets are the input's end.
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    committed = c.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=10)
+    c.close()
+    assert sum(tp.offset for tp in committed) == records, committed

@@ -362,6 +362,16 @@ impl Broker {
                     p.index, p.topic
                 )));
             }
+            if how.read_committed && offset >= offsets.last_stable_offset {
+                // Nothing stable to read (a transaction open since below the local
+                // log start).
+                return Ok(Fetched {
+                    records: Records::default(),
+                    offsets,
+                    aborted: Vec::new(),
+                    preferred_read_replica: None,
+                });
+            }
             return match self.read_remote(p, offset, limit, whole_first).await {
                 Some(records) => Ok(Fetched {
                     records: records?.into(),

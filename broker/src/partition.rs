@@ -380,6 +380,9 @@ impl Partition {
         verified: Option<i32>,
         now_ms: i64,
     ) -> Result<Appended> {
+        // One producer's batches at one epoch, if transactional (each is checked
+        // against its open transaction under the lock).
+        txn::transactional_producer(records)?;
         let config = self.config();
         let mut headers = validate_batches(records, config.max_message_bytes)?;
         if config.cleanup_policy.compacts() {

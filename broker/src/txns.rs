@@ -118,7 +118,16 @@ impl Broker {
             Init::AbortFirst(record) => {
                 let prepared = self.store_txn(record, TxnOffsets::Discard).await?;
                 let state = prepared.state.name();
-                self.finish_txn(prepared).await?;
+                // Bounded: a partition without a leader must not hold the id's lock;
+                // the periodic pass finishes what is left, and the producer retries.
+                let finish = tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    self.finish_txn(prepared),
+                );
+                if let Ok(Err(e)) = finish.await {
+                    tracing::debug!(transactional_id = id, error = %e,
+                        "the open transaction's abort is finished in the background");
+                }
                 Err(TxnError::Concurrent {
                     id: id.to_string(),
                     state,
@@ -293,16 +302,24 @@ impl Broker {
     }
 
     /// TxnOffsetCommit: offsets stored with the transaction, the group's only if it
-    /// commits. One answer per partition.
+    /// commits. One answer per partition. `member`: the consumer's generation, member
+    /// id and instance id (KIP-447, v3+), checked as an OffsetCommit's are, so a
+    /// consumer fenced by a rebalance cannot commit through its producer.
     pub async fn txn_offset_commit(
         &self,
         id: &str,
         group: &str,
         producer_id: i64,
         epoch: i16,
+        member: Option<(i32, &str, Option<&str>)>,
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<Result<()>>> {
         self.ensure_coordinator(group)?;
+        if let Some((generation, member, instance)) = member {
+            let groups = self.coordinators.groups();
+            groups.check_instance(group, member, instance)?;
+            groups.authorize_commit(group, generation, member)?;
+        }
         let record = self.load_txn(id).await?;
         decide::check_offsets(&record, producer_id, epoch, group)?;
         let (rows, results) = self.offset_rows(offsets, now_ms());
@@ -335,10 +352,10 @@ impl Broker {
         p: &crate::partition::Partition,
         records: &[u8],
     ) -> Result<Option<i32>> {
-        let Some((producer_id, epoch)) = crate::partition::transactional_producer(records) else {
+        let Some((producer_id, epoch)) = crate::partition::transactional_producer(records)? else {
             return Ok(None);
         };
-        if p.has_open_txn(producer_id) {
+        if p.has_open_txn(producer_id, epoch) {
             return Ok(None);
         }
         let Some(id) = transactional_id else {

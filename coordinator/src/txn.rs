@@ -136,8 +136,11 @@ pub fn init_producer(
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let mut next = r.clone();
             if needs_producer_id(Some(r)) {
+                // A new producer id starts over: no partition knows it, so its marker
+                // epochs start over too (they never wrap).
                 next.producer_id = new_producer_id;
                 next.producer_epoch = 0;
+                next.marker_epoch = 0;
             } else {
                 next.producer_epoch += 1;
             }
@@ -288,9 +291,12 @@ pub fn end_txn(
         (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => Err(concurrent(r)),
         // An abort with nothing open (the producer aborts after an error before it
         // added a partition) has nothing to do.
-        (TxnState::Empty | TxnState::CompleteCommit, false) => Ok(End::Done),
+        (TxnState::Empty, false) => Ok(End::Done),
         (TxnState::Empty, true) => Err(invalid("a commit with no transaction open")),
         (TxnState::CompleteAbort, true) => Err(invalid("a commit after an abort")),
+        // The last transaction committed (a client that lost the answer and aborts
+        // must not believe it aborted).
+        (TxnState::CompleteCommit, false) => Err(invalid("an abort after a commit")),
     }
 }
 
@@ -306,7 +312,9 @@ fn prepare(r: &TxnRecord, commit: bool, fence: bool, now_ms: i64) -> TxnRecord {
     if fence {
         next.producer_epoch = next.producer_epoch.saturating_add(1);
     }
-    next.marker_epoch = next.marker_epoch.wrapping_add(1).max(1);
+    // i32::MAX ended transactions of one producer id: the producer id changes first
+    // (its epochs, raised at every InitProducerId, run out long before in practice).
+    next.marker_epoch = next.marker_epoch.saturating_add(1);
     next.update_ms = now_ms;
     next
 }

@@ -10,7 +10,7 @@
 use shale_records::batch::{self, BatchHeader};
 use shale_records::control;
 
-use crate::producers::SequenceCheck;
+use crate::producers::{MarkerCheck, SequenceCheck};
 use crate::segment::Segment;
 use crate::{AbortedTxn, AppendInfo, CompletedTxn, LogError, PartitionLog, sync_dir};
 
@@ -182,8 +182,10 @@ impl PartitionLog {
 
     /// Leader: writes a transaction marker for `producer_id` (the coordinator's
     /// decision), after checking that neither the producer's epoch nor the
-    /// coordinator's is older than the last this partition saw. `None`: the marker
-    /// repeats the last one (see [`crate::producers::ProducerStates::check_marker`]), nothing written.
+    /// coordinator's is older than the last this partition saw. Returns the marker's
+    /// offset and whether it was written now; a marker that repeats the last one
+    /// (see [`crate::producers::ProducerStates::check_marker`]) is not written again,
+    /// and its first offset is returned, for the caller to wait on its replication.
     pub fn append_marker(
         &mut self,
         producer_id: i64,
@@ -192,9 +194,19 @@ impl PartitionLog {
         coordinator_epoch: i32,
         leader_epoch: i32,
         now_ms: i64,
-    ) -> Result<Option<AppendInfo>, LogError> {
-        if !(self.producers).check_marker(producer_id, producer_epoch, coordinator_epoch)? {
-            return Ok(None);
+    ) -> Result<(i64, bool), LogError> {
+        let check = self
+            .producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+        if let MarkerCheck::Repeat { offset } = check {
+            // Unknown only from a snapshot of an older version: the log end, past
+            // which the first one cannot be.
+            let offset = if offset >= 0 {
+                offset
+            } else {
+                self.log_end_offset() - 1
+            };
+            return Ok((offset, false));
         }
         let mut bytes = control::build_marker(
             producer_id,
@@ -205,8 +217,8 @@ impl PartitionLog {
         )
         .to_vec();
         let mut headers = [BatchHeader::parse(&bytes).expect("a built marker parses")];
-        self.append(&mut bytes, &mut headers, leader_epoch, now_ms)
-            .map(Some)
+        let info = self.append(&mut bytes, &mut headers, leader_epoch, now_ms)?;
+        Ok((info.last_offset, true))
     }
 
     /// Writes batches that carry their final offsets, rolling segments as needed.

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use shale_records::batch::BatchHeader;
 use shale_records::compact::{for_each_record, key_hash};
+use shale_records::control::AbortedFilter;
 use shale_records::failpoint;
 
 use crate::chunk_reader::{ChunkReader, SCAN_CHUNK};
@@ -123,6 +124,9 @@ pub struct CleanJob {
     dirty_end: i64,
     /// Last offsets of the batches idempotent producers' state names.
     retained: HashSet<i64>,
+    /// The aborted transactions of the dirty section (producer id, first offset):
+    /// their records never enter the key map, so none supersedes a committed one.
+    aborted: Vec<(i64, i64)>,
     generation: u64,
     segment_bytes: u64,
     index_interval: u64,
@@ -175,6 +179,8 @@ impl PartitionLog {
     /// The dirty section a cleaning bounded by `clean_below` (the high watermark)
     /// could take now, and the sizes of the clean and dirty parts.
     pub fn cleanable(&self, clean_below: i64, now_ms: i64, min_lag_ms: i64) -> Cleanable {
+        // Nothing of an undecided transaction is cleaned.
+        let clean_below = self.last_stable_offset(clean_below);
         let checkpoint = self.cleaner_checkpoint();
         let mut out = Cleanable {
             clean_bytes: 0,
@@ -239,6 +245,9 @@ impl PartitionLog {
             first_dirty: c.first_dirty,
             dirty_end: c.dirty_end,
             retained: self.producers.batch_last_offsets(),
+            aborted: (self.aborted_between(c.first_dirty, c.dirty_end).iter())
+                .map(|a| (a.producer_id, a.first_offset))
+                .collect(),
             generation: self.rewrites,
             segment_bytes: self.config.segment_bytes,
             index_interval: self.config.index_interval_bytes,
@@ -382,13 +391,15 @@ impl CleanJob {
         let capacity = (settings.dedupe_buffer_bytes / MAP_ENTRY_BYTES) as usize;
         let mut map: HashMap<u128, i64> = HashMap::with_capacity(capacity.min(1 << 20));
         let mut covered_end = self.dirty_end;
+        let mut aborted = AbortedFilter::new(self.aborted.clone());
         'map: for seg in self.segments.iter().filter(|s| s.next > self.first_dirty) {
             let mut full_at = None;
             let done = for_each_batch(seg, &self.dir, |h, batch| {
                 stats.bytes_read += batch.len() as u64;
                 throttle(batch.len() as u64);
-                if h.last_offset() < self.first_dirty || h.is_control() {
-                    // Markers' keys are their types, never records' keys.
+                // Markers (whose keys are their types) and aborted transactions'
+                // batches add nothing.
+                if h.last_offset() < self.first_dirty || !aborted.keep(h, batch) {
                     return Ok(true);
                 }
                 for_each_record(batch, |r| {

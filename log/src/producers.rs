@@ -55,6 +55,8 @@ struct ProducerEntry {
     txn_first_offset: Option<i64>,
     /// The epoch of the coordinator that wrote its last marker (-1: none).
     coordinator_epoch: i32,
+    /// That marker's offset (-1: none).
+    last_marker_offset: i64,
 }
 
 impl ProducerEntry {
@@ -65,6 +67,7 @@ impl ProducerEntry {
             last_timestamp: -1,
             txn_first_offset: None,
             coordinator_epoch: -1,
+            last_marker_offset: -1,
         }
     }
 }
@@ -119,6 +122,16 @@ pub enum ProducerError {
         producer_id: i64,
         first_seq: i32,
         last_seq: i32,
+    },
+}
+
+/// What the leader should do with a transaction marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerCheck {
+    Write,
+    /// It repeats the last marker, written at `offset`.
+    Repeat {
+        offset: i64,
     },
 }
 
@@ -286,15 +299,16 @@ impl ProducerStates {
     /// older than the producer's, nor its coordinator epoch (which the coordinator
     /// raises for every transaction it ends) older than the last marker's. A marker of
     /// the last marker's coordinator epoch repeats it (a retry, or one delayed past
-    /// the producer's next transaction): `Ok(false)`, it is not written again.
+    /// the producer's next transaction): it is not written again, and the answer is
+    /// the offset the first one was written at (to wait for its replication).
     pub fn check_marker(
         &self,
         producer_id: i64,
         producer_epoch: i16,
         coordinator_epoch: i32,
-    ) -> Result<bool, ProducerError> {
+    ) -> Result<MarkerCheck, ProducerError> {
         let Some(e) = self.producers.get(&producer_id) else {
-            return Ok(true);
+            return Ok(MarkerCheck::Write);
         };
         if producer_epoch < e.epoch {
             return Err(ProducerError::InvalidEpoch {
@@ -310,7 +324,13 @@ impl ProducerStates {
                 current: e.coordinator_epoch,
             });
         }
-        Ok(coordinator_epoch > e.coordinator_epoch)
+        Ok(if coordinator_epoch > e.coordinator_epoch {
+            MarkerCheck::Write
+        } else {
+            MarkerCheck::Repeat {
+                offset: e.last_marker_offset,
+            }
+        })
     }
 
     /// Takes a written marker (control batch `h`): its producer's open transaction,
@@ -330,7 +350,10 @@ impl ProducerStates {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
         }
-        entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        if coordinator_epoch >= entry.coordinator_epoch {
+            entry.coordinator_epoch = coordinator_epoch;
+            entry.last_marker_offset = h.base_offset;
+        }
         entry.last_timestamp = entry.last_timestamp.max(h.max_timestamp);
         let first_offset = entry.txn_first_offset.take()?;
         self.ongoing.remove(&(first_offset, h.producer_id));
@@ -347,9 +370,11 @@ impl ProducerStates {
         self.ongoing.first().map(|(o, _)| *o)
     }
 
-    /// The producer's open transaction here, by its first offset.
-    pub fn open_txn(&self, producer_id: i64) -> Option<i64> {
-        self.producers.get(&producer_id)?.txn_first_offset
+    /// The producer's open transaction here: its first offset, and the producer's
+    /// epoch.
+    pub fn open_txn(&self, producer_id: i64) -> Option<(i64, i16)> {
+        let e = self.producers.get(&producer_id)?;
+        Some((e.txn_first_offset?, e.epoch))
     }
 
     /// The coordinator epoch of the producer's last marker here (-1: none).
@@ -424,6 +449,7 @@ impl ProducerStates {
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
             out.extend_from_slice(&e.txn_first_offset.unwrap_or(-1).to_be_bytes());
             out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_marker_offset.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -451,11 +477,16 @@ impl ProducerStates {
             let id = i64::from_be_bytes(r.take()?);
             let epoch = i16::from_be_bytes(r.take()?);
             let last_timestamp = i64::from_be_bytes(r.take()?);
-            let (txn_first_offset, coordinator_epoch) = if v2 {
+            let (txn_first_offset, coordinator_epoch, last_marker_offset) = if v2 {
                 let first = i64::from_be_bytes(r.take()?);
-                ((first >= 0).then_some(first), i32::from_be_bytes(r.take()?))
+                let epoch = i32::from_be_bytes(r.take()?);
+                (
+                    (first >= 0).then_some(first),
+                    epoch,
+                    i64::from_be_bytes(r.take()?),
+                )
             } else {
-                (None, -1)
+                (None, -1, -1)
             };
             let [n] = r.take::<1>()?;
             let mut batches = VecDeque::new();
@@ -475,6 +506,7 @@ impl ProducerStates {
                     last_timestamp,
                     txn_first_offset,
                     coordinator_epoch,
+                    last_marker_offset,
                 },
             );
         }

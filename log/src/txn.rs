@@ -250,8 +250,9 @@ impl crate::PartitionLog {
         self.aborted.markers_in(base, last)
     }
 
-    /// The first offset of the producer's open transaction here.
-    pub fn open_txn(&self, producer_id: i64) -> Option<i64> {
+    /// The producer's open transaction here: its first offset, and the producer's
+    /// epoch.
+    pub fn open_txn(&self, producer_id: i64) -> Option<(i64, i16)> {
         self.producers.open_txn(producer_id)
     }
 

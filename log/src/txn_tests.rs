@@ -7,6 +7,7 @@ use shale_records::control::Marker;
 
 use super::tests::{append, batch, open_log, small_config};
 use super::*;
+use crate::CleanerSettings;
 
 fn transactional(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
     let mut b = batch(0, n, 1_000, 10);
@@ -39,18 +40,18 @@ fn markers_end_transactions_and_aborts_are_indexed_across_reopen_crash_and_trunc
         5
     );
     let m = log.append_marker(7, 0, Marker::Abort, 1, 0, 0).unwrap();
-    assert_eq!(m.unwrap().first_offset, 7);
-    // The same marker again (a retry) is not written twice.
+    assert_eq!(m, (7, true));
+    // The same marker again (a retry) is not written twice: its offset is the answer.
     assert_eq!(
         log.append_marker(7, 0, Marker::Abort, 1, 0, 0).unwrap(),
-        None
+        (7, false)
     );
     // Producer 8's transaction (from 5) still holds the stable offset.
     assert_eq!(log.last_stable_offset(8), 5);
     let aborted = abort_at(0, 7, 5, 7);
     assert_eq!(log.aborted_between(0, 8), [aborted]);
     let m = log.append_marker(8, 2, Marker::Commit, 1, 0, 0).unwrap();
-    assert_eq!(m.unwrap().first_offset, 8);
+    assert_eq!(m, (8, true));
     // Its marker is not under the high watermark yet: not stable.
     assert_eq!(log.last_stable_offset(8), 5);
     assert_eq!(log.last_stable_offset(9), 9);
@@ -141,4 +142,77 @@ fn compaction_keeps_markers() {
         .cleaned,
         shale_records::compact::Cleaned::Unchanged
     ));
+}
+
+/// A keyed batch (one record per key, value `v`), transactional for `pid` if given.
+fn keyed(keys: &[u8], v: u8, txn: Option<(i64, i32)>) -> Vec<u8> {
+    let mut b = shale_records::record::BatchBuilder::new(1_000);
+    for k in keys {
+        b.push(shale_records::record::Record::new(
+            Some(&[*k]),
+            Some(&[v]),
+            1_000,
+        ));
+    }
+    let mut bytes = b.build().to_vec();
+    if let Some((pid, seq)) = txn {
+        batch::set_attributes(&mut bytes, TRANSACTIONAL_BIT);
+        batch::set_producer(&mut bytes, pid, 0, seq);
+    }
+    bytes
+}
+
+#[test]
+fn compaction_never_lets_an_aborted_or_open_transaction_supersede_committed_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1,
+        ..small_config()
+    };
+    let mut log = open_log(dir.path(), config).unwrap();
+    append(&mut log, keyed(&[1, 2, 3], 10, None), 0); // 0..=2 committed
+    append(&mut log, keyed(&[1], 20, Some((5, 0))), 0); // 3: aborted below
+    log.append_marker(5, 0, Marker::Abort, 1, 0, 0).unwrap(); // 4
+    append(&mut log, keyed(&[3], 50, None), 0); // 5: supersedes key 3
+    append(&mut log, keyed(&[2], 30, Some((6, 0))), 0); // 6: still open
+    append(&mut log, keyed(&[9], 40, None), 0); // 7
+    log.force_roll(0).unwrap();
+    let end = log.log_end_offset();
+    let settings = CleanerSettings {
+        dedupe_buffer_bytes: 1 << 20,
+        delete_retention_ms: 1_000,
+        min_compaction_lag_ms: 0,
+        drop_tombstones: true,
+    };
+    let job = log.prepare_clean(end, 2_000, &settings).unwrap();
+    let staged =
+        job.expect("dirty segments below the open transaction")
+            .run(&settings, 2_000, &mut |_| {});
+    log.install_clean(staged.unwrap(), 2_000).unwrap();
+    let mut values: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
+    let bytes = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect::<std::collections::BTreeSet<_>>();
+    for path in bytes {
+        let data = bytes::Bytes::from(std::fs::read(path).unwrap());
+        for item in BatchIter::new(&data) {
+            let (h, range) = item.unwrap();
+            if h.is_control() {
+                continue;
+            }
+            for r in shale_records::record::decode_records(&data.slice(range)).unwrap() {
+                values
+                    .entry(r.key.unwrap()[0])
+                    .or_default()
+                    .push(r.value.unwrap()[0]);
+            }
+        }
+    }
+    // The cleaning ran (key 3's old value went); key 1's committed value stays beside
+    // the aborted one, and key 2's beside the open transaction's.
+    assert_eq!(values[&3], [50], "{values:?}");
+    assert!(values[&1].contains(&10), "{values:?}");
+    assert!(values[&2].contains(&10), "{values:?}");
 }

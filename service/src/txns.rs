@@ -127,6 +127,7 @@ impl Service {
         ctx: &RequestContext,
         p: TxnProducer<'_>,
         group: &str,
+        member: Option<(i32, &str, Option<&str>)>,
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<Keyed<()>>> {
         self.call(ctx, "TxnOffsetCommit", async {
@@ -152,6 +153,7 @@ impl Service {
                                 group,
                                 p.producer_id,
                                 p.epoch,
+                                member,
                                 allowed,
                             )
                             .await;

@@ -156,18 +156,22 @@ impl Partition {
         // A new leader's high watermark can lag what its predecessor acknowledged
         // until the followers fetch again: an offset bounded by it is not answered
         // until it reaches the start of this leader's epoch.
-        let hw = match read_committed {
-            true => log.last_stable_offset(self.high_watermark()),
-            false => self.high_watermark(),
-        };
+        let high_watermark = self.high_watermark();
         let unavailable = || -> Result<Option<(i64, i64)>> {
             match log.epoch_start_offset(r.role.leader_epoch) {
-                Some(epoch_start) if epoch_start > hw => Err(Error::OffsetNotAvailable {
-                    high_watermark: hw,
-                    epoch_start,
-                }),
+                Some(epoch_start) if epoch_start > high_watermark => {
+                    Err(Error::OffsetNotAvailable {
+                        high_watermark,
+                        epoch_start,
+                    })
+                }
                 _ => Ok(None),
             }
+        };
+        // What the answer is bounded by (the readiness above is the high watermark's).
+        let hw = match read_committed {
+            true => log.last_stable_offset(high_watermark),
+            false => high_watermark,
         };
         match timestamp {
             -1 => unavailable().map(|_| Some((hw, -1))),

@@ -31,7 +31,7 @@ fn markers_replicate_and_both_replicas_agree_on_what_is_stable() {
     replicate_once(&a, &b, 2);
     assert_eq!((a.high_watermark(), a.last_stable_offset()), (4, 0));
     assert_eq!(b.last_stable_offset(), 0);
-    let (offset, epoch) = (a.append_marker(9, 0, Marker::Abort, 1, 0).unwrap()).unwrap();
+    let (offset, epoch) = a.append_marker(9, 0, Marker::Abort, 1, 0).unwrap();
     assert_eq!((offset, epoch), (4, 0));
     // Not stable until the follower has the marker too.
     assert_eq!(a.last_stable_offset(), 0);
@@ -47,9 +47,14 @@ fn markers_replicate_and_both_replicas_agree_on_what_is_stable() {
         aborted,
         "the follower indexed the abort too"
     );
-    // The same marker again writes nothing; a late batch of the ended transaction,
-    // verified against the record before the marker, is refused.
-    assert_eq!(a.append_marker(9, 0, Marker::Abort, 1, 0).unwrap(), None);
+    // The same marker again writes nothing and answers where the first one is; a
+    // late batch of the ended transaction, verified against the record before the
+    // marker, is refused, and so is a request mixing producers.
+    assert_eq!(a.append_marker(9, 0, Marker::Abort, 1, 0).unwrap(), (4, 0));
+    let mut two = transactional(9, 4, 1);
+    two.extend_from_slice(&transactional(10, 0, 1));
+    let err = a.append_verified(&two, None, Some(1), 0).unwrap_err();
+    assert_eq!(err.code(), shale_records::ErrorCode::InvalidRecord);
     let err = (a.append_verified(&transactional(9, 4, 1), None, Some(0), 0)).unwrap_err();
     assert_eq!(err.code(), shale_records::ErrorCode::InvalidTxnState);
     assert_eq!(a.offsets().log_end_offset, 5);

@@ -320,8 +320,16 @@ struct KeyMap {
 }
 
 impl KeyMap {
-    /// Adds the records of one batch; false once the map is full.
+    /// Adds the records of one batch; false once the map is full. Markers and
+    /// transactional batches add nothing: a marker's key is its type, and the
+    /// bucket's segments carry no aborted-transaction index yet, so a record of an
+    /// aborted transaction must not supersede a committed one (transactional records
+    /// are superseded by later plain records, and kept otherwise).
     fn add(&mut self, batch: &[u8]) -> std::result::Result<bool, shale_records::batch::BatchError> {
+        let h = shale_records::batch::BatchHeader::parse(batch)?;
+        if h.is_control() || h.is_transactional() {
+            return Ok(self.full_at.is_none());
+        }
         for_each_record(batch, |r| {
             let Some(key) = r.key else { return };
             if self.full_at.is_some() || r.offset < self.first_dirty {

@@ -24,20 +24,23 @@ const REPLICATION_WAIT: Duration = Duration::from_secs(10);
 pub enum MarkerOutcome {
     /// Written and replicated (or written before).
     Written,
-    /// Not needed: the topic is gone, or the partition saw a later transaction's
-    /// marker or a newer producer epoch (this transaction's end is behind it).
+    /// Not needed: the topic is gone (in the coordinator's metadata), or the
+    /// partition saw a later transaction's marker or a newer producer epoch (this
+    /// transaction's end is behind it).
     Moot,
     /// Try again (no leader, a leader change, replication not done yet).
     Retry,
 }
 
+/// A leader's answer. An unknown topic is retried (the leader's view may lag, as
+/// after its restart): a topic is moot only when the coordinator's own metadata no
+/// longer has it (see `send_markers`).
 fn outcome(code: ErrorCode) -> MarkerOutcome {
     match code {
         ErrorCode::None => MarkerOutcome::Written,
-        ErrorCode::UnknownTopicOrPartition
-        | ErrorCode::UnknownTopicId
-        | ErrorCode::TransactionCoordinatorFenced
-        | ErrorCode::InvalidProducerEpoch => MarkerOutcome::Moot,
+        ErrorCode::TransactionCoordinatorFenced | ErrorCode::InvalidProducerEpoch => {
+            MarkerOutcome::Moot
+        }
         _ => MarkerOutcome::Retry,
     }
 }
@@ -165,15 +168,13 @@ impl Broker {
                         markers.coordinator_epoch,
                     );
                     let p2 = p.clone();
-                    let written = tokio::task::spawn_blocking(move || {
+                    let (offset, leader_epoch) = tokio::task::spawn_blocking(move || {
                         p2.append_marker(pid, epoch, marker, ce, now_ms())
                     })
                     .await??;
-                    if let Some((offset, leader_epoch)) = written {
-                        p.wait_committed(offset, leader_epoch, min_isr, REPLICATION_WAIT)
-                            .await?;
-                    }
-                    Ok(())
+                    // A repeated marker too: the first one may not be replicated yet.
+                    p.wait_committed(offset, leader_epoch, min_isr, REPLICATION_WAIT)
+                        .await
                 }
                 .await;
                 let (error_code, error_message) = match &r {

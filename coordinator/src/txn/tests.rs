@@ -52,7 +52,11 @@ fn a_transaction_commits_and_the_next_one_starts_afresh() {
     let c = complete(&p, 10).unwrap();
     assert_eq!((c.state, c.start_ms), (TxnState::CompleteCommit, -1));
     assert_eq!(end_txn(&c, 100, 0, true, 11).unwrap(), End::Done);
-    assert_eq!(end_txn(&c, 100, 0, false, 11).unwrap(), End::Done);
+    // An abort after the commit (its answer lost) must not be told it aborted.
+    assert_eq!(
+        end_txn(&c, 100, 0, false, 11).unwrap_err().code(),
+        ErrorCode::InvalidTxnState
+    );
     let next = add_partitions(&c, 100, 0, &[(T, 3)], 12).unwrap().unwrap();
     assert_eq!(
         (next.partitions.as_slice(), next.groups.len()),

@@ -125,19 +125,29 @@ pub async fn offset_commit(
             })
         })
         .collect();
+    // KIP-447 (v3+): the consumer's generation and member, checked when sent.
+    let member = (r.generation_id >= 0 || !r.member_id.is_empty()).then(|| {
+        (
+            r.generation_id,
+            r.member_id.as_str(),
+            r.group_instance_id.as_deref(),
+        )
+    });
     let keys: Vec<(String, i32)> = (offsets.iter())
         .map(|o| (o.topic.clone(), o.partition))
         .collect();
-    let answers: Vec<(String, i32, i16)> =
-        match s.txn_offset_commit(ctx, p, &r.group_id.0, offsets).await {
-            Ok(answers) => (answers.into_iter())
-                .map(|a| (a.topic, a.partition, code(&a.result)))
-                .collect(),
-            Err(e) => {
-                let c = e.code() as i16;
-                keys.into_iter().map(|(t, p)| (t, p, c)).collect()
-            }
-        };
+    let answers: Vec<(String, i32, i16)> = match s
+        .txn_offset_commit(ctx, p, &r.group_id.0, member, offsets)
+        .await
+    {
+        Ok(answers) => (answers.into_iter())
+            .map(|a| (a.topic, a.partition, code(&a.result)))
+            .collect(),
+        Err(e) => {
+            let c = e.code() as i16;
+            keys.into_iter().map(|(t, p)| (t, p, c)).collect()
+        }
+    };
     let mut resp = TxnOffsetCommitResponse::default();
     for (topic, partition, error) in answers {
         let mut p = TxnOffsetCommitResponsePartition::default();

@@ -173,5 +173,5 @@ fn open_transactions_and_marker_epochs_survive_a_snapshot() {
     let mut idle = ProducerStates::default();
     idle.record(&[txn]);
     idle.expire(i64::MAX / 2);
-    assert_eq!(idle.open_txn(4), Some(10));
+    assert_eq!(idle.open_txn(4), Some((10, 2)));
 }

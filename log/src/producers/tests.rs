@@ -1,3 +1,4 @@
+use super::snapshot::{list_snapshots, snapshot_path};
 use super::*;
 
 fn header(pid: i64, epoch: i16, seq: i32, count: i32, base_offset: i64) -> BatchHeader {

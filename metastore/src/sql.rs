@@ -142,6 +142,17 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A write naming a topic id: a foreign-key violation means the topic is gone.
+fn unknown_topic_on_fk(e: sqlx::Error, topic_id: Uuid) -> Error {
+    if e.as_database_error()
+        .is_some_and(|d| d.is_foreign_key_violation())
+    {
+        Error::UnknownTopicId(topic_id)
+    } else {
+        e.into()
+    }
+}
+
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .is_some_and(|d| d.is_unique_violation())

@@ -57,13 +57,7 @@ macro_rules! groups_sql {
                     .bind(o.commit_ms)
                     .execute(&mut *tx)
                     .await
-                    .map_err(|e| {
-                        if e.as_database_error().is_some_and(|d| d.is_foreign_key_violation()) {
-                            Error::UnknownTopicId(o.topic_id)
-                        } else {
-                            e.into()
-                        }
-                    })?;
+                    .map_err(|e| super::unknown_topic_on_fk(e, o.topic_id))?;
                 }
                 tx.commit().await?;
                 Ok(())

@@ -76,6 +76,8 @@ def main():
         r.check("confluent-kafka", "transactions: one left open past transaction.timeout.ms is "
                 "aborted by the coordinator", tx.timeout_aborts, one)
         r.check("confluent-kafka", "mostly-remote topic read from offset 0", ck.remote_replay, one)
+        r.check("confluent-kafka", "transactions: read_committed replay of a tiered topic whose "
+                "markers are only in the object store (s3s-fs)", tx.tiered_read_committed, work)
         for name, python in pythons:
             for test, what in [("codecs", "produce/consume every codec"),
                                ("keyed", "keyed records on murmur2 partitions"),
@@ -147,6 +149,9 @@ def main():
                     "send_offsets_to_transaction across a SIGKILL of the input's leader and of the "
                     "coordinator's broker: every input record once in the committed output",
                     tx.consume_transform_produce, three)
+            r.check("confluent-kafka", "3 brokers: transactions: a replica restarting its log "
+                    "inside an aborted transaction takes the copied producer state, then leads",
+                    tx.new_replica_takes_producer_state, three)
             b = three.bootstrap
             for name, python in pythons:
                 r.check(name, "3 brokers: keyed records", script([python, kp_script, b, "keyed"]))

@@ -5,6 +5,7 @@ aborted by the coordinator, and a consume-transform-produce loop that commits it
 input offsets inside its transactions across a SIGKILL of the input's leader and of
 the transaction coordinator's broker, whose output holds every input record once."""
 
+import os
 import signal
 import threading
 import time
@@ -13,6 +14,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from confluent_tests import consume_all, create, produce
+from harness import eventually
 
 
 def coordinator_of(key, broker_ids):
@@ -209,3 +211,137 @@ def consume_transform_produce(cluster, records=3000):
     committed = c.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=10)
     c.close()
     assert sum(tp.offset for tp in committed) == records, committed
+
+
+class _Bootstrap:
+    def __init__(self, bootstrap):
+        self.bootstrap = bootstrap
+
+
+def tiered_read_committed(work):
+    """Committed and aborted transactions (two of them across several segments) on a
+    tiered topic of a broker on a real S3 server (s3s-fs), replayed with read_committed
+    once every marker is only in the object store: exactly the aborted records are
+    dropped, among them those of an aborted transaction whose earlier segments hold
+    none of its marker."""
+    from console_tests import Stack
+    stack = Stack(os.path.join(work, "tx-tiered"))
+    try:
+        cluster = _Bootstrap(f"127.0.0.1:{stack.kafka}")
+        topic = "tx-tiered"
+        create(cluster, topic, 1, config={"segment.bytes": "8192", "local.retention.bytes": "1"})
+        pad = "x" * 300
+        p = txn_producer(cluster.bootstrap, "tx-tiered-app")
+        # (tag, records, commit): small ones, and two spanning about ten segments each.
+        plan = [(f"t{n}", 15, n % 3 != 1) for n in range(24)]
+        plan[5] = ("big-abort", 250, False)
+        plan[12] = ("big-commit", 250, True)
+        want = []
+        for tag, count, commit in plan:
+            p.begin_transaction()
+            for i in range(count):
+                p.produce(topic, value=f"{tag}-{i}-{pad}")
+            p.flush(30)
+            if commit:
+                p.commit_transaction(30)
+                want += [f"{tag}-{i}-{pad}" for i in range(count)]
+            else:
+                p.abort_transaction(30)
+        # Plain records after them, so that the last marker's segment is sealed too.
+        plain = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        for i in range(100):
+            plain.produce(topic, value=f"plain-{i}-{pad}")
+        plain.flush(30)
+        want += [f"plain-{i}-{pad}" for i in range(100)]
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"w-{uuid.uuid4()}"})
+        markers_end = sum(count + 1 for _, count, _ in plan)
+
+        def only_remote():
+            # ListOffsets -4 (the earliest local offset) passes the last marker.
+            local = c.offsets_for_times([TopicPartition(topic, 0, -4)], timeout=10)[0].offset
+            return local >= markers_end
+        eventually(only_remote, timeout=120, what="every marker in the object store only")
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.close()
+        assert low == 0, low
+        got = read(cluster.bootstrap, topic, 1, True, timeout=120)
+        assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates"
+        aborted = [v.split("-")[0] for v in got if v not in set(want)]
+        assert not aborted, f"{len(aborted)} aborted records read: {sorted(set(aborted))}"
+        assert sorted(got) == sorted(want), f"{len(got)} of {len(want)} committed records"
+        everything = read(cluster.bootstrap, topic, 1, False, timeout=120)
+        total = sum(count for _, count, _ in plan) + 100
+        assert len(everything) == total, (len(everything), total, high)
+    finally:
+        stack.stop()
+
+
+def new_replica_takes_producer_state(cluster):
+    """A replica whose log restarts at its leader's local log start, in the middle of
+    an aborted transaction's records, takes the producer state copied with the remote
+    segment before that start. Once it leads and copies the segment with the abort
+    marker itself, a read_committed replay from offset 0 still drops every record of
+    that transaction, those in segments only the old leader held among them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic = "tx-reseed"
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    a.create_topics([NewTopic(topic, 1, replica_assignment=[[0, 1]], config={
+        "segment.bytes": "8192", "local.retention.bytes": "1",
+        "min.insync.replicas": "1"})])[topic].result(30)
+
+    def partition():
+        return a.list_topics(topic, timeout=10).topics[topic].partitions[0]
+
+    def local_start(broker):
+        c = Consumer({"bootstrap.servers": broker.kafka, "group.id": f"w-{uuid.uuid4()}"})
+        try:
+            return c.offsets_for_times([TopicPartition(topic, 0, -4)], timeout=10)[0].offset
+        finally:
+            c.close()
+
+    eventually(lambda: partition().leader == 0 and sorted(partition().isrs) == [0, 1],
+               timeout=60, what="broker 0 leading with broker 1 in sync")
+    old, new = cluster.brokers[0], cluster.brokers[1]
+    new.stop()
+    eventually(lambda: partition().isrs == [0], timeout=60, what="broker 1 out of sync")
+    pad = "x" * 300
+    # A transactional id whose coordinator is broker 2, which stays up throughout.
+    txn_id = next(t for t in (f"tx-reseed-{n}" for n in range(1000))
+                  if coordinator_of(t, [0, 1, 2]) == 2)
+    p = txn_producer(old.kafka, txn_id)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=f"kept-{i}-{pad}")
+    p.commit_transaction(30)
+    # 11 offsets so far (10 records and a marker): the aborted transaction starts at 11,
+    # spans several segments, and its marker stays in the active segment.
+    p.begin_transaction()
+    for i in range(100):
+        p.produce(topic, value=f"gone-{i}-{pad}")
+    p.flush(30)
+    p.abort_transaction(30)
+    eventually(lambda: local_start(old) > 11, timeout=120,
+               what="the aborted transaction's first segments only in the object store")
+    new.start()
+    eventually(lambda: sorted(partition().isrs) == [0, 1], timeout=60,
+               what="broker 1 back in sync")
+    old.stop(signal.SIGKILL)
+    try:
+        eventually(lambda: partition().leader == 1, timeout=60, what="broker 1 leading")
+        # Plain records roll the marker's segment, which broker 1 copies.
+        plain = Producer({"bootstrap.servers": new.kafka, "linger.ms": 5})
+        for i in range(60):
+            plain.produce(topic, value=f"plain-{i}-{pad}")
+        plain.flush(30)
+        eventually(lambda: local_start(new) > 111, timeout=120,
+                   what="the abort marker only in the object store")
+    finally:
+        old.start()
+    got = read(cluster.bootstrap, topic, 1, True, timeout=60)
+    gone = [v for v in got if v.startswith("gone-")]
+    assert not gone, f"{len(gone)} records of the aborted transaction read"
+    want = [f"kept-{i}-{pad}" for i in range(10)] + [f"plain-{i}-{pad}" for i in range(60)]
+    assert sorted(got) == sorted(want), f"{len(got)} of {len(want)} committed records"
+    log = open(os.path.join(new.dir, "broker.log")).read()
+    assert "took the producer state copied with the remote segment" in log, \
+        "broker 1 restarted its log without the producer state"

@@ -98,6 +98,7 @@ fn cache_hit(c: &mut Criterion) {
         updated_at_ms: 0,
         epochs: Vec::new(),
         object_end_offset: 64 * 16 - 1,
+        aborted: Vec::new(),
     };
     let reader = rt.block_on(async {
         let store = shale_tiering::open("memory://", &Default::default())

@@ -373,10 +373,21 @@ impl Broker {
                 });
             }
             return match self.read_remote(p, offset, limit, whole_first).await {
+                Some(records) if how.read_committed => {
+                    let stable = offsets.last_stable_offset;
+                    let (records, next) = crate::partition::batches_below(records?, stable);
+                    let upper = next.unwrap_or(offset).min(stable);
+                    Ok(Fetched {
+                        records: records.into(),
+                        offsets,
+                        aborted: p.aborted_in_both_tiers(offset, upper),
+                        preferred_read_replica: None,
+                    })
+                }
                 Some(records) => Ok(Fetched {
                     records: records?.into(),
                     offsets,
-                    aborted: aborted(),
+                    aborted: Vec::new(),
                     preferred_read_replica: None,
                 }),
                 None => {

@@ -46,7 +46,7 @@ use leader::FollowerProgress;
 pub(crate) use leader::{FollowerFetch, LeaderRead};
 pub use read::PartitionOffsets;
 pub(crate) use remote::RemoteState;
-pub(crate) use txn::transactional_producer;
+pub(crate) use txn::{batches_below, transactional_producer};
 
 use shale_log::layout::PARTITION_METADATA as METADATA_FILE;
 pub(crate) use shale_log::layout::partition_dir;

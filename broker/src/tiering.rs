@@ -181,7 +181,7 @@ impl Broker {
     /// Reads the remote logs of `parts` from the metastore, one read per topic, and
     /// installs them (`refresh`: also over loaded ones). Returns the partitions whose
     /// read failed (logged; the next refresh tries again).
-    async fn read_remote_logs(
+    pub(crate) async fn read_remote_logs(
         &self,
         parts: Vec<Arc<Partition>>,
         refresh: bool,
@@ -338,7 +338,9 @@ impl Broker {
             }
             state = p.remote_state();
         }
-        let committed = p.high_watermark();
+        // Only stable offsets are copied: a remote segment never holds records of a
+        // transaction still undecided.
+        let committed = p.last_stable_offset();
         let epoch = p.leader_epoch();
         let mut copied = 0;
         for seg in p.sealed_segments_after(state.end_offset) {
@@ -401,6 +403,8 @@ impl Broker {
                 key_filter,
                 epochs: p.epochs_between(seg.base_offset, seg.end_offset),
                 replaces: Vec::new(),
+                aborted: p.aborted_markers_in(seg.base_offset, seg.end_offset),
+                producer_snapshot: p.producer_snapshot_at(seg.end_offset + 1),
             };
             match self.tier.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {

@@ -269,7 +269,7 @@ impl PartitionLog {
         self.aborted.sync()?;
         self.producers.expire(now_ms);
         self.producers
-            .write_snapshot(&self.dir, self.producers_through)
+            .write_snapshot(&self.dir, self.producers_through, self.log_start_offset())
     }
 
     pub fn dir(&self) -> &Path {

@@ -216,3 +216,36 @@ fn compaction_never_lets_an_aborted_or_open_transaction_supersede_committed_reco
     assert!(values[&1].contains(&10), "{values:?}");
     assert!(values[&2].contains(&10), "{values:?}");
 }
+
+#[test]
+fn a_log_restarted_at_a_segment_base_takes_the_producer_state_copied_with_the_segment_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    append(&mut log, batch(0, 2, 1_000, 10), 0); // 0..=1
+    append(&mut log, transactional(7, 0, 0, 3), 0); // 2..=4, open across the roll
+    log.roll(5, 0).unwrap();
+    let snapshot = log
+        .producer_snapshot_at(5)
+        .expect("a snapshot at the new segment's base");
+    assert_eq!(log.producer_snapshot_at(4), None);
+
+    // A new replica's log, restarted at the leader's local log start (5).
+    let other = tempfile::tempdir().unwrap();
+    let mut new = open_log(other.path(), small_config()).unwrap();
+    new.reset_to(5).unwrap();
+    assert!(!new.install_producer_snapshot(5, b"not a snapshot").unwrap());
+    assert!(new.install_producer_snapshot(5, &snapshot).unwrap());
+    // The transaction is open from 2, below this log: nothing here is stable.
+    assert_eq!(new.open_txn(7), Some((2, 0)));
+    assert_eq!(new.last_stable_offset(5), 2);
+    // Its next batch continues the sequence; its abort is indexed from its first offset.
+    append(&mut new, transactional(7, 0, 3, 2), 0); // 5..=6
+    new.append_marker(7, 0, Marker::Abort, 1, 0, 0).unwrap(); // 7
+    assert_eq!(new.aborted_between(0, 8), [abort_at(2, 7, 8, 7)]);
+    assert_eq!(new.last_stable_offset(8), 8);
+    // It survives reopening; a log no longer empty takes no snapshot.
+    drop(new);
+    let mut new = open_log(other.path(), small_config()).unwrap();
+    assert_eq!(new.aborted_between(0, 8), [abort_at(2, 7, 8, 7)]);
+    assert!(!new.install_producer_snapshot(8, &snapshot).unwrap());
+}

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 pub use cluster::{BrokerLease, ControllerLease, PartitionState, Recovering, StateGuard};
 pub use groups::CommittedOffset;
-pub use remote::{RemoteLog, RemoteSegment, RemoteSegmentState};
+pub use remote::{RemoteAbortedTxn, RemoteLog, RemoteSegment, RemoteSegmentState};
 pub use sql::{PostgresMetastore, SqliteMetastore};
 pub use txns::{TxnOffsets, TxnRecord, TxnState};
 pub use users::{AclBinding, ScramCredential};

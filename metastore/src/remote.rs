@@ -78,6 +78,71 @@ pub struct RemoteSegment {
     /// `end_offset` unless a new leader cut the segment where its log diverged (the
     /// objects keep the bytes past `end_offset`, which readers skip).
     pub object_end_offset: i64,
+    /// The aborted transactions whose abort markers the segment holds (Kafka's
+    /// `.txnindex` entries), by marker offset; empty for most segments.
+    pub aborted: Vec<RemoteAbortedTxn>,
+}
+
+impl RemoteSegment {
+    /// The aborted transactions whose markers are in the segment's offsets (a row cut
+    /// where a log diverged keeps those past its end, which no reader may use).
+    pub fn live_aborted(&self) -> impl Iterator<Item = RemoteAbortedTxn> + '_ {
+        (self.aborted.iter())
+            .filter(|a| a.last_offset <= self.end_offset)
+            .copied()
+    }
+}
+
+/// An aborted transaction as a remote segment records it: a `read_committed` read of
+/// the segment's offsets, or of any offset below, drops its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteAbortedTxn {
+    pub producer_id: i64,
+    /// The transaction's first offset in the partition.
+    pub first_offset: i64,
+    /// Its abort marker's offset.
+    pub last_offset: i64,
+    /// The last stable offset when it ended: every transaction ending later starts at
+    /// or above it.
+    pub last_stable_offset: i64,
+}
+
+/// `aborted` as stored: "producer_id:first:last:last_stable", comma-separated.
+pub(crate) fn encode_aborted(aborted: &[RemoteAbortedTxn]) -> String {
+    aborted
+        .iter()
+        .map(|a| {
+            format!(
+                "{}:{}:{}:{}",
+                a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub(crate) fn decode_aborted(text: &str) -> crate::Result<Vec<RemoteAbortedTxn>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corrupt = || crate::Error::CorruptRow(format!("remote segment aborted '{text}'"));
+    text.split(',')
+        .map(|item| {
+            let v: Vec<i64> = item
+                .split(':')
+                .map(|n| n.parse().map_err(|_| corrupt()))
+                .collect::<crate::Result<_>>()?;
+            let [producer_id, first_offset, last_offset, last_stable_offset] = v[..] else {
+                return Err(corrupt());
+            };
+            Ok(RemoteAbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset,
+                last_stable_offset,
+            })
+        })
+        .collect()
 }
 
 /// `epochs` as stored: "epoch:start_offset", comma-separated.

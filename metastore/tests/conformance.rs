@@ -407,6 +407,15 @@ async fn survives_reopen(url_of: &str, m: &dyn Metastore) {
     );
 }
 
+fn aborted(producer_id: i64, first: i64, last: i64, lso: i64) -> shale_metastore::RemoteAbortedTxn {
+    shale_metastore::RemoteAbortedTxn {
+        producer_id,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: lso,
+    }
+}
+
 fn segment(topic_id: uuid::Uuid, base: i64, end: i64) -> RemoteSegment {
     // Distinct, increasing creation times, as real uploads have.
     static CLOCK: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
@@ -425,6 +434,7 @@ fn segment(topic_id: uuid::Uuid, base: i64, end: i64) -> RemoteSegment {
         updated_at_ms: created,
         epochs: vec![(0, base)],
         object_end_offset: end,
+        aborted: Vec::new(),
     }
 }
 
@@ -676,6 +686,8 @@ async fn a_diverged_remote_log_is_cut_under_the_current_epoch(m: &dyn Metastore)
         segment(topic, 200, 299),
     );
     b.epochs = vec![(0, 100), (1, 150)];
+    // Two aborted transactions end in it, one of them started in the segment before.
+    b.aborted = vec![aborted(7, 90, 120, 90), aborted(8, 130, 160, 130)];
     for s in [&a, &b, &c] {
         m.add_remote_segment(s).await.unwrap();
         m.transition_remote_segment(s.segment_id, CopyStarted, CopyFinished)
@@ -709,6 +721,10 @@ async fn a_diverged_remote_log_is_cut_under_the_current_epoch(m: &dyn Metastore)
     assert_eq!(
         finished,
         [(0, 99, vec![(0, 0)]), (100, 149, vec![(0, 100), (1, 150)])]
+    );
+    assert_eq!(
+        log.finished[1].aborted, b.aborted,
+        "the aborted transactions are kept as written (readers skip those past the cut)"
     );
     assert_eq!(
         log.finished[1].object_end_offset, 199,
@@ -1247,6 +1263,7 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
     let mut first = segment(id, 0, 99);
     first.state = RemoteSegmentState::CopyFinished;
     first.epochs = vec![(3, 0), (4, 50)];
+    first.aborted = vec![aborted(1, 10, 20, 10)];
     let mut cut = segment(id, 100, 149);
     cut.state = RemoteSegmentState::CopyFinished;
     cut.object_end_offset = 199;
@@ -1299,6 +1316,7 @@ async fn a_restored_topic_keeps_its_id_epochs_and_remote_log(m: &dyn Metastore) 
     assert_eq!(leftovers.len(), 1);
     assert_eq!(log.finished.len(), 2);
     assert_eq!(log.finished[0].epochs, first.epochs);
+    assert_eq!(log.finished[0].aborted, first.aborted);
     assert_eq!(
         (
             log.finished[1].end_offset,

@@ -119,7 +119,9 @@ impl FoundSegment {
                     ));
                 }
                 let keys = meta.key_filter.as_ref().map_or(0, |k| k.bytes);
-                let size = 16 + meta.index_bytes + meta.time_index_bytes + keys;
+                // A producer snapshot adds itself and a fourth length to the header.
+                let snapshot = meta.producer_snapshot_bytes.map_or(0, |n| 4 + n);
+                let size = 16 + meta.index_bytes + meta.time_index_bytes + keys + snapshot;
                 expected.push((ObjectKind::Indexes, size));
             }
             None => {
@@ -217,6 +219,12 @@ impl PartitionPlan {
                 updated_at_ms: now_ms,
                 epochs: m.epochs.iter().copied().filter(|e| e.1 <= *end).collect(),
                 object_end_offset: m.end_offset,
+                aborted: m
+                    .aborted
+                    .iter()
+                    .copied()
+                    .filter(|a| a.last_offset <= *end)
+                    .collect(),
             })
             .collect()
     }

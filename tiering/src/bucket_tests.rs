@@ -46,6 +46,8 @@ fn copied(base: i64, end: i64, epochs: &[(i32, i64)], copy: i32) -> FoundSegment
         epochs: epochs.to_vec(),
         indexes: Some(indexes.filename().unwrap().to_string()),
         replaces: Some(Vec::new()),
+        producer_snapshot_bytes: None,
+        aborted: Vec::new(),
     };
     FoundSegment {
         key,
@@ -272,6 +274,17 @@ fn damaged_objects_are_refused_by_name() {
     no_indexes.objects.remove("indexes");
     let p = only_problem(plan_partition(&[no_indexes]));
     assert!(p.object.ends_with(".indexes"), "{p}");
+
+    // A copy with the producer state: `.indexes` has a longer header and the snapshot.
+    let mut with_snapshot = seg(0, 99, &[(0, 0)]);
+    meta_mut(&mut with_snapshot).producer_snapshot_bytes = Some(10);
+    let p = only_problem(plan_partition(&[with_snapshot.clone()]));
+    assert!(p.problem.contains("36 bytes where .meta says 50"), "{p}");
+    with_snapshot.objects.insert("indexes", 50);
+    assert_eq!(
+        taken(&plan_partition(&[with_snapshot]).unwrap()),
+        [(0, 99, 99)]
+    );
 
     let mut unreadable = seg(0, 99, &[(0, 0)]);
     unreadable.meta = Some(Err("not a segment description".into()));

@@ -94,6 +94,8 @@ impl Fixture {
             key_filter: None,
             epochs: vec![(0, base)],
             replaces: Vec::new(),
+            aborted: Vec::new(),
+            producer_snapshot: None,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! key filter (see `shale_records::keyfilter`) together ([`SegmentIndexes`]), so a
 //! reader needs one GET for all three. Segments copied before that have `.index`,
 //! `.timeindex` and `.keys` objects instead (and no `.keys` if copied before filters
-//! existed); they are read as they are.
+//! existed); they are read as they are. A segment holding the abort markers of
+//! transactions lists them in `.meta` (Kafka's `.txnindex`, which has no object of
+//! its own here: most segments have none, and the list is small).
 
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
@@ -52,56 +54,103 @@ impl ObjectKind {
     }
 }
 
-/// The `.indexes` object: a 16-byte header (`SHIX`, then the lengths of the offset
-/// index, the time index and the key filter as big-endian u32, the last
-/// `u32::MAX` for none), then the three, back to back, each as its local file holds it.
+/// The `.indexes` object: a header (`SHIX`, then the lengths of the offset index, the
+/// time index and the key filter as big-endian u32, the last `u32::MAX` for none), then
+/// the three, back to back, each as its local file holds it. A segment copied with the
+/// producer state at its end has a `SHI2` header instead, with a fourth length, and the
+/// producer snapshot after the key filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentIndexes<'a> {
     pub offset_index: &'a [u8],
     pub time_index: &'a [u8],
     pub key_filter: Option<&'a [u8]>,
+    /// The producer state as of the offset after the segment (a log's producer
+    /// snapshot file), for a replica whose log starts there.
+    pub producer_snapshot: Option<&'a [u8]>,
 }
 
 const INDEXES_MAGIC: &[u8; 4] = b"SHIX";
-const INDEXES_HEADER: usize = 16;
+const INDEXES_MAGIC_V2: &[u8; 4] = b"SHI2";
+const NONE: u32 = u32::MAX;
 
 impl<'a> SegmentIndexes<'a> {
     pub fn encode(&self) -> Vec<u8> {
-        let keys = self.key_filter.unwrap_or_default();
-        let mut out = Vec::with_capacity(
-            INDEXES_HEADER + self.offset_index.len() + self.time_index.len() + keys.len(),
-        );
-        out.extend_from_slice(INDEXES_MAGIC);
-        for len in [
+        let optional = |part: Option<&[u8]>| part.map_or(NONE, |p| p.len() as u32);
+        let mut lengths = vec![
             self.offset_index.len() as u32,
             self.time_index.len() as u32,
-            self.key_filter.map_or(u32::MAX, |k| k.len() as u32),
-        ] {
+            optional(self.key_filter),
+        ];
+        // Without a producer snapshot, the first format (readable by older brokers).
+        let magic = match self.producer_snapshot {
+            Some(s) => {
+                lengths.push(s.len() as u32);
+                INDEXES_MAGIC_V2
+            }
+            None => INDEXES_MAGIC,
+        };
+        let parts = [
+            Some(self.offset_index),
+            Some(self.time_index),
+            self.key_filter,
+            self.producer_snapshot,
+        ];
+        let body: usize = parts.iter().flatten().map(|p| p.len()).sum();
+        let mut out = Vec::with_capacity(4 + 4 * lengths.len() + body);
+        out.extend_from_slice(magic);
+        for len in lengths {
             out.extend_from_slice(&len.to_be_bytes());
         }
-        out.extend_from_slice(self.offset_index);
-        out.extend_from_slice(self.time_index);
-        out.extend_from_slice(keys);
+        for part in parts.into_iter().flatten() {
+            out.extend_from_slice(part);
+        }
         out
     }
 
     /// The parts of an encoded object; an error says what does not hold together.
     pub fn decode(b: &'a [u8]) -> Result<Self, String> {
-        if b.len() < INDEXES_HEADER || &b[..4] != INDEXES_MAGIC {
-            return Err("not an indexes object (no SHIX header)".into());
+        let count = match b.get(..4) {
+            Some(m) if m == INDEXES_MAGIC => 3,
+            Some(m) if m == INDEXES_MAGIC_V2 => 4,
+            _ => return Err("not an indexes object (no SHIX or SHI2 header)".into()),
+        };
+        let header = 4 + 4 * count;
+        if b.len() < header {
+            return Err(format!("{} bytes, shorter than its header", b.len()));
         }
-        let len = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let (index, time, keys) = (len(4) as usize, len(8) as usize, len(12));
-        let keys_len = if keys == u32::MAX { 0 } else { keys as usize };
-        let want = INDEXES_HEADER + index + time + keys_len;
-        if b.len() != want {
-            return Err(format!("{} bytes where the header says {want}", b.len()));
+        let len =
+            |i: usize| u32::from_be_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
+        let mut parts = [None; 4];
+        let mut at = header;
+        for (i, part) in parts.iter_mut().enumerate().take(count) {
+            let n = len(i);
+            if n == NONE && i >= 2 {
+                continue;
+            }
+            let end = at
+                .checked_add(n as usize)
+                .filter(|end| *end <= b.len())
+                .ok_or_else(|| format!("{} bytes, shorter than the header says", b.len()))?;
+            *part = Some(&b[at..end]);
+            at = end;
         }
-        let (time_at, keys_at) = (INDEXES_HEADER + index, INDEXES_HEADER + index + time);
+        if at != b.len() {
+            return Err(format!("{} bytes where the header says {at}", b.len()));
+        }
+        let [
+            Some(offset_index),
+            Some(time_index),
+            key_filter,
+            producer_snapshot,
+        ] = parts
+        else {
+            return Err("an offset or time index marked absent".into());
+        };
         Ok(Self {
-            offset_index: &b[INDEXES_HEADER..time_at],
-            time_index: &b[time_at..keys_at],
-            key_filter: (keys != u32::MAX).then(|| &b[keys_at..]),
+            offset_index,
+            time_index,
+            key_filter,
+            producer_snapshot,
         })
     }
 }
@@ -197,6 +246,13 @@ pub struct SegmentMeta {
     /// objects written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<Vec<Uuid>>,
+    /// The size of the producer snapshot in `.indexes` (absent: copied without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_snapshot_bytes: Option<u64>,
+    /// The aborted transactions whose abort markers the segment holds (absent: none,
+    /// or copied before they were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<shale_metastore::RemoteAbortedTxn>,
 }
 
 /// The key filter as `.meta` names it: in the `.indexes` object (`object` names it),
@@ -247,13 +303,20 @@ mod tests {
 
     #[test]
     fn indexes_round_trip_and_damage_is_refused() {
-        for keys in [None, Some(&b"filter"[..]), Some(&b""[..])] {
+        let (keys, snapshots) = (
+            [None, Some(&b"filter"[..]), Some(&b""[..])],
+            [None, Some(&b"SHP2.."[..])],
+        );
+        for (keys, snapshot) in keys.into_iter().flat_map(|k| snapshots.map(|s| (k, s))) {
             let parts = SegmentIndexes {
                 offset_index: &[1, 2, 3, 4, 5, 6, 7, 8],
                 time_index: &[9; 12],
                 key_filter: keys,
+                producer_snapshot: snapshot,
             };
             let encoded = parts.encode();
+            let magic: &[u8] = if snapshot.is_some() { b"SHI2" } else { b"SHIX" };
+            assert_eq!(&encoded[..4], magic);
             assert_eq!(SegmentIndexes::decode(&encoded), Ok(parts));
             assert!(SegmentIndexes::decode(&encoded[..encoded.len() - 1]).is_err());
             let mut longer = encoded.clone();
@@ -262,5 +325,16 @@ mod tests {
         }
         assert!(SegmentIndexes::decode(b"SHI").is_err());
         assert!(SegmentIndexes::decode(&[0; 16]).is_err());
+        // An offset index marked absent, and a length past the object's end.
+        let mut absent = b"SHIX".to_vec();
+        absent.extend([u32::MAX, 0, u32::MAX].iter().flat_map(|n| n.to_be_bytes()));
+        assert!(SegmentIndexes::decode(&absent).is_err());
+        let mut past = b"SHI2".to_vec();
+        past.extend(
+            [0, 0, u32::MAX, 1 << 30]
+                .iter()
+                .flat_map(|n: &u32| n.to_be_bytes()),
+        );
+        assert!(SegmentIndexes::decode(&past).is_err());
     }
 }

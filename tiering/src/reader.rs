@@ -218,6 +218,17 @@ impl RemoteReader {
         Ok(filter)
     }
 
+    /// The producer state as of the offset after the segment, as its copy kept it
+    /// (`None`: copied without one).
+    pub async fn producer_snapshot(&self, seg: &RemoteSegment) -> Result<Option<Bytes>, ReadError> {
+        let Some(all) = self.indexes_object(seg).await? else {
+            return Ok(None);
+        };
+        let object = SegmentKey::of(seg).path(ObjectKind::Indexes).to_string();
+        let snapshot = indexes_of(&all, &object)?.producer_snapshot;
+        Ok(snapshot.map(|s| all.slice_ref(s)))
+    }
+
     /// The segment's `.indexes` object (offset index, time index and key filter),
     /// fetched whole with one GET and kept in the read cache; `None` for a segment
     /// copied before it existed.

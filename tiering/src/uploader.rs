@@ -48,6 +48,10 @@ pub struct SealedSegment {
     pub epochs: Vec<(i32, i64)>,
     /// The segments it replaces (a compacted rewrite's); empty for a copy of the log.
     pub replaces: Vec<Uuid>,
+    /// The aborted transactions whose abort markers it holds.
+    pub aborted: Vec<shale_metastore::RemoteAbortedTxn>,
+    /// The producer state as of the offset after it (`None`: copied without).
+    pub producer_snapshot: Option<Bytes>,
 }
 
 /// Which partition a segment belongs to.
@@ -190,6 +194,7 @@ impl Uploader {
             updated_at_ms: now,
             epochs: seg.epochs.clone(),
             object_end_offset: seg.end_offset,
+            aborted: seg.aborted.clone(),
         };
         self.metastore.add_remote_segment(&row).await?;
         let key = SegmentKey::of(&row);
@@ -207,6 +212,7 @@ impl Uploader {
             offset_index: &index,
             time_index: &time_index,
             key_filter: seg.key_filter.as_deref(),
+            producer_snapshot: seg.producer_snapshot.as_deref(),
         };
         let indexes_path = key.path(ObjectKind::Indexes);
         let indexes_name = indexes_path.filename().unwrap_or_default().to_string();
@@ -238,6 +244,8 @@ impl Uploader {
             epochs: seg.epochs.clone(),
             indexes: Some(indexes_name),
             replaces: Some(seg.replaces.clone()),
+            producer_snapshot_bytes: seg.producer_snapshot.as_ref().map(|s| s.len() as u64),
+            aborted: seg.aborted.clone(),
         };
         let json = serde_json::to_vec_pretty(&meta).expect("segment meta serializes");
         self.store

@@ -228,12 +228,12 @@ fn epochs_of(r: &Replica) -> Vec<(i32, i64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use shale_metastore::RemoteSegmentState;
 
     use super::*;
 
-    fn segment(base: i64, end: i64, epochs: &[(i32, i64)]) -> RemoteSegment {
+    pub(crate) fn segment(base: i64, end: i64, epochs: &[(i32, i64)]) -> RemoteSegment {
         RemoteSegment {
             segment_id: uuid::Uuid::new_v4(),
             topic_id: uuid::Uuid::nil(),
@@ -248,6 +248,7 @@ mod tests {
             updated_at_ms: 0,
             epochs: epochs.to_vec(),
             object_end_offset: end,
+            aborted: Vec::new(),
         }
     }
 

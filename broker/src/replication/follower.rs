@@ -29,7 +29,7 @@ use super::{
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::partition::{FollowerPosition, Partition};
+use crate::partition::{FollowerPosition, Partition, RemoteState};
 
 impl Broker {
     /// Starts a fetcher for every leader broker this broker follows partitions of
@@ -173,25 +173,68 @@ impl Broker {
         let stats = &self.stats.requests;
         let bytes: usize = answer.partitions.iter().map(|r| r.records.len()).sum();
         crate::stats::RequestStats::add(&stats.replicated_bytes, bytes as u64);
-        let stale = tokio::task::spawn_blocking(move || {
+        let (stale, restarted) = tokio::task::spawn_blocking(move || {
             let now = now_ms();
-            let mut stale = false;
+            let (mut stale, mut restarted) = (false, Vec::new());
             for r in answer.partitions {
                 let Some((p, pos)) = by_key.get(&(r.topic_id, r.partition)) else {
                     continue;
                 };
-                let outcome = apply_one(p, pos, &r, now);
-                match outcome {
-                    Ok(s) => stale |= s,
+                match apply_one(p, pos, &r, now) {
+                    Ok(Applied::Stale) => stale = true,
+                    Ok(Applied::Restarted(at)) => restarted.push((p.clone(), at)),
+                    Ok(Applied::Done) => {}
                     Err(e) => {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply replicated data");
                     }
                 }
             }
-            stale
+            (stale, restarted)
         })
         .await?;
+        // Before the next fetch appends to them.
+        for (p, at) in restarted {
+            self.seed_producers_from_remote(&p, at).await;
+        }
         Ok(stale)
+    }
+
+    /// A log restarted at `offset` takes the producer state copied with the remote
+    /// segment that ends before it: the transactions open there (with their first
+    /// offsets, below this log) and the producers' sequences. Without it (no such
+    /// segment, or one copied without), the log knows only what it replicates.
+    async fn seed_producers_from_remote(&self, p: &Arc<Partition>, offset: i64) {
+        if !p.config().has_remote_log() {
+            return;
+        }
+        let before = |state: &RemoteState| {
+            let found = state.segments.iter().find(|s| s.end_offset + 1 == offset);
+            found.cloned()
+        };
+        let mut seg = before(&p.remote_state());
+        if seg.is_none() {
+            // This broker's view of the remote log may be older than the leader's copies.
+            self.read_remote_logs(vec![p.clone()], true).await;
+            seg = before(&p.remote_state());
+        }
+        let Some(seg) = seg else {
+            tracing::info!(topic = %p.topic, partition = p.index, offset,
+                "no remote segment ends where the log restarted: no producer state to take");
+            return;
+        };
+        let installed = match self.tier.reader.producer_snapshot(&seg).await {
+            Ok(Some(snapshot)) => p.install_producer_snapshot(offset, &snapshot),
+            Ok(None) => Ok(false),
+            Err(e) => Err(crate::tiering::remote_read_error(e)),
+        };
+        match installed {
+            Ok(true) => tracing::info!(topic = %p.topic, partition = p.index, offset,
+                "took the producer state copied with the remote segment before the log's start"),
+            Ok(false) => tracing::info!(topic = %p.topic, partition = p.index, offset,
+                "the remote segment before the log's start has no producer state to take"),
+            Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, offset, error = %e,
+                "cannot take the producer state of the remote segment before the log's start"),
+        }
     }
 }
 
@@ -245,14 +288,23 @@ impl Throttle {
     }
 }
 
-/// Applies one partition of a leader's answer; true if this broker's metadata is stale.
-/// A stale answer (the partition's role or log moved meanwhile) is dropped.
+/// What applying one partition of a leader's answer did.
+enum Applied {
+    Done,
+    /// This broker's metadata is stale.
+    Stale,
+    /// The log restarted, empty, at this offset.
+    Restarted(i64),
+}
+
+/// Applies one partition of a leader's answer. A stale answer (the partition's role or
+/// log moved meanwhile) is dropped.
 fn apply_one(
     p: &Partition,
     pos: &FollowerPosition,
     r: &ReplicaPartitionData,
     now: i64,
-) -> Result<bool> {
+) -> Result<Applied> {
     match r.error_code {
         ErrorCode::None => {}
         // At the start itself: its last epoch is older than any the leader knows there,
@@ -260,20 +312,23 @@ fn apply_one(
         ErrorCode::OffsetOutOfRange if pos.log_end_offset <= r.local_log_start_offset => {
             tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
                 leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
-            p.reset_to(pos, r.local_log_start_offset)?;
-            return Ok(false);
+            let at = r.local_log_start_offset;
+            return Ok(match p.reset_to(pos, at)? {
+                true => Applied::Restarted(at),
+                false => Applied::Done,
+            });
         }
         code => {
             tracing::debug!(topic = %p.topic, partition = p.index, ?code, message = %r.error_message, "replica fetch refused");
-            return Ok(true);
+            return Ok(Applied::Stale);
         }
     }
     if let Some((epoch, end_offset)) = r.diverging {
         p.truncate_diverged(pos, epoch, end_offset)?;
-        return Ok(false);
+        return Ok(Applied::Done);
     }
     p.append_from_leader(pos, &r.records, r.high_watermark, now)?;
-    Ok(false)
+    Ok(Applied::Done)
 }
 
 #[cfg(test)]

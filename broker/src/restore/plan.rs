@@ -304,6 +304,7 @@ impl Broker {
                     updated_at_ms: now,
                     epochs: Vec::new(),
                     object_end_offset: key.end_offset,
+                    aborted: Vec::new(),
                 });
             }
             for mut row in plan.iter().flat_map(|plan| plan.rows(now)) {
@@ -356,6 +357,8 @@ mod tests {
             epochs: epochs.to_vec(),
             indexes: None,
             replaces: Some(Vec::new()),
+            producer_snapshot_bytes: None,
+            aborted: Vec::new(),
         }
     }
 

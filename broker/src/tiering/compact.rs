@@ -232,6 +232,16 @@ impl Broker {
                 None
             }
         };
+        // The producer state after the rewrite is the one after its last segment.
+        let last = group.last().expect("a group has segments");
+        let producer_snapshot = match self.tier.reader.producer_snapshot(last).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(topic = %p.topic, partition = p.index, base_offset = base, error = %e,
+                    "cannot read the producer state of the rewritten segments; copying it without");
+                None
+            }
+        };
         let upload = SealedSegment {
             base_offset: base,
             end_offset: end,
@@ -244,6 +254,9 @@ impl Broker {
             key_filter: key_filter.clone(),
             epochs: merged_epochs(group),
             replaces: group.iter().map(|s| s.segment_id).collect(),
+            // The rewrite keeps every marker and transactional record.
+            aborted: group.iter().flat_map(|s| s.live_aborted()).collect(),
+            producer_snapshot,
         };
         // Only the upload and the swap hold the tier lock: uploads, retention and the
         // local cleaner's swaps of the partition wait for one rewrite at most.

@@ -1,5 +1,7 @@
 //! Producer snapshots (`{offset:020}.snapshot`): the state of every batch below
-//! `offset`, CRC-checked, written atomically; the newest few are kept.
+//! `offset`, CRC-checked, written atomically; one at each segment's base is kept while
+//! the segment is in the log (the copy of the segment before it to the object store
+//! takes it along, for a replica whose log starts there), and the newest few always.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -93,17 +95,15 @@ impl ProducerStates {
         r.0.is_empty().then_some(Self { producers, ongoing })
     }
 
-    /// Writes the state as of `offset` (every batch below it) atomically, then keeps
-    /// only the newest few snapshots.
-    pub fn write_snapshot(&self, dir: &Path, offset: i64) -> io::Result<()> {
-        let path = snapshot_path(dir, offset);
-        let tmp = path.with_extension("snapshot.tmp");
-        std::fs::write(&tmp, self.encode())?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
+    /// Writes the state as of `offset` (every batch below it) atomically, then deletes
+    /// the snapshots below `keep_from` but the newest few.
+    pub fn write_snapshot(&self, dir: &Path, offset: i64, keep_from: i64) -> io::Result<()> {
+        write_snapshot_file(dir, offset, &self.encode())?;
         let all = list_snapshots(dir)?;
         for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
-            std::fs::remove_file(snapshot_path(dir, *old))?;
+            if *old < keep_from {
+                std::fs::remove_file(snapshot_path(dir, *old))?;
+            }
         }
         std::fs::File::open(dir)?.sync_all()
     }
@@ -149,6 +149,42 @@ impl Reader<'_> {
         let (head, rest) = self.0.split_first_chunk::<N>()?;
         self.0 = rest;
         Some(*head)
+    }
+}
+
+fn write_snapshot_file(dir: &Path, offset: i64, bytes: &[u8]) -> io::Result<()> {
+    let path = snapshot_path(dir, offset);
+    let tmp = path.with_extension("snapshot.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)
+}
+
+impl crate::PartitionLog {
+    /// The snapshot file of the producer state as of exactly `offset` (a segment's
+    /// base), if the log has a readable one: what the copy of the segment before it
+    /// to the object store takes along.
+    pub fn producer_snapshot_at(&self, offset: i64) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(snapshot_path(&self.dir, offset)).ok()?;
+        ProducerStates::decode(&bytes).map(|_| bytes)
+    }
+
+    /// A log just restarted empty at `offset` (a new replica starting at its leader's
+    /// local log start) takes the producer state as of `offset` from the copy of the
+    /// segment before it: the producers' sequences, and the transactions open there
+    /// with their first offsets, below this log. False (nothing changed) if the log is
+    /// not empty at `offset` or the bytes are not a snapshot.
+    pub fn install_producer_snapshot(&mut self, offset: i64, bytes: &[u8]) -> io::Result<bool> {
+        let empty_at = self.log_start_offset() == offset && self.log_end_offset() == offset;
+        let Some(states) = ProducerStates::decode(bytes).filter(|_| empty_at) else {
+            return Ok(false);
+        };
+        write_snapshot_file(&self.dir, offset, bytes)?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        self.producers = states;
+        self.producers_through = offset;
+        self.unstable_ended.clear();
+        Ok(true)
     }
 }
 

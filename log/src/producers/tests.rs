@@ -117,9 +117,9 @@ fn snapshots_round_trip_and_bad_ones_are_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = ProducerStates::default();
     s.record(&[header(1, 0, 0, 2, 0), header(2, 3, 0, 1, 2)]);
-    s.write_snapshot(dir.path(), 3).unwrap();
+    s.write_snapshot(dir.path(), 3, i64::MAX).unwrap();
     s.record(&[header(1, 0, 2, 1, 3)]);
-    s.write_snapshot(dir.path(), 4).unwrap();
+    s.write_snapshot(dir.path(), 4, i64::MAX).unwrap();
     let (at, loaded) = ProducerStates::load_snapshot(dir.path(), 10)
         .unwrap()
         .unwrap();
@@ -133,9 +133,14 @@ fn snapshots_round_trip_and_bad_ones_are_skipped() {
     ProducerStates::delete_snapshots_above(dir.path(), 3).unwrap();
     assert_eq!(list_snapshots(dir.path()).unwrap(), [3]);
     for o in 5..10 {
-        s.write_snapshot(dir.path(), o).unwrap();
+        s.write_snapshot(dir.path(), o, i64::MAX).unwrap();
     }
     assert_eq!(list_snapshots(dir.path()).unwrap(), [7, 8, 9]);
+    // Those at or above the log start stay, beside the newest few.
+    for o in 10..15 {
+        s.write_snapshot(dir.path(), o, 9).unwrap();
+    }
+    assert_eq!(list_snapshots(dir.path()).unwrap(), [9, 10, 11, 12, 13, 14]);
     // Idle producers expire.
     s.expire(1 + PRODUCER_EXPIRATION_MS + 1);
     assert_eq!(s.len(), 0);
@@ -151,7 +156,7 @@ fn open_transactions_and_marker_epochs_survive_a_snapshot() {
     let mut marker = header(4, 2, -1, 1, 13);
     marker.attributes = shale_records::batch::TRANSACTIONAL_BIT;
     assert_eq!(s.first_open_txn_offset(), Some(10));
-    s.write_snapshot(dir.path(), 13).unwrap();
+    s.write_snapshot(dir.path(), 13, i64::MAX).unwrap();
     let (_, loaded) = ProducerStates::load_snapshot(dir.path(), 13)
         .unwrap()
         .unwrap();
@@ -165,7 +170,7 @@ fn open_transactions_and_marker_epochs_survive_a_snapshot() {
         (s.first_open_txn_offset(), s.last_marker_epoch(4)),
         (None, 5)
     );
-    s.write_snapshot(dir.path(), 14).unwrap();
+    s.write_snapshot(dir.path(), 14, i64::MAX).unwrap();
     let (_, loaded) = ProducerStates::load_snapshot(dir.path(), 14)
         .unwrap()
         .unwrap();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::{is_unique_violation, now_ms};
-use crate::remote::{decode_epochs, encode_epochs};
+use crate::remote::{decode_aborted, decode_epochs, encode_aborted, encode_epochs};
 use crate::{Error, RemoteLog, RemoteSegment, RemoteSegmentState, Result};
 
 type RemoteSegmentRow = (
@@ -23,15 +23,16 @@ type RemoteSegmentRow = (
     i64,
     String,
     i64,
+    String,
 );
 
 const REMOTE_SEGMENT_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
      max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms, epochs, \
-     COALESCE(object_end_offset, end_offset)";
+     COALESCE(object_end_offset, end_offset), aborted";
 
 /// The columns an insert writes (the objects' end offset is the end offset until a cut).
 const INSERTED_COLUMNS: &str = "segment_id, topic_id, partition_id, base_offset, end_offset, \
-     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms, epochs";
+     max_timestamp, leader_epoch, size_bytes, state, created_at_ms, updated_at_ms, epochs, aborted";
 
 fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
     let (
@@ -48,6 +49,7 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
         u,
         epochs,
         object_end_offset,
+        aborted,
     ) = row;
     let state = RemoteSegmentState::parse(&state).ok_or_else(|| {
         Error::CorruptRow(format!("remote segment {segment_id} has state '{state}'"))
@@ -66,6 +68,7 @@ fn remote_segment(row: RemoteSegmentRow) -> Result<RemoteSegment> {
         updated_at_ms: u,
         epochs: decode_epochs(&epochs)?,
         object_end_offset,
+        aborted: decode_aborted(&aborted)?,
     })
 }
 
@@ -79,7 +82,7 @@ macro_rules! remote_sql {
                 }
                 sqlx::query(&format!(
                     "INSERT INTO remote_segments ({INSERTED_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
                 ))
                 .bind(s.segment_id)
                 .bind(s.topic_id)
@@ -93,6 +96,7 @@ macro_rules! remote_sql {
                 .bind(s.created_at_ms)
                 .bind(s.updated_at_ms)
                 .bind(encode_epochs(&s.epochs))
+                .bind(encode_aborted(&s.aborted))
                 .execute(&self.pool)
                 .await?;
                 Ok(())

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::cluster::PARTITION_STATE_COLUMNS;
 use super::{is_unique_violation, now_ms};
 use crate::cluster::encode_ids;
-use crate::remote::encode_epochs;
+use crate::remote::{encode_aborted, encode_epochs};
 use crate::{
     Error, NewTopic, PartitionState, RemoteSegment, RemoteSegmentState, RestoredTopic, Result,
     Topic,
@@ -215,6 +215,7 @@ macro_rules! topics_sql {
                         updated_at_ms: now,
                         epochs: Vec::new(),
                         object_end_offset: *end,
+                        aborted: Vec::new(),
                     })
                 });
                 let markers: Vec<RemoteSegment> = markers.collect();
@@ -228,8 +229,8 @@ macro_rules! topics_sql {
                     sqlx::query(
                         "INSERT INTO remote_segments (segment_id, topic_id, partition_id, base_offset, \
                          end_offset, max_timestamp, leader_epoch, size_bytes, state, created_at_ms, \
-                         updated_at_ms, epochs, object_end_offset, copied) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                         updated_at_ms, epochs, object_end_offset, copied, aborted) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
                     )
                     .bind(s.segment_id)
                     .bind(s.topic_id)
@@ -245,6 +246,7 @@ macro_rules! topics_sql {
                     .bind(encode_epochs(&s.epochs))
                     .bind(s.object_end_offset)
                     .bind(copied)
+                    .bind(encode_aborted(&s.aborted))
                     .execute(&mut *exec)
                     .await?;
                 }

@@ -24,6 +24,19 @@ mod markers;
 
 pub use markers::MarkerOutcome;
 
+/// A metastore that cannot answer now makes the coordinator unavailable: the client
+/// finds it again and retries, as Kafka's coordinator answers when its log cannot be
+/// written. A write whose answer was lost (it may have happened) is retried the same
+/// way, and the retry finds the record as it is. Any other answer would be taken for
+/// a failed transaction: librdkafka aborts after an EndTxn answered REQUEST_TIMED_OUT,
+/// even when the commit had been decided.
+fn unavailable(e: shale_metastore::Error) -> Error {
+    match e.is_retriable() {
+        true => GroupError::CoordinatorNotAvailable.into(),
+        false => e.into(),
+    }
+}
+
 /// A transaction as DescribeTransactions and ListTransactions show it.
 #[derive(Debug, Clone)]
 pub struct TxnDescription {
@@ -69,9 +82,8 @@ impl Broker {
     }
 
     async fn load_txn(&self, id: &str) -> Result<TxnRecord> {
-        self.metastore
-            .transaction(id)
-            .await?
+        (self.metastore.transaction(id).await)
+            .map_err(unavailable)?
             .ok_or_else(|| Error::Txn(TxnError::InvalidProducerIdMapping(id.to_string())))
     }
 
@@ -89,7 +101,7 @@ impl Broker {
                 state: "changed by another coordinator",
             }
             .into()),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(unavailable(e)),
         }
     }
 
@@ -284,21 +296,24 @@ impl Broker {
                 self.store_txn(next, offsets).await?
             }
         };
+        // The decision is stored: the answer is success whatever happens to the
+        // markers now (an error would tell the client to abort a transaction that
+        // commits); the periodic pass finishes what this cannot.
         match tokio::time::timeout(
             std::time::Duration::from_secs(20),
             self.finish_txn(prepared),
         )
         .await
         {
-            Ok(r) => r.map(|_| ()),
-            Err(_) => {
-                tracing::warn!(
-                    transactional_id = id,
-                    "markers not all written within 20 s: finished in the background"
-                );
-                Ok(())
-            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(transactional_id = id, %error,
+                "cannot finish a decided transaction now: finished in the background"),
+            Err(_) => tracing::warn!(
+                transactional_id = id,
+                "markers not all written within 20 s: finished in the background"
+            ),
         }
+        Ok(())
     }
 
     /// TxnOffsetCommit: offsets stored with the transaction, the group's only if it
@@ -335,7 +350,7 @@ impl Broker {
                     }
                     .into());
                 }
-                r => r?,
+                r => r.map_err(unavailable)?,
             }
         }
         Ok(results)

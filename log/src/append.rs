@@ -121,7 +121,10 @@ impl PartitionLog {
         let end = self.log_end_offset();
         let mut pos = 0;
         for h in headers.iter().take_while(|h| h.last_offset() < end) {
-            self.record_batch(h, &records[pos..pos + h.total_size()]);
+            // Those recorded already (before a roll in the same write).
+            if h.last_offset() >= self.producers_through {
+                self.record_batch(h, &records[pos..pos + h.total_size()]);
+            }
             pos += h.total_size();
         }
     }
@@ -258,6 +261,9 @@ impl PartitionLog {
                 // a gap before it, the gap opens the new segment, and every sealed
                 // segment ends at its last batch (a read in a gap finds the next one).
                 let next = self.log_end_offset();
+                // The snapshot the roll takes is the state at the new segment's base:
+                // the batches of this write before it count.
+                self.record_landed_producers(records, headers);
                 self.roll(next, now_ms)?;
             }
             run_bytes += size;

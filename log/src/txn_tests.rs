@@ -249,3 +249,24 @@ fn a_log_restarted_at_a_segment_base_takes_the_producer_state_copied_with_the_se
     assert_eq!(new.aborted_between(0, 8), [abort_at(2, 7, 8, 7)]);
     assert!(!new.install_producer_snapshot(8, &snapshot).unwrap());
 }
+
+#[test]
+fn a_roll_in_the_middle_of_a_write_snapshots_the_batches_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path(), small_config()).unwrap();
+    // One write (a follower's, say): a transaction's batch, then one too large to fit
+    // beside it, which opens a new segment at 3.
+    let mut bytes = transactional(7, 0, 0, 3);
+    bytes.extend(batch(0, 30, 1_000, 100));
+    append(&mut log, bytes, 0);
+    let bases: Vec<i64> = log.segments.keys().copied().collect();
+    assert_eq!(bases, [0, 3]);
+    let snapshot = log.producer_snapshot_at(3).expect("a snapshot at 3");
+    let other = tempfile::tempdir().unwrap();
+    let mut new = open_log(other.path(), small_config()).unwrap();
+    new.reset_to(3).unwrap();
+    assert!(new.install_producer_snapshot(3, &snapshot).unwrap());
+    assert_eq!(new.open_txn(7), Some((0, 0)));
+    // Each batch recorded once: the transaction is still open from 0 here.
+    assert_eq!(log.open_txn(7), Some((0, 0)));
+}

@@ -120,8 +120,12 @@ impl FoundSegment {
                 }
                 let keys = meta.key_filter.as_ref().map_or(0, |k| k.bytes);
                 // A producer snapshot adds itself and a fourth length to the header.
-                let snapshot = meta.producer_snapshot_bytes.map_or(0, |n| 4 + n);
-                let size = 16 + meta.index_bytes + meta.time_index_bytes + keys + snapshot;
+                let snapshot = meta
+                    .producer_snapshot_bytes
+                    .map_or(0, |n| n.saturating_add(4));
+                let size = [meta.index_bytes, meta.time_index_bytes, keys, snapshot]
+                    .into_iter()
+                    .fold(16u64, u64::saturating_add);
                 expected.push((ObjectKind::Indexes, size));
             }
             None => {

@@ -153,7 +153,7 @@ impl Partition {
     }
 
     /// The remote log as last installed, before matching it to this log.
-    pub(super) fn whole_remote_state(&self) -> RemoteState {
+    pub(crate) fn whole_remote_state(&self) -> RemoteState {
         self.remote_full
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -155,13 +155,12 @@ impl Partition {
     /// markers are: in remote segments (as each lists them) or in the local log. An
     /// entry both tiers know is returned once.
     pub fn aborted_in_both_tiers(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        // The local index first: a copy registers a segment's entries before local
+        // retention forgets them, so an entry leaving the local index between the two
+        // reads is in the remote state read second.
+        let local = self.aborted_between(from, upper);
         let remote = self.remote_state();
-        aborted_in(
-            &remote.segments,
-            || self.aborted_between(from, upper),
-            from,
-            upper,
-        )
+        aborted_in(&remote.segments, move || local, from, upper)
     }
 
     /// The producer snapshot file as of `offset` (a segment's base), for the copy of

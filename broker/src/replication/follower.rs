@@ -182,7 +182,7 @@ impl Broker {
                 };
                 match apply_one(p, pos, &r, now) {
                     Ok(Applied::Stale) => stale = true,
-                    Ok(Applied::Restarted(at)) => restarted.push((p.clone(), at)),
+                    Ok(Applied::Restart(at)) => restarted.push((p.clone(), *pos, at)),
                     Ok(Applied::Done) => {}
                     Err(e) => {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply replicated data");
@@ -192,48 +192,81 @@ impl Broker {
             (stale, restarted)
         })
         .await?;
-        // Before the next fetch appends to them.
-        for (p, at) in restarted {
-            self.seed_producers_from_remote(&p, at).await;
+        for (p, pos, at) in restarted {
+            self.restart_log(p, pos, at).await;
         }
         Ok(stale)
     }
 
-    /// A log restarted at `offset` takes the producer state copied with the remote
-    /// segment that ends before it: the transactions open there (with their first
-    /// offsets, below this log) and the producers' sequences. Without it (no such
+    /// Restarts a follower's log, empty, at `offset` (its leader's local log start),
+    /// with the producer state copied with the remote segment that ends before it: the
+    /// transactions open there (with their first offsets, below this log) and the
+    /// producers' sequences. The state is fetched first, so the log is never left
+    /// restarted without it because a GET failed: then the log stays as it is, and the
+    /// next fetch, refused the same way, tries again. Without a copied state (no such
     /// segment, or one copied without), the log knows only what it replicates.
-    async fn seed_producers_from_remote(&self, p: &Arc<Partition>, offset: i64) {
+    async fn restart_log(&self, p: Arc<Partition>, pos: FollowerPosition, offset: i64) {
+        let snapshot = match self.copied_producer_state(&p, offset).await {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                tracing::warn!(topic = %p.topic, partition = p.index, offset, error = %e,
+                    "cannot read the producer state copied before the leader's log start: restarting the log later");
+                return;
+            }
+        };
+        let part = p.clone();
+        let restarted = tokio::task::spawn_blocking(move || {
+            if !part.reset_to(&pos, offset)? {
+                return Ok(None);
+            }
+            let Some(snapshot) = snapshot else {
+                return Ok(Some(false));
+            };
+            part.install_producer_snapshot(offset, &snapshot).map(Some)
+        })
+        .await
+        .map_err(crate::error::Error::from);
+        match restarted.and_then(|r| r) {
+            Ok(None) => {}
+            Ok(Some(true)) => tracing::info!(topic = %p.topic, partition = p.index, offset,
+                "took the producer state copied with the remote segment before the log's start"),
+            Ok(Some(false)) => tracing::info!(topic = %p.topic, partition = p.index, offset,
+                "no producer state copied before the log's start: the log knows the producers it replicates"),
+            Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, offset, error = %e,
+                "cannot restart the log at the leader's log start"),
+        }
+    }
+
+    /// The producer state copied with the remote segment that ends just before
+    /// `offset` (`None`: the topic is not tiered, no segment ends there, or it was
+    /// copied without one, or cut where a log diverged, so the state is of a history
+    /// this log does not share).
+    async fn copied_producer_state(
+        &self,
+        p: &Arc<Partition>,
+        offset: i64,
+    ) -> Result<Option<bytes::Bytes>> {
         if !p.config().has_remote_log() {
-            return;
+            return Ok(None);
         }
         let before = |state: &RemoteState| {
             let found = state.segments.iter().find(|s| s.end_offset + 1 == offset);
             found.cloned()
         };
-        let mut seg = before(&p.remote_state());
+        // The whole remote log: the part matching this log (which ends before it) is
+        // not the part in question.
+        let mut seg = before(&p.whole_remote_state());
         if seg.is_none() {
             // This broker's view of the remote log may be older than the leader's copies.
             self.read_remote_logs(vec![p.clone()], true).await;
-            seg = before(&p.remote_state());
+            seg = before(&p.whole_remote_state());
         }
-        let Some(seg) = seg else {
-            tracing::info!(topic = %p.topic, partition = p.index, offset,
-                "no remote segment ends where the log restarted: no producer state to take");
-            return;
-        };
-        let installed = match self.tier.reader.producer_snapshot(&seg).await {
-            Ok(Some(snapshot)) => p.install_producer_snapshot(offset, &snapshot),
-            Ok(None) => Ok(false),
-            Err(e) => Err(crate::tiering::remote_read_error(e)),
-        };
-        match installed {
-            Ok(true) => tracing::info!(topic = %p.topic, partition = p.index, offset,
-                "took the producer state copied with the remote segment before the log's start"),
-            Ok(false) => tracing::info!(topic = %p.topic, partition = p.index, offset,
-                "the remote segment before the log's start has no producer state to take"),
-            Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, offset, error = %e,
-                "cannot take the producer state of the remote segment before the log's start"),
+        match seg {
+            Some(seg) if seg.object_end_offset == seg.end_offset => (self.tier.reader)
+                .producer_snapshot(&seg)
+                .await
+                .map_err(crate::tiering::remote_read_error),
+            _ => Ok(None),
         }
     }
 }
@@ -293,8 +326,8 @@ enum Applied {
     Done,
     /// This broker's metadata is stale.
     Stale,
-    /// The log restarted, empty, at this offset.
-    Restarted(i64),
+    /// The log is to restart, empty, at this offset (the leader's local log start).
+    Restart(i64),
 }
 
 /// Applies one partition of a leader's answer. A stale answer (the partition's role or
@@ -312,11 +345,7 @@ fn apply_one(
         ErrorCode::OffsetOutOfRange if pos.log_end_offset <= r.local_log_start_offset => {
             tracing::info!(topic = %p.topic, partition = p.index, log_end_offset = pos.log_end_offset,
                 leader_log_start = r.local_log_start_offset, "log ends before the leader's log starts, restarting it there");
-            let at = r.local_log_start_offset;
-            return Ok(match p.reset_to(pos, at)? {
-                true => Applied::Restarted(at),
-                false => Applied::Done,
-            });
+            return Ok(Applied::Restart(r.local_log_start_offset));
         }
         code => {
             tracing::debug!(topic = %p.topic, partition = p.index, ?code, message = %r.error_message, "replica fetch refused");

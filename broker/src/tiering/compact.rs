@@ -232,15 +232,12 @@ impl Broker {
                 None
             }
         };
-        // The producer state after the rewrite is the one after its last segment.
+        // The producer state after the rewrite is the one after its last segment (none
+        // if that was cut where a log diverged: its state is of the discarded history).
         let last = group.last().expect("a group has segments");
-        let producer_snapshot = match self.tier.reader.producer_snapshot(last).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(topic = %p.topic, partition = p.index, base_offset = base, error = %e,
-                    "cannot read the producer state of the rewritten segments; copying it without");
-                None
-            }
+        let producer_snapshot = match last.object_end_offset == last.end_offset {
+            true => (self.tier.reader.producer_snapshot(last).await).map_err(remote_read_error)?,
+            false => None,
         };
         let upload = SealedSegment {
             base_offset: base,

@@ -25,6 +25,9 @@ pub struct Report {
     pub remote_segments: usize,
     /// librdkafka records written again under a later producer epoch (see `check`).
     pub resent_after_epoch_bump: usize,
+    /// The transactional workload's check (with the `kafka` feature).
+    #[cfg(feature = "kafka")]
+    pub txns: Option<crate::txns::TxnReport>,
     pub violations: Vec<String>,
 }
 

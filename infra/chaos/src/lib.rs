@@ -3,7 +3,8 @@
 //! lost their unflushed tail, network partitions (brokers in network namespaces of
 //! their own), PostgreSQL and object-store outages, slow disks, reassignments and
 //! decommissions (with the balancer moving replicas back) while idempotent
-//! `acks=all` producers and a consumer group run; then everything is healed and the
+//! `acks=all` producers, a transactional producer (with the `kafka` feature) and a
+//! consumer group run; then everything is healed and the
 //! checker reads the whole log back (see `check`). A failure names the seed and the
 //! fault history, so the run can be replayed.
 
@@ -15,6 +16,8 @@ mod kafka;
 pub mod netns;
 pub mod proxy;
 pub mod tally;
+#[cfg(feature = "kafka")]
+pub mod txns;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -161,7 +164,15 @@ async fn faults_then_check(
     load.stop_producing().await;
     wait_group_caught_up(client, &load.tally).await;
     load.stop_consuming().await;
-    let report = check::check(client, &load.tally, &cluster.db).await?;
+    #[allow(unused_mut)]
+    let mut report = check::check(client, &load.tally, &cluster.db).await?;
+    #[cfg(feature = "kafka")]
+    if let Some(tally) = load.txns.clone() {
+        let bootstrap = cluster.kafka_bootstrap();
+        let txns = tokio::task::spawn_blocking(move || txns::check(&bootstrap, &tally)).await??;
+        report.violations.extend(txns.violations.iter().cloned());
+        report.txns = Some(txns);
+    }
     let failed_sends = load.tally.failed.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Outcome {
         seed: opts.seed,

@@ -136,6 +136,14 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    #[cfg(feature = "kafka")]
+    if let Some(t) = &r.txns {
+        println!(
+            "seed {seed}: transactions: {} committed, {} aborted, {} of unknown outcome; \
+             {} records read with read_committed",
+            t.committed, t.aborted, t.in_doubt, t.read
+        );
+    }
     if outcome.ok() {
         println!("seed {seed}: every check passed");
         return Ok(std::process::ExitCode::SUCCESS);

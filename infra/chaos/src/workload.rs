@@ -5,6 +5,8 @@
 //! members record every record they see and commit after each poll. The `acks=1`
 //! records may be lost (by the strict min-ISR rule they stay unread until the ISR
 //! recovers) or, without idempotence, written twice; nothing a consumer read may change.
+//! With the `kafka` feature, a transactional librdkafka producer writes to a second
+//! topic too (see `txns`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +24,9 @@ pub struct Workload {
     stop_consuming: Arc<AtomicBool>,
     producers: Vec<tokio::task::JoinHandle<()>>,
     consumers: Vec<tokio::task::JoinHandle<()>>,
+    /// The transactional workload's outcomes (with the `kafka` feature).
+    #[cfg(feature = "kafka")]
+    pub txns: Option<Arc<crate::txns::TxnTally>>,
 }
 
 impl Workload {
@@ -35,16 +40,9 @@ impl Workload {
         rate: u64,
         kafka_bootstrap: Option<String>,
     ) -> anyhow::Result<Self> {
-        let configs = [
-            ("min.insync.replicas", "2"),
-            ("segment.bytes", "65536"),
-            ("local.retention.bytes", "131072"),
-            ("retention.ms", "-1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        client.create_topic(TOPIC, PARTITIONS, 3, configs).await?;
+        client
+            .create_topic(TOPIC, PARTITIONS, 3, topic_configs())
+            .await?;
         let tally = Arc::new(Tally::default());
         let stop_producing = Arc::new(AtomicBool::new(false));
         let stop_consuming = Arc::new(AtomicBool::new(false));
@@ -65,10 +63,22 @@ impl Workload {
             }
         }));
         #[cfg(feature = "kafka")]
+        let mut txns = None;
+        #[cfg(feature = "kafka")]
         if let Some(bootstrap) = kafka_bootstrap {
             let (tally, stop) = (tally.clone(), stop_producing.clone());
+            let b = bootstrap.clone();
             handles.push(tokio::task::spawn_blocking(move || {
-                crate::kafka::produce(&bootstrap, rate, tally, stop)
+                crate::kafka::produce(&b, rate, tally, stop)
+            }));
+            let (topic, partitions) = (crate::txns::TXN_TOPIC, crate::txns::TXN_PARTITIONS);
+            client
+                .create_topic(topic, partitions, 3, topic_configs())
+                .await?;
+            let (tally, stop) = (Arc::new(Default::default()), stop_producing.clone());
+            txns = Some(Arc::clone(&tally));
+            handles.push(tokio::task::spawn_blocking(move || {
+                crate::txns::produce(&bootstrap, tally, stop)
             }));
         }
         #[cfg(not(feature = "kafka"))]
@@ -86,6 +96,8 @@ impl Workload {
             stop_consuming,
             producers: handles,
             consumers,
+            #[cfg(feature = "kafka")]
+            txns,
         })
     }
 
@@ -104,6 +116,20 @@ impl Workload {
             let _ = h.await;
         }
     }
+}
+
+/// The workload's topics: RF 3 (set by the caller), min.insync.replicas 2, tiered with
+/// small segments and little kept locally, kept forever.
+fn topic_configs() -> std::collections::BTreeMap<String, String> {
+    [
+        ("min.insync.replicas", "2"),
+        ("segment.bytes", "65536"),
+        ("local.retention.bytes", "131072"),
+        ("retention.ms", "-1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 async fn produce(

@@ -75,6 +75,8 @@ def main():
                 "fences the old producer", tx.zombie_fenced, one)
         r.check("confluent-kafka", "transactions: one left open past transaction.timeout.ms is "
                 "aborted by the coordinator", tx.timeout_aborts, one)
+        r.check("confluent-kafka", "transactions on a compacted topic: cleanings remove aborted "
+                "records, then markers left alone", tx.compacted_transactions, one)
         r.check("confluent-kafka", "mostly-remote topic read from offset 0", ck.remote_replay, one)
         r.check("confluent-kafka", "transactions: read_committed replay of a tiered topic whose "
                 "markers are only in the object store (s3s-fs)", tx.tiered_read_committed, work)

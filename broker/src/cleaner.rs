@@ -83,6 +83,7 @@ impl Broker {
                 // key from segments no cleaning touches: its tombstones stay.
                 drop_tombstones: !(config.remote_storage_enable
                     && (local.retention_ms >= 0 || local.retention_bytes >= 0)),
+                drop_txn_markers: !config.remote_storage_enable,
             };
             let rate = self.config.log.cleaner_io_max_bytes_per_second;
             let part = p.clone();

@@ -404,7 +404,7 @@ impl Broker {
                 epochs: p.epochs_between(seg.base_offset, seg.end_offset),
                 replaces: Vec::new(),
                 aborted: p.aborted_markers_in(seg.base_offset, seg.end_offset),
-                producer_snapshot: p.producer_snapshot_at(seg.end_offset + 1),
+                producer_snapshot: p.producer_snapshot_at(seg.end_offset + 1).await,
             };
             match self.tier.uploader.upload(&pref, &sealed).await {
                 Ok(row) => {

@@ -27,6 +27,12 @@
 //! gap finds the next batch in the same segment). Records without a key go. A kept
 //! tombstone stays until `delete.retention.ms` after the cleaning that first kept it
 //! (see `shale_records::compact`).
+//!
+//! Transactions: the records of aborted transactions go. A marker stays while a batch
+//! of its transaction is left before it; once none is, it is treated as a tombstone
+//! (it goes `delete.retention.ms` after the cleaning that first found it alone), and
+//! when an abort marker goes, its entry leaves the aborted index (before the swap: the
+//! transaction has no record left either way). On a tiered topic markers stay.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -36,7 +42,7 @@ use std::sync::Arc;
 
 use shale_records::batch::BatchHeader;
 use shale_records::compact::{for_each_record, key_hash};
-use shale_records::control::AbortedFilter;
+use shale_records::control::{AbortedFilter, TxnCleaner};
 use shale_records::failpoint;
 
 use crate::chunk_reader::{ChunkReader, SCAN_CHUNK};
@@ -71,6 +77,10 @@ pub struct CleanerSettings {
     /// keys may be read from elsewhere (a tiered topic whose local log is trimmed:
     /// its remote segments are not compacted), or those would come back.
     pub drop_tombstones: bool,
+    /// Whether markers whose transactions have no batch left go. Not on a tiered
+    /// topic: a segment's copy in the bucket lists the aborted transactions whose
+    /// markers it holds, and earlier copies may still hold their records.
+    pub drop_txn_markers: bool,
 }
 
 /// How much of a log a cleaning could work on now.
@@ -127,6 +137,8 @@ pub struct CleanJob {
     /// The aborted transactions of the dirty section (producer id, first offset):
     /// their records never enter the key map, so none supersedes a committed one.
     aborted: Vec<(i64, i64)>,
+    /// The aborted transactions from the log start: their records go.
+    aborted_from_start: Vec<(i64, i64)>,
     generation: u64,
     segment_bytes: u64,
     index_interval: u64,
@@ -138,6 +150,8 @@ struct StagedGroup {
     end: i64,
     /// The old segments it replaces, with their sizes when read.
     replaces: Vec<(i64, u64)>,
+    /// Offsets of the abort markers it removed: their aborted-index entries go.
+    dropped_aborts: Vec<i64>,
 }
 
 /// What a cleaning counted.
@@ -226,6 +240,11 @@ impl PartitionLog {
         if c.dirty_end <= c.first_dirty {
             return Ok(None);
         }
+        let pairs = |from: i64| {
+            (self.aborted_between(from, c.dirty_end).iter())
+                .map(|a| (a.producer_id, a.first_offset))
+                .collect()
+        };
         let mut segments = Vec::new();
         let mut iter = self.segments.range(..c.dirty_end).peekable();
         while let Some((base, seg)) = iter.next() {
@@ -245,9 +264,8 @@ impl PartitionLog {
             first_dirty: c.first_dirty,
             dirty_end: c.dirty_end,
             retained: self.producers.batch_last_offsets(),
-            aborted: (self.aborted_between(c.first_dirty, c.dirty_end).iter())
-                .map(|a| (a.producer_id, a.first_offset))
-                .collect(),
+            aborted: pairs(c.first_dirty),
+            aborted_from_start: pairs(self.log_start_offset()),
             generation: self.rewrites,
             segment_bytes: self.config.segment_bytes,
             index_interval: self.config.index_interval_bytes,
@@ -296,6 +314,14 @@ impl PartitionLog {
                     .iter()
                     .any(|(b, _)| self.segments.contains_key(b));
                 remove_staged(&self.dir, group.base);
+                continue;
+            }
+            if !group.dropped_aborts.is_empty()
+                && let Err(e) = self.aborted.forget_markers(&group.dropped_aborts)
+            {
+                remove_staged(&self.dir, group.base);
+                whole = false;
+                failed = Some(e);
                 continue;
             }
             failpoint::hit("clean-before-swap");
@@ -435,6 +461,7 @@ impl CleanJob {
             });
         }
         let mut groups = Vec::new();
+        let mut txns = TxnCleaner::new(self.aborted_from_start.clone());
         let segments: Vec<&JobSegment> = self
             .segments
             .iter()
@@ -458,7 +485,7 @@ impl CleanJob {
                 settings,
                 now_ms,
             };
-            match self.write_group(group, &clean, throttle, &mut stats) {
+            match self.write_group(group, &clean, &mut txns, throttle, &mut stats) {
                 Ok(Some(g)) => groups.push(g),
                 Ok(None) => {}
                 Err(e) => {

@@ -432,5 +432,6 @@ impl ProducerStates {
 }
 
 mod snapshot;
+pub use snapshot::read_producer_snapshot;
 #[cfg(test)]
 mod tests;

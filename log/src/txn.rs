@@ -168,6 +168,25 @@ impl AbortedIndex {
         Ok(())
     }
 
+    /// Drops the entries of the abort markers at `markers` (a cleaning removed them,
+    /// and their transactions' records before); the file is rewritten first.
+    pub(crate) fn forget_markers(&mut self, markers: &[i64]) -> io::Result<()> {
+        let markers: std::collections::HashSet<i64> = markers.iter().copied().collect();
+        let kept: Vec<AbortedTxn> = (self.entries.iter())
+            .filter(|e| !markers.contains(&e.last_offset))
+            .copied()
+            .collect();
+        if kept.len() == self.entries.len() {
+            return Ok(());
+        }
+        let before = std::mem::replace(&mut self.entries, kept);
+        self.rewrite().inspect_err(|_| {
+            // The file may hold either list now: the next sync writes it whole.
+            self.entries = before;
+            self.dirty = true;
+        })
+    }
+
     /// The aborted transactions with records in `[from, upper)`: those whose marker
     /// is at or after `from` and that start before `upper`.
     pub(crate) fn between(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {

@@ -177,44 +177,132 @@ fn compaction_never_lets_an_aborted_or_open_transaction_supersede_committed_reco
     append(&mut log, keyed(&[2], 30, Some((6, 0))), 0); // 6: still open
     append(&mut log, keyed(&[9], 40, None), 0); // 7
     log.force_roll(0).unwrap();
-    let end = log.log_end_offset();
+    clean_all(&mut log, 2_000);
+    let values = stored_values(dir.path());
+    // The cleaning ran (key 3's old value went); key 1's aborted value went, its
+    // committed one stays, and key 2's stays beside the open transaction's.
+    assert_eq!(values[&3], [50], "{values:?}");
+    assert_eq!(values[&1], [10], "{values:?}");
+    assert!(values[&2].contains(&10), "{values:?}");
+}
+
+/// A cleaning of the sealed segments up to the log end (`delete.retention.ms` 1 s).
+fn clean_all(log: &mut PartitionLog, now: i64) {
     let settings = CleanerSettings {
         dedupe_buffer_bytes: 1 << 20,
         delete_retention_ms: 1_000,
         min_compaction_lag_ms: 0,
         drop_tombstones: true,
+        drop_txn_markers: true,
     };
-    let job = log.prepare_clean(end, 2_000, &settings).unwrap();
-    let staged =
-        job.expect("dirty segments below the open transaction")
-            .run(&settings, 2_000, &mut |_| {});
-    log.install_clean(staged.unwrap(), 2_000).unwrap();
+    let end = log.log_end_offset();
+    let job = log.prepare_clean(end, now, &settings).unwrap();
+    let staged = job
+        .expect("dirty segments")
+        .run(&settings, now, &mut |_| {});
+    log.install_clean(staged.unwrap(), now).unwrap();
+}
+
+/// Every stored batch: (base offset, is a marker, delete horizon).
+fn stored_batches(dir: &std::path::Path) -> Vec<(i64, bool, Option<i64>)> {
+    let mut out = Vec::new();
+    for_each_stored(dir, |h, _| {
+        out.push((h.base_offset, h.is_control(), h.delete_horizon()))
+    });
+    out
+}
+
+/// Each key's stored values, in offset order (markers left out).
+fn stored_values(dir: &std::path::Path) -> std::collections::BTreeMap<u8, Vec<u8>> {
     let mut values: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
-    let bytes = std::fs::read_dir(dir.path())
+    for_each_stored(dir, |h, bytes| {
+        if h.is_control() {
+            return;
+        }
+        for r in shale_records::record::decode_records(&bytes).unwrap() {
+            values
+                .entry(r.key.unwrap()[0])
+                .or_default()
+                .push(r.value.unwrap()[0]);
+        }
+    });
+    values
+}
+
+fn for_each_stored(dir: &std::path::Path, mut f: impl FnMut(&batch::BatchHeader, bytes::Bytes)) {
+    let paths = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
         .collect::<std::collections::BTreeSet<_>>();
-    for path in bytes {
+    for path in paths {
         let data = bytes::Bytes::from(std::fs::read(path).unwrap());
         for item in BatchIter::new(&data) {
             let (h, range) = item.unwrap();
-            if h.is_control() {
-                continue;
-            }
-            for r in shale_records::record::decode_records(&data.slice(range)).unwrap() {
-                values
-                    .entry(r.key.unwrap()[0])
-                    .or_default()
-                    .push(r.value.unwrap()[0]);
-            }
+            f(&h, data.slice(range));
         }
     }
-    // The cleaning ran (key 3's old value went); key 1's committed value stays beside
-    // the aborted one, and key 2's beside the open transaction's.
-    assert_eq!(values[&3], [50], "{values:?}");
-    assert!(values[&1].contains(&10), "{values:?}");
-    assert!(values[&2].contains(&10), "{values:?}");
+}
+
+#[test]
+fn compaction_removes_aborted_records_then_markers_left_alone_after_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..small_config()
+    };
+    let mut log = open_log(dir.path(), config.clone()).unwrap();
+    append(&mut log, keyed(&[1], 10, None), 0); // 0
+    append(&mut log, keyed(&[1], 20, Some((5, 0))), 0); // 1: aborted below
+    append(&mut log, keyed(&[2], 30, Some((6, 0))), 0); // 2: committed below
+    // The coordinator aborts producer 5's transaction at a newer epoch (a timeout):
+    // its batches leave the producer state, so nothing keeps them.
+    log.append_marker(5, 1, Marker::Abort, 1, 0, 0).unwrap(); // 3
+    log.append_marker(6, 0, Marker::Commit, 1, 0, 0).unwrap(); // 4
+    append(&mut log, keyed(&[9], 40, None), 0); // 5
+    let clean = |log: &mut PartitionLog, value: u8, now: i64| {
+        append(log, keyed(&[9], value, None), 0);
+        log.force_roll(0).unwrap();
+        clean_all(log, now);
+    };
+    let abort = abort_at(1, 3, 2, 5);
+    assert_eq!(log.aborted_between(0, 7), [abort]);
+
+    // First cleaning: the aborted record goes; its marker stays, since the cleaning
+    // read a batch of its transaction.
+    clean(&mut log, 41, 2_000);
+    let values = stored_values(dir.path());
+    assert_eq!(values[&1], [10], "{values:?}");
+    assert_eq!(values[&2], [30], "{values:?}");
+    let markers = |dir: &std::path::Path| -> Vec<(i64, Option<i64>)> {
+        (stored_batches(dir).into_iter())
+            .filter(|b| b.1)
+            .map(|(o, _, horizon)| (o, horizon))
+            .collect()
+    };
+    assert_eq!(markers(dir.path()), [(3, None), (4, None)]);
+    assert_eq!(log.aborted_between(0, 7), [abort]);
+
+    // Second: the abort marker is alone now, and gets its delete horizon. The commit
+    // marker keeps its transaction's record.
+    clean(&mut log, 42, 3_000);
+    assert_eq!(markers(dir.path()), [(3, Some(4_000)), (4, None)]);
+    assert_eq!(log.aborted_between(0, 7), [abort]);
+
+    // Past the horizon, it goes, and so does its aborted-index entry, for good.
+    clean(&mut log, 43, 4_000);
+    assert_eq!(markers(dir.path()), [(4, None)]);
+    assert!(log.aborted_between(0, 10).is_empty());
+    let end = log.log_end_offset();
+    drop(log);
+    let log = open_log(dir.path(), config).unwrap();
+    assert!(log.aborted_between(0, end).is_empty());
+    assert_eq!(log.last_stable_offset(end), end);
+    let values = stored_values(dir.path());
+    assert_eq!(
+        (values[&1].as_slice(), values[&2].as_slice()),
+        (&[10][..], &[30][..])
+    );
 }
 
 #[test]

@@ -210,7 +210,53 @@ pub fn clean_against_map(
 pub fn clean_batch(
     batch: &[u8],
     how: CleanBatch,
+    keep: impl FnMut(CleanerRecord<'_>) -> bool,
+) -> Result<Cleaned, BatchError> {
+    clean_records(batch, how, keep, false)
+}
+
+/// A batch of an aborted transaction as a cleaning leaves it: without its records
+/// (empty if `how.keep_empty`, else removed).
+pub fn clean_aborted(batch: &[u8], how: CleanBatch) -> Result<MapCleaned, BatchError> {
+    let all = CleanBatch {
+        protect_from: i64::MAX,
+        ..how
+    };
+    let cleaned = clean_batch(batch, all, |_| false)?;
+    let removed = match cleaned {
+        Cleaned::Unchanged => 0,
+        _ => BatchHeader::parse(batch)?.record_count.max(0) as u64,
+    };
+    Ok(MapCleaned { cleaned, removed })
+}
+
+/// A transaction marker (a control batch) as a cleaning leaves it. A marker whose
+/// transaction has no batch left before it (`alone`) is treated as a tombstone: the
+/// first cleaning that finds it so writes its delete horizon, and the first one past
+/// that horizon removes it (unless `how.keep_empty`: it then stays as it is, since a
+/// marker is never emptied). Any other marker stays.
+pub fn clean_marker(batch: &[u8], how: CleanBatch, alone: bool) -> Result<Cleaned, BatchError> {
+    let h = whole_batch(batch)?;
+    if !h.is_control() {
+        return Err(BatchError::Invalid("not a control batch"));
+    }
+    if !alone {
+        return Ok(Cleaned::Unchanged);
+    }
+    match h.delete_horizon() {
+        None => clean_records(batch, how, |_| true, true),
+        Some(t) if how.now_ms >= t && !how.keep_empty => Ok(Cleaned::Removed),
+        Some(_) => Ok(Cleaned::Unchanged),
+    }
+}
+
+/// [`clean_batch`]; `set_horizon`: the batch gets a delete horizon (if it has none)
+/// whether or not it keeps a tombstone.
+fn clean_records(
+    batch: &[u8],
+    how: CleanBatch,
     mut keep: impl FnMut(CleanerRecord<'_>) -> bool,
+    set_horizon: bool,
 ) -> Result<Cleaned, BatchError> {
     let h = whole_batch(batch)?;
     let section = records_section(batch, &h)?;
@@ -231,9 +277,10 @@ pub fn clean_batch(
         .collect();
     // A batch that keeps a tombstone gets its delete horizon at its first cleaning.
     let new_horizon = (h.delete_horizon().is_none()
-        && kept
-            .iter()
-            .any(|r| r.tombstone && offset_of(r) < how.protect_from))
+        && (set_horizon
+            || kept
+                .iter()
+                .any(|r| r.tombstone && offset_of(r) < how.protect_from)))
     .then(|| how.now_ms.saturating_add(how.delete_retention_ms));
     if kept.len() == records.len() && new_horizon.is_none() {
         return Ok(Cleaned::Unchanged);
@@ -427,5 +474,47 @@ mod tests {
         .unwrap();
         assert_eq!(seen, [(100, Some(b"a".to_vec()), true), (101, None, false)]);
         assert_ne!(key_hash(b"a"), key_hash(b"b"));
+    }
+
+    #[test]
+    fn a_marker_alone_gets_a_horizon_then_goes_after_it() {
+        use crate::control::{Marker, build_marker, parse_marker};
+        let mut m = build_marker(7, 2, Marker::Abort, 4, 1_000).to_vec();
+        crate::batch::set_base_offset(&mut m, 30);
+        assert_eq!(clean_marker(&m, HOW, false).unwrap(), Cleaned::Unchanged);
+        assert!(
+            clean_marker(
+                &batch(Compression::None, &[(Some("a"), Some("1"))]),
+                HOW,
+                true
+            )
+            .is_err()
+        );
+        let Cleaned::Rewritten(first) = clean_marker(&m, HOW, true).unwrap() else {
+            panic!("a marker alone gets its horizon")
+        };
+        let h = BatchHeader::parse(&first).unwrap();
+        h.validate_stored(&first).unwrap();
+        assert_eq!(h.delete_horizon(), Some(60_000));
+        assert_eq!((h.base_offset, h.producer_id, h.producer_epoch), (30, 7, 2));
+        assert!(h.is_control() && h.is_transactional());
+        assert_eq!(parse_marker(&first).unwrap(), (Marker::Abort, 4));
+        let recs = decode_records(&Bytes::from(first.clone())).unwrap();
+        assert_eq!(recs[0].timestamp, 1_000);
+        // Before the horizon it stays; after it, it goes, unless it must stay.
+        assert_eq!(clean_marker(&first, HOW, true).unwrap(), Cleaned::Unchanged);
+        let later = CleanBatch {
+            now_ms: 60_000,
+            ..HOW
+        };
+        assert_eq!(clean_marker(&first, later, true).unwrap(), Cleaned::Removed);
+        let kept = CleanBatch {
+            keep_empty: true,
+            ..later
+        };
+        assert_eq!(
+            clean_marker(&first, kept, true).unwrap(),
+            Cleaned::Unchanged
+        );
     }
 }

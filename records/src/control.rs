@@ -125,6 +125,58 @@ impl AbortedFilter {
     }
 }
 
+/// What a cleaning decides for transactions as it reads a log's batches in offset
+/// order from the log's start (as Kafka's cleaner does): the records of an aborted
+/// transaction go, and a marker may go once no batch of its transaction is left
+/// before it.
+#[derive(Debug, Default)]
+pub struct TxnCleaner {
+    aborted: AbortedFilter,
+    /// Producers whose current transaction has a batch in what was read.
+    with_batches: std::collections::HashSet<i64>,
+}
+
+/// What [`TxnCleaner::visit`] says of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnBatch {
+    /// Records outside any transaction, or of a committed (or still open) one.
+    Data,
+    /// Records of an aborted transaction: they all go.
+    Aborted,
+    /// A marker; `alone`: no batch of its transaction was read before it.
+    Marker { alone: bool },
+}
+
+impl TxnCleaner {
+    /// `aborted`: (producer id, first offset) of the aborted transactions with records
+    /// in what the cleaning reads.
+    pub fn new(aborted: Vec<(i64, i64)>) -> Self {
+        Self {
+            aborted: AbortedFilter::new(aborted),
+            with_batches: Default::default(),
+        }
+    }
+
+    /// Takes the next batch in offset order (`batch`: its bytes).
+    pub fn visit(&mut self, h: &BatchHeader, batch: &[u8]) -> TxnBatch {
+        let committed = self.aborted.keep(h, batch);
+        if h.is_control() {
+            TxnBatch::Marker {
+                alone: !self.with_batches.remove(&h.producer_id),
+            }
+        } else if !h.is_transactional() {
+            TxnBatch::Data
+        } else {
+            self.with_batches.insert(h.producer_id);
+            if committed {
+                TxnBatch::Data
+            } else {
+                TxnBatch::Aborted
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +212,36 @@ mod tests {
             .map(|b| f.keep(&BatchHeader::parse(b).unwrap(), b))
             .collect();
         assert_eq!(kept, [false, true, false, false, true, false]);
+
+        // A cleaning of the same log: producer 1's aborted batch goes, and each marker
+        // stays while a batch of its transaction is before it.
+        let mut c = TxnCleaner::new(vec![(1, 0)]);
+        let seen: Vec<TxnBatch> = (log.iter())
+            .map(|b| c.visit(&BatchHeader::parse(b).unwrap(), b))
+            .collect();
+        let marker = |alone| TxnBatch::Marker { alone };
+        assert_eq!(
+            seen,
+            [
+                TxnBatch::Aborted,
+                TxnBatch::Data,
+                marker(false),
+                marker(false),
+                TxnBatch::Data,
+                marker(false)
+            ]
+        );
+        // Once the aborted batch and producer 2's batch are gone, their markers are
+        // alone; producer 1's commit is not.
+        let mut c = TxnCleaner::new(vec![(1, 0)]);
+        let seen: Vec<TxnBatch> = [&log[2], &log[3], &log[4], &log[5]]
+            .iter()
+            .map(|b| c.visit(&BatchHeader::parse(b).unwrap(), b))
+            .collect();
+        assert_eq!(
+            seen,
+            [marker(true), marker(true), TxnBatch::Data, marker(false)]
+        );
     }
 
     #[test]

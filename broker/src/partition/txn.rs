@@ -165,11 +165,12 @@ impl Partition {
 
     /// The producer snapshot file as of `offset` (a segment's base), for the copy of
     /// the segment before it.
-    pub fn producer_snapshot_at(&self, offset: i64) -> Option<Bytes> {
-        self.replica()
-            .log
-            .producer_snapshot_at(offset)
-            .map(Bytes::from)
+    pub async fn producer_snapshot_at(&self, offset: i64) -> Option<Bytes> {
+        // Read off the async workers and without the replica's lock.
+        let path = self.replica().log.producer_snapshot_path(offset);
+        let read = move || shale_log::producers::read_producer_snapshot(&path);
+        let bytes = tokio::task::spawn_blocking(read).await.ok()??;
+        Some(Bytes::from(bytes))
     }
 
     /// Follower: a log just restarted empty at `offset` takes the producer state

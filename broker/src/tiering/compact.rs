@@ -13,8 +13,11 @@
 //!    from there;
 //! 2. rewrites the remote segments in order, in groups of up to `segment.bytes`,
 //!    keeping the latest record of each key (tombstones until their delete horizon,
-//!    which the first cleaning sets, as locally). Offsets stay, with gaps; the last
-//!    batch of a group stays, so a rewrite covers exactly the offsets it replaces;
+//!    which the first cleaning sets, as locally), and dropping the records of aborted
+//!    transactions (as the segments' aborted lists and the local index name them).
+//!    Markers stay, and so do the segments' aborted lists. Offsets stay, with gaps;
+//!    the last batch of a group stays, so a rewrite covers exactly the offsets it
+//!    replaces;
 //! 3. under the partition's `tier_lock` (so uploads and remote retention wait for one
 //!    rewrite, not the whole run), checks that the group is still what the read index
 //!    lists, uploads the rewrite as a new segment (new id) whose row stays
@@ -37,7 +40,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use shale_metastore::RemoteSegment;
 use shale_records::batch::{BatchHeader, BatchIter};
-use shale_records::compact::{CleanBatch, clean_against_map, for_each_record, key_hash};
+use shale_records::compact::{
+    CleanBatch, clean_aborted, clean_against_map, for_each_record, key_hash,
+};
+use shale_records::control::{TxnBatch, TxnCleaner};
 use shale_tiering::reader::{ReadError, RemoteReader};
 use shale_tiering::uploader::SealedSegment;
 
@@ -200,6 +206,11 @@ impl Broker {
             std::io::BufWriter::new(std::fs::File::create(&path).map_err(Error::Storage)?);
         let mut changed = group.len() > 1;
         let mut removed = 0u64;
+        let mut txns = TxnCleaner::new(
+            (p.aborted_in_both_tiers(base, end + 1).iter())
+                .map(|a| (a.producer_id, a.first_offset))
+                .collect(),
+        );
         for seg in group {
             for_each_remote_batch(&self.tier.reader, seg, |h, batch| {
                 stats.bytes_read += batch.len() as u64;
@@ -207,7 +218,11 @@ impl Broker {
                     keep_empty: h.last_offset() == end,
                     ..how
                 };
-                let cleaned = clean_against_map(batch, how, map).map_err(|e| corrupt(seg, e))?;
+                let cleaned = match txns.visit(h, batch) {
+                    TxnBatch::Aborted => clean_aborted(batch, how),
+                    TxnBatch::Data | TxnBatch::Marker { .. } => clean_against_map(batch, how, map),
+                }
+                .map_err(|e| corrupt(seg, e))?;
                 changed |= cleaned.changed();
                 removed += cleaned.removed;
                 std::io::Write::write_all(&mut out, cleaned.bytes(batch)).map_err(Error::Storage)
@@ -251,7 +266,7 @@ impl Broker {
             key_filter: key_filter.clone(),
             epochs: merged_epochs(group),
             replaces: group.iter().map(|s| s.segment_id).collect(),
-            // The rewrite keeps every marker and transactional record.
+            // The rewrite keeps every marker.
             aborted: group.iter().flat_map(|s| s.live_aborted()).collect(),
             producer_snapshot,
         };
@@ -331,10 +346,11 @@ struct KeyMap {
 
 impl KeyMap {
     /// Adds the records of one batch; false once the map is full. Markers and
-    /// transactional batches add nothing: a marker's key is its type, and the
-    /// bucket's segments carry no aborted-transaction index yet, so a record of an
-    /// aborted transaction must not supersede a committed one (transactional records
-    /// are superseded by later plain records, and kept otherwise).
+    /// transactional batches add nothing: a marker's key is its type, and a record of
+    /// an aborted or undecided transaction (the local part reaches the high watermark,
+    /// past the last stable offset) must not supersede a committed one. So committed
+    /// transactional records are superseded by later plain records, and kept
+    /// otherwise.
     fn add(&mut self, batch: &[u8]) -> std::result::Result<bool, shale_records::batch::BatchError> {
         let h = shale_records::batch::BatchHeader::parse(batch)?;
         if h.is_control() || h.is_transactional() {

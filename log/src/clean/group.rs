@@ -1,11 +1,14 @@
 //! Writing one group of a cleaning: the group's segments, cleaned against the offset
-//! map, into one staged segment.
+//! map and the transactions' outcomes, into one staged segment.
 
 use std::collections::HashMap;
 use std::io;
 
 use shale_records::batch::BatchHeader;
-use shale_records::compact::{CleanBatch, clean_against_map};
+use shale_records::compact::{
+    CleanBatch, Cleaned, MapCleaned, clean_aborted, clean_against_map, clean_marker,
+};
+use shale_records::control::{TxnBatch, TxnCleaner};
 
 use super::files::remove_staged;
 use super::{
@@ -17,11 +20,12 @@ use crate::segment::Segment;
 
 impl CleanJob {
     /// Writes one group's cleaned segment; `None` if it would be the one segment it
-    /// replaces, unchanged.
+    /// replaces, unchanged. `txns` has read the groups before this one.
     pub(super) fn write_group(
         &self,
         group: &[&JobSegment],
         clean: &GroupClean<'_>,
+        txns: &mut TxnCleaner,
         throttle: &mut dyn FnMut(u64),
         stats: &mut CleanStats,
     ) -> Result<Option<StagedGroup>, LogError> {
@@ -37,6 +41,7 @@ impl CleanJob {
         let mut buf: Vec<u8> = Vec::with_capacity(WRITE_CHUNK);
         let mut headers: Vec<BatchHeader> = Vec::new();
         let mut changed = group.len() > 1;
+        let mut dropped_aborts = Vec::new();
         let interval = self.index_interval;
         let flush = |out: &mut Segment,
                      buf: &mut Vec<u8>,
@@ -66,8 +71,24 @@ impl CleanJob {
                         || (last_of_group && h.last_offset() == end - 1),
                     protect_from: covered_end,
                 };
-                let cleaned = clean_against_map(batch, how, map)
-                    .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
+                let cleaned = match txns.visit(h, batch) {
+                    TxnBatch::Data => clean_against_map(batch, how, map),
+                    TxnBatch::Aborted => clean_aborted(batch, how),
+                    TxnBatch::Marker { alone } => {
+                        let alone = alone && settings.drop_txn_markers;
+                        clean_marker(batch, how, alone).map(|cleaned| {
+                            let removed = matches!(cleaned, Cleaned::Removed);
+                            if removed && marker_is_abort(batch) {
+                                dropped_aborts.push(h.base_offset);
+                            }
+                            MapCleaned {
+                                removed: u64::from(removed),
+                                cleaned,
+                            }
+                        })
+                    }
+                }
+                .map_err(|e| corrupt(&self.dir, seg.base, e.to_string()))?;
                 stats.records_read += h.record_count.max(0) as u64;
                 let written = cleaned.bytes(batch);
                 changed |= cleaned.changed();
@@ -97,8 +118,16 @@ impl CleanJob {
             base,
             end,
             replaces: group.iter().map(|s| (s.base, s.size)).collect(),
+            dropped_aborts,
         }))
     }
+}
+
+fn marker_is_abort(batch: &[u8]) -> bool {
+    matches!(
+        shale_records::control::parse_marker(batch),
+        Ok((shale_records::control::Marker::Abort, _))
+    )
 }
 
 /// What every group of one cleaning shares.

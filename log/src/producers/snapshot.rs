@@ -165,8 +165,13 @@ impl crate::PartitionLog {
     /// base), if the log has a readable one: what the copy of the segment before it
     /// to the object store takes along.
     pub fn producer_snapshot_at(&self, offset: i64) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(snapshot_path(&self.dir, offset)).ok()?;
-        ProducerStates::decode(&bytes).map(|_| bytes)
+        read_producer_snapshot(&self.producer_snapshot_path(offset))
+    }
+
+    /// Where the snapshot as of `offset` would be, for [`read_producer_snapshot`]
+    /// without the partition's lock.
+    pub fn producer_snapshot_path(&self, offset: i64) -> PathBuf {
+        snapshot_path(&self.dir, offset)
     }
 
     /// A log just restarted empty at `offset` (a new replica starting at its leader's
@@ -186,6 +191,12 @@ impl crate::PartitionLog {
         self.unstable_ended.clear();
         Ok(true)
     }
+}
+
+/// The snapshot file at `path`, if it is there and readable.
+pub fn read_producer_snapshot(path: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(path).ok()?;
+    ProducerStates::decode(&bytes).map(|_| bytes)
 }
 
 pub(super) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {

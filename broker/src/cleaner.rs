@@ -83,7 +83,10 @@ impl Broker {
                 // key from segments no cleaning touches: its tombstones stay.
                 drop_tombstones: !(config.remote_storage_enable
                     && (local.retention_ms >= 0 || local.retention_bytes >= 0)),
-                drop_txn_markers: !config.remote_storage_enable,
+                drop_txn_markers_below: match config.remote_storage_enable {
+                    true => i64::MIN,
+                    false => p.replicas_log_end(),
+                },
             };
             let rate = self.config.log.cleaner_io_max_bytes_per_second;
             let part = p.clone();

@@ -30,9 +30,11 @@
 //!
 //! Transactions: the records of aborted transactions go. A marker stays while a batch
 //! of its transaction is left before it; once none is, it is treated as a tombstone
-//! (it goes `delete.retention.ms` after the cleaning that first found it alone), and
-//! when an abort marker goes, its entry leaves the aborted index (before the swap: the
-//! transaction has no record left either way). On a tiered topic markers stay.
+//! (it goes `delete.retention.ms` after the cleaning that first found it alone), if
+//! every replica has it (see [`CleanerSettings::drop_txn_markers_below`]). Before the
+//! swap that removes a marker, the producer snapshots up to it go, and an abort
+//! marker's entry leaves the aborted index (the transaction has no record left either
+//! way).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -48,6 +50,7 @@ use shale_records::failpoint;
 use crate::chunk_reader::{ChunkReader, SCAN_CHUNK};
 use crate::files::FileCache;
 use crate::layout::{LOG_SUFFIX, STAGED_SUFFIX, segment_path};
+use crate::producers::ProducerStates;
 use crate::segment::Segment;
 use crate::{LogError, PartitionLog, sync_dir};
 
@@ -77,10 +80,14 @@ pub struct CleanerSettings {
     /// keys may be read from elsewhere (a tiered topic whose local log is trimmed:
     /// its remote segments are not compacted), or those would come back.
     pub drop_tombstones: bool,
-    /// Whether markers whose transactions have no batch left go. Not on a tiered
-    /// topic: a segment's copy in the bucket lists the aborted transactions whose
-    /// markers it holds, and earlier copies may still hold their records.
-    pub drop_txn_markers: bool,
+    /// Markers below this offset whose transactions have no batch left go; markers
+    /// at or above it stay (`i64::MIN`: all stay). The partition's leader passes the
+    /// lowest log end of its other replicas: a replica that copied a transaction's
+    /// records but not yet its marker would never see that transaction end. Followers
+    /// and tiered topics (a segment's copy in the bucket lists the aborted
+    /// transactions whose markers it holds, and earlier copies may still hold their
+    /// records) keep every marker.
+    pub drop_txn_markers_below: i64,
 }
 
 /// How much of a log a cleaning could work on now.
@@ -152,6 +159,8 @@ struct StagedGroup {
     replaces: Vec<(i64, u64)>,
     /// Offsets of the abort markers it removed: their aborted-index entries go.
     dropped_aborts: Vec<i64>,
+    /// The last marker it removed: the producer snapshots up to there go.
+    last_dropped_marker: Option<i64>,
 }
 
 /// What a cleaning counted.
@@ -316,9 +325,13 @@ impl PartitionLog {
                 remove_staged(&self.dir, group.base);
                 continue;
             }
-            if !group.dropped_aborts.is_empty()
-                && let Err(e) = self.aborted.forget_markers(&group.dropped_aborts)
-            {
+            // Before the swap: an entry without its marker, or a snapshot holding its
+            // transaction open, would outlive a crash right after it.
+            let forgotten = group.last_dropped_marker.map_or(Ok(()), |m| {
+                self.aborted.forget_markers(&group.dropped_aborts)?;
+                ProducerStates::delete_snapshots_through(&self.dir, m)
+            });
+            if let Err(e) = forgotten {
                 remove_staged(&self.dir, group.base);
                 whole = false;
                 failed = Some(e);

@@ -134,7 +134,7 @@ proptest! {
                         delete_retention_ms: RETENTION,
                         min_compaction_lag_ms: 0,
             drop_tombstones: true,
-            drop_txn_markers: true,
+            drop_txn_markers_below: i64::MAX,
                     };
                     let before = stored(&log);
                     let Some(job) = log.prepare_clean(hw, now, &settings).unwrap() else {
@@ -240,7 +240,7 @@ const SETTINGS: CleanerSettings = CleanerSettings {
     delete_retention_ms: RETENTION,
     min_compaction_lag_ms: 0,
     drop_tombstones: true,
-    drop_txn_markers: true,
+    drop_txn_markers_below: i64::MAX,
 };
 
 /// A log of 40 batches of two updates to 5 keys, over several segments.
@@ -327,7 +327,7 @@ fn idempotent_producers_last_batches_survive_cleaning_and_a_retry_is_a_duplicate
         delete_retention_ms: RETENTION,
         min_compaction_lag_ms: 0,
         drop_tombstones: true,
-        drop_txn_markers: true,
+        drop_txn_markers_below: i64::MAX,
     };
     let job = log.prepare_clean(30, 2_000, &settings).unwrap().unwrap();
     let staged = job.run(&settings, 2_000, &mut |_| {}).unwrap();

@@ -193,7 +193,7 @@ fn clean_all(log: &mut PartitionLog, now: i64) {
         delete_retention_ms: 1_000,
         min_compaction_lag_ms: 0,
         drop_tombstones: true,
-        drop_txn_markers: true,
+        drop_txn_markers_below: i64::MAX,
     };
     let end = log.log_end_offset();
     let job = log.prepare_clean(end, now, &settings).unwrap();
@@ -303,6 +303,36 @@ fn compaction_removes_aborted_records_then_markers_left_alone_after_the_retentio
         (values[&1].as_slice(), values[&2].as_slice()),
         (&[10][..], &[30][..])
     );
+}
+
+#[test]
+fn a_truncation_after_a_marker_went_does_not_reopen_its_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..small_config()
+    };
+    let mut log = open_log(dir.path(), config).unwrap();
+    append(&mut log, keyed(&[1], 10, Some((5, 0))), 0); // 0: aborted below
+    log.force_roll(0).unwrap(); // the snapshot at 1 holds the transaction open
+    log.append_marker(5, 1, Marker::Abort, 1, 0, 0).unwrap(); // 1
+    append(&mut log, keyed(&[7], 30, None), 0); // 2
+    append(&mut log, keyed(&[9], 40, None), 0); // 3
+    for (value, now) in [(41, 2_000), (42, 3_000), (43, 4_000)] {
+        append(&mut log, keyed(&[9], value, None), 0);
+        log.force_roll(0).unwrap();
+        clean_all(&mut log, now);
+    }
+    assert!(
+        stored_batches(dir.path()).iter().all(|b| !b.1),
+        "the marker went"
+    );
+    // An unclean election truncates this replica to 3, past where the marker was: the
+    // producer state is rebuilt from a snapshot at or below 3, or from the log start.
+    log.truncate_to(3).unwrap();
+    assert_eq!(log.log_end_offset(), 3);
+    assert!(log.open_transactions().is_empty());
+    assert_eq!(log.last_stable_offset(3), 3);
 }
 
 #[test]

@@ -114,6 +114,22 @@ impl Partition {
             .collect()
     }
 
+    /// Leader: the lowest log end of its other replicas (those being added among them)
+    /// as their last fetches said, -1 for one not heard from since this broker leads,
+    /// `i64::MAX` without another replica. Follower: `i64::MIN`. A cleaning removes
+    /// transaction markers only below it.
+    pub fn replicas_log_end(&self) -> i64 {
+        let r = self.replica();
+        if r.closed || r.role.leader != self.broker_id {
+            return i64::MIN;
+        }
+        (r.role.replicas.iter().chain(&r.role.adding))
+            .filter(|b| **b != self.broker_id)
+            .map(|b| r.followers.get(b).map_or(-1, |f| f.leo))
+            .min()
+            .unwrap_or(i64::MAX)
+    }
+
     /// Plans a read from `offset` bounded by the high watermark.
     pub fn plan_read(&self, offset: i64) -> Result<(ReadPlan, PartitionOffsets)> {
         let r = self.replica();

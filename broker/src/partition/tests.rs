@@ -98,11 +98,14 @@ fn followers_copy_the_leader_and_the_hw_follows_the_isr() {
     a.append(&batch(3, 10), Some(2), 0).unwrap();
     a.append(&batch(2, 10), Some(2), 0).unwrap();
     assert_eq!(a.high_watermark(), 0, "the follower has nothing yet");
+    // Markers are removed below every replica's log end: none heard from yet.
+    assert_eq!((a.replicas_log_end(), b.replicas_log_end()), (-1, i64::MIN));
     replicate_once(&a, &b, 2);
     assert_eq!(b.offsets().log_end_offset, 5);
     assert_eq!(a.high_watermark(), 0, "the leader learns on the next fetch");
     replicate_once(&a, &b, 2);
     assert_eq!((a.high_watermark(), b.high_watermark()), (5, 5));
+    assert_eq!(a.replicas_log_end(), 5);
     // A fetch with an old epoch is fenced.
     let err = a.serve_replica(&fetch(2, -1, (5, 0)), 0).unwrap_err();
     assert_eq!(err.code(), shale_records::ErrorCode::FencedLeaderEpoch);

@@ -169,8 +169,14 @@ impl Partition {
         // Read off the async workers and without the replica's lock.
         let path = self.replica().log.producer_snapshot_path(offset);
         let read = move || shale_log::producers::read_producer_snapshot(&path);
-        let bytes = tokio::task::spawn_blocking(read).await.ok()??;
-        Some(Bytes::from(bytes))
+        match tokio::task::spawn_blocking(read).await {
+            Ok(bytes) => bytes.map(Bytes::from),
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, offset, error = %e,
+                    "cannot read the producer snapshot: the copy goes without it");
+                None
+            }
+        }
     }
 
     /// Follower: a log just restarted empty at `offset` takes the producer state

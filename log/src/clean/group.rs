@@ -42,6 +42,7 @@ impl CleanJob {
         let mut headers: Vec<BatchHeader> = Vec::new();
         let mut changed = group.len() > 1;
         let mut dropped_aborts = Vec::new();
+        let mut last_dropped_marker = None;
         let interval = self.index_interval;
         let flush = |out: &mut Segment,
                      buf: &mut Vec<u8>,
@@ -75,9 +76,12 @@ impl CleanJob {
                     TxnBatch::Data => clean_against_map(batch, how, map),
                     TxnBatch::Aborted => clean_aborted(batch, how),
                     TxnBatch::Marker { alone } => {
-                        let alone = alone && settings.drop_txn_markers;
+                        let alone = alone && h.last_offset() < settings.drop_txn_markers_below;
                         clean_marker(batch, how, alone).map(|cleaned| {
                             let removed = matches!(cleaned, Cleaned::Removed);
+                            if removed {
+                                last_dropped_marker = Some(h.base_offset);
+                            }
                             if removed && marker_is_abort(batch) {
                                 dropped_aborts.push(h.base_offset);
                             }
@@ -119,6 +123,7 @@ impl CleanJob {
             end,
             replaces: group.iter().map(|s| (s.base, s.size)).collect(),
             dropped_aborts,
+            last_dropped_marker,
         }))
     }
 }

@@ -128,9 +128,21 @@ impl ProducerStates {
     /// The deletions are durable: a snapshot of a truncated tail must not come back
     /// after a power loss and be taken for the state of different batches.
     pub fn delete_snapshots_above(dir: &Path, offset: i64) -> io::Result<()> {
+        Self::delete_snapshots(dir, |o| o > offset)
+    }
+
+    /// Deletes the snapshots at or below `offset`, durably: a cleaning is about to
+    /// remove a transaction marker there, and a replay (after a truncation) from a
+    /// snapshot that holds its transaction open would never see it end. A replay
+    /// from the log start sees none of that transaction's batches.
+    pub fn delete_snapshots_through(dir: &Path, offset: i64) -> io::Result<()> {
+        Self::delete_snapshots(dir, |o| o <= offset)
+    }
+
+    fn delete_snapshots(dir: &Path, delete: impl Fn(i64) -> bool) -> io::Result<()> {
         let mut deleted = false;
         for o in list_snapshots(dir)? {
-            if o > offset {
+            if delete(o) {
                 std::fs::remove_file(snapshot_path(dir, o))?;
                 deleted = true;
             }

@@ -44,7 +44,7 @@ class Broker:
     """One shale-broker process with a Kafka and a gRPC listener."""
 
     def __init__(self, workdir, broker_id=0, metastore=None, objects=None, extra_toml="",
-                 listeners_toml="", rack=None):
+                 listeners_toml="", rack=None, sections_toml=""):
         self.id = broker_id
         self.dir = os.path.join(workdir, f"broker{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
@@ -60,6 +60,8 @@ class Broker:
             f.write(listeners_toml)
             if rack:
                 f.write(f'\n[broker]\nrack = "{rack}"\n')
+            # Sections of its own (`[transactions]`, ...).
+            f.write("\n" + sections_toml)
 
     @property
     def kafka(self):

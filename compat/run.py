@@ -77,6 +77,8 @@ def main():
                 "aborted by the coordinator", tx.timeout_aborts, one)
         r.check("confluent-kafka", "transactions on a compacted topic: cleanings remove aborted "
                 "records, then markers left alone", tx.compacted_transactions, one)
+        r.check("confluent-kafka", "transactions: an idle transactional id expires, an open one "
+                "does not", tx.idle_id_expires, work)
         r.check("confluent-kafka", "mostly-remote topic read from offset 0", ck.remote_replay, one)
         r.check("confluent-kafka", "transactions: read_committed replay of a tiered topic whose "
                 "markers are only in the object store (s3s-fs)", tx.tiered_read_committed, work)

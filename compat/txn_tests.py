@@ -150,6 +150,52 @@ def compacted_transactions(cluster):
     assert after <= 6, f"{before} markers before the cleanings, {after} after"
 
 
+def idle_id_expires(work):
+    """A broker whose transactional ids expire after 2 s idle
+    (`[transactions] transactional_id_expiration_ms`): the id of a producer idle past
+    that is removed, so that producer's next transaction fails and a new instance of
+    the id starts afresh; an id whose transaction is open does not expire, and its
+    producer commits later."""
+    from confluent_kafka import KafkaException as Failed
+    from harness import Broker, Cluster
+    b = Broker(os.path.join(work, "tx-expire"),
+               sections_toml="[transactions]\ntransactional_id_expiration_ms = 2000\n")
+    b.start()
+    cluster = Cluster([b])
+    try:
+        topic = "tx-expire"
+        create(cluster, topic, 1)
+        idle = txn_producer(cluster.bootstrap, "tx-expire-idle")
+        idle.begin_transaction()
+        idle.produce(topic, value="first")
+        idle.commit_transaction(30)
+        held = txn_producer(cluster.bootstrap, "tx-expire-open",
+                            **{"transaction.timeout.ms": 60000})
+        held.begin_transaction()
+        held.produce(topic, value="open")
+        held.flush(30)
+        # Past the expiration and a pass of the coordinator (each second).
+        time.sleep(5)
+        idle.begin_transaction()
+        idle.produce(topic, value="late")
+        try:
+            idle.commit_transaction(30)
+            raise AssertionError("a transaction of an expired id committed")
+        except Failed:
+            pass
+        fresh = txn_producer(cluster.bootstrap, "tx-expire-idle")
+        fresh.begin_transaction()
+        fresh.produce(topic, value="second")
+        fresh.commit_transaction(30)
+        held.commit_transaction(30)
+        committed = read(cluster.bootstrap, topic, 1, True)
+        assert sorted(committed) == ["first", "open", "second"], committed
+        log = open(os.path.join(b.dir, "broker.log")).read()
+        assert "transactional id expired" in log and "tx-expire-idle" in log
+    finally:
+        cluster.stop()
+
+
 def zombie_fenced(cluster):
     topic = "tx-zombie"
     create(cluster, topic, 1)

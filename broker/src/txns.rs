@@ -7,7 +7,9 @@
 //!
 //! A decided transaction (PrepareCommit, PrepareAbort) is finished by whoever
 //! coordinates its id: at once after EndTxn, and by the periodic pass after a crash or
-//! a move of the coordinator. The pass also aborts transactions past their timeout.
+//! a move of the coordinator. The pass also aborts transactions past their timeout,
+//! and removes the records of ids idle past `transactional_id_expiration_ms`. It reads
+//! only the records it may act on (open, being decided, or idle that long).
 
 use std::collections::BTreeMap;
 
@@ -471,18 +473,25 @@ impl Broker {
     }
 
     /// The periodic pass: finishes the decided transactions of the ids this broker
-    /// coordinates, and aborts those open past their timeout.
+    /// coordinates, aborts those open past their timeout, and removes the ids idle
+    /// past their expiration.
     pub(crate) async fn txns_tick(&self) {
-        let records = match self.metastore.transactions().await {
+        let expiration = self.config.transactions.transactional_id_expiration_ms;
+        let now = now_ms();
+        let records = match (self.metastore)
+            .transactions_to_check(now.saturating_sub(expiration))
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the transactions");
                 return;
             }
         };
-        let now = now_ms();
         for r in records {
-            let due = r.state.is_prepared() || decide::expire(&r, now).is_some();
+            let due = r.state.is_prepared()
+                || decide::expire(&r, now).is_some()
+                || decide::id_expired(&r, now, expiration);
             if !due || self.txn_coordinating(&r.transactional_id).is_err() {
                 continue;
             }
@@ -504,6 +513,19 @@ impl Broker {
         let Some(r) = self.metastore.transaction(id).await? else {
             return Ok(());
         };
+        let expiration = self.config.transactions.transactional_id_expiration_ms;
+        if decide::id_expired(&r, now_ms(), expiration) {
+            // A request that changed the record since it was read keeps it.
+            if self.metastore.delete_transaction(id, r.version).await? {
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id = r.producer_id,
+                    idle_ms = now_ms() - r.update_ms,
+                    "transactional id expired: its record is removed"
+                );
+            }
+            return Ok(());
+        }
         let prepared = match decide::expire(&r, now_ms()) {
             Some(abort) => {
                 tracing::info!(

@@ -114,6 +114,11 @@ fn the_documented_defaults_are_the_built_in_ones_and_name_every_key() {
     assert_eq!(parsed.log, LogSection::default(), "[log]");
     assert_eq!(parsed.cluster, ClusterSection::default(), "[cluster]");
     assert_eq!(parsed.groups, GroupsSection::default(), "[groups]");
+    assert_eq!(
+        parsed.transactions,
+        TransactionsSection::default(),
+        "[transactions]"
+    );
     assert_eq!(parsed.tiering, TieringSection::default(), "[tiering]");
     assert_eq!(parsed.quotas, QuotasSection::default(), "[quotas]");
     assert_eq!(
@@ -137,6 +142,10 @@ fn the_documented_defaults_are_the_built_in_ones_and_name_every_key() {
         ("log", format!("{:?}", LogSection::default())),
         ("cluster", format!("{:?}", ClusterSection::default())),
         ("groups", format!("{:?}", GroupsSection::default())),
+        (
+            "transactions",
+            format!("{:?}", TransactionsSection::default()),
+        ),
         ("tiering", format!("{:?}", TieringSection::default())),
         ("quotas", format!("{:?}", QuotasSection::default())),
         (

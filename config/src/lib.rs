@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 pub use sections::*;
 pub use shale_coordinator::group::GroupsSection;
+pub use shale_coordinator::txn::TransactionsSection;
 
 use listeners::{resolve_inter_broker, resolve_listeners};
 
@@ -76,6 +77,8 @@ struct FileConfig {
     cluster: ClusterSection,
     #[serde(default)]
     groups: GroupsSection,
+    #[serde(default)]
+    transactions: TransactionsSection,
     #[serde(default)]
     quotas: QuotasSection,
     #[serde(default)]
@@ -182,6 +185,7 @@ pub struct BrokerConfig {
     pub tiering: TieringSection,
     pub cluster: ClusterSection,
     pub groups: GroupsSection,
+    pub transactions: TransactionsSection,
     pub quotas: QuotasSection,
     /// `[authorization]`: ACL checks (see `security::acl`).
     pub authorization: AuthorizationSection,
@@ -325,6 +329,7 @@ impl BrokerConfig {
             tiering: file.tiering,
             cluster: file.cluster,
             groups: file.groups,
+            transactions: file.transactions,
             quotas: file.quotas,
             authorization: file.authorization,
             topic_defaults,
@@ -383,6 +388,12 @@ impl BrokerConfig {
             return fail(
                 "groups.consumer_heartbeat_interval_ms",
                 "must be above 0 and below groups.consumer_session_timeout_ms",
+            );
+        }
+        if self.transactions.transactional_id_expiration_ms < 1 {
+            return fail(
+                "transactions.transactional_id_expiration_ms",
+                "must be >= 1",
             );
         }
         if self.cluster.default_replication_factor < 1 {

@@ -11,7 +11,9 @@
 //! Ongoing --EndTxn(abort), timeout, InitProducerId--> PrepareAbort --markers--> CompleteAbort
 //! ```
 //! A timeout, or a new producer's InitProducerId, aborts with the producer epoch raised,
-//! so the partitions fence the old producer when they take the markers.
+//! so the partitions fence the old producer when they take the markers. An id with no
+//! transaction open or decided and no request for `transactional_id_expiration_ms` is
+//! removed; it starts again under a new producer id.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +29,25 @@ const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
 /// Longest transaction timeout a producer may ask for (Kafka's
 /// `transaction.max.timeout.ms` default).
 pub const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
+
+/// `[transactions]`: the transaction coordinator.
+#[derive(Debug, Clone, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransactionsSection {
+    /// How long a transactional id with no transaction open or being decided is kept
+    /// without a request before its record is removed (Kafka's
+    /// `transactional.id.expiration.ms`). A producer of that id that comes back starts
+    /// again under a new producer id. Default: 604800000 ms (7 days).
+    pub transactional_id_expiration_ms: i64,
+}
+
+impl Default for TransactionsSection {
+    fn default() -> Self {
+        Self {
+            transactional_id_expiration_ms: 604_800_000,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnError {
@@ -337,6 +358,14 @@ pub fn complete(r: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
 pub fn expire(r: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
     (r.state == TxnState::Ongoing && now_ms - r.start_ms > i64::from(r.timeout_ms))
         .then(|| prepare(r, false, true, now_ms))
+}
+
+/// Whether a transactional id's record may be removed: no transaction is open or being
+/// decided, and its last request is more than `expiration_ms` old.
+pub fn id_expired(r: &TxnRecord, now_ms: i64, expiration_ms: i64) -> bool {
+    use TxnState::*;
+    matches!(r.state, Empty | CompleteCommit | CompleteAbort)
+        && now_ms.saturating_sub(r.update_ms) > expiration_ms
 }
 
 /// One lock per transactional id: its coordinator handles one request of an id at a

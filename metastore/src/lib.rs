@@ -355,6 +355,10 @@ pub trait Metastore: Send + Sync + 'static {
     async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>>;
     /// Every transactional id's record, by id.
     async fn transactions(&self) -> Result<Vec<TxnRecord>>;
+    /// The records a coordinator's periodic pass looks at, by id: those with a
+    /// transaction open or being decided, and those last updated before
+    /// `idle_before` (ms).
+    async fn transactions_to_check(&self, idle_before: i64) -> Result<Vec<TxnRecord>>;
     /// Writes a transactional id's record if the stored one is still at
     /// `record.version` (0: none stored), doing `offsets` to the offsets its
     /// transaction committed, in one transaction; returns the new version, or

@@ -390,6 +390,10 @@ macro_rules! sql_metastore {
                 self.transactions().await
             }
 
+            async fn transactions_to_check(&self, idle_before: i64) -> Result<Vec<TxnRecord>> {
+                self.transactions_to_check(idle_before).await
+            }
+
             async fn write_transaction(
                 &self,
                 record: &TxnRecord,

@@ -1477,6 +1477,18 @@ async fn transactions_move_offsets_only_on_commit(m: &dyn Metastore) {
     assert!(m.pending_txn_offsets("g").await.unwrap().is_empty());
     assert_eq!(m.committed_offsets("g").await.unwrap()[0].offset, 10);
     assert_eq!(m.transactions().await.unwrap(), [r.clone()]);
+    // The periodic pass sees a record being decided, and an ended one once idle.
+    let due = |idle_before| async move {
+        let rows = m.transactions_to_check(idle_before).await.unwrap();
+        rows.into_iter()
+            .map(|r| r.transactional_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(due(0).await, ["app-1"]);
+    r.state = TxnState::CompleteAbort;
+    r.version = m.write_transaction(&r, TxnOffsets::Keep).await.unwrap();
+    assert!(due(r.update_ms).await.is_empty());
+    assert_eq!(due(r.update_ms + 1).await, ["app-1"]);
     assert!(!m.delete_transaction("app-1", r.version - 1).await.unwrap());
     assert!(m.delete_transaction("app-1", r.version).await.unwrap());
     assert!(m.transaction("app-1").await.unwrap().is_none());

@@ -240,6 +240,9 @@ impl Metastore for FaultyMetastore {
     async fn transactions(&self) -> R<Vec<shale_metastore::TxnRecord>> {
         self.inner.transactions().await
     }
+    async fn transactions_to_check(&self, idle_before: i64) -> R<Vec<shale_metastore::TxnRecord>> {
+        self.inner.transactions_to_check(idle_before).await
+    }
     async fn write_transaction(
         &self,
         record: &shale_metastore::TxnRecord,

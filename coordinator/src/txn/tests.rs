@@ -124,6 +124,12 @@ fn an_expired_transaction_aborts_under_a_raised_epoch_and_its_producer_may_resum
     assert_eq!((a.state, a.producer_epoch), (TxnState::PrepareAbort, 1));
     let done = complete(&a, 61_002).unwrap();
     assert_eq!(expire(&done, 999_999), None);
+    // Only an id with nothing open or being decided expires, once idle long enough.
+    assert!(!id_expired(&r, i64::MAX, 1_000), "an open transaction");
+    assert!(!id_expired(&a, i64::MAX, 1_000), "one being decided");
+    assert!(!id_expired(&done, 62_002, 1_000));
+    assert!(id_expired(&done, 62_003, 1_000));
+    assert!(id_expired(&fresh(), 1_002, 1_000));
     // The producer learns it was fenced, and restarts its transactions (KIP-360).
     assert_eq!(
         end_txn(&done, 100, 0, true, 61_003).unwrap_err().code(),

@@ -84,6 +84,22 @@ macro_rules! txns_sql {
                 rows.into_iter().map(record).collect()
             }
 
+            pub(super) async fn transactions_to_check(
+                &self,
+                idle_before: i64,
+            ) -> Result<Vec<TxnRecord>> {
+                let rows: Vec<TxnRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM transactions WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort') \
+                     OR update_ms < $1 ORDER BY transactional_id"
+                ))
+                .bind(idle_before)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(record).collect()
+            }
+
             pub(super) async fn write_transaction(
                 &self,
                 r: &TxnRecord,
